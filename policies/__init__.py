@@ -1,0 +1,29 @@
+"""Synchronization policies: backend-agnostic objects that decide what to synchronize with whom.
+
+Nothing here imports simpy or torch (DESIGN.md §2): policies yield ops from `policies.ops`, and a
+backend executes them.
+"""
+
+from policies.base import Bucket, Policy, SettingError
+from policies.hierarchical import Hierarchical
+from policies.no_sync import NoSync
+from policies.ps import ParameterServer
+from policies.registry import available, create, resolve
+from policies.ring import Ring
+from policies.view import ClusterView, HostInfo, RackInfo
+
+__all__ = [
+    "Bucket",
+    "ClusterView",
+    "Hierarchical",
+    "HostInfo",
+    "NoSync",
+    "ParameterServer",
+    "Policy",
+    "RackInfo",
+    "Ring",
+    "SettingError",
+    "available",
+    "create",
+    "resolve",
+]

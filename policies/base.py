@@ -1,0 +1,93 @@
+"""The interface every synchronization policy implements.
+
+A policy is a small object: validated *settings* (a pydantic model, fixed after construction), a
+*plan* derived once from the cluster view in `bind`, and evolving *state* (exposed through
+`state_dict` for checkpoints). Backends call its hooks per worker and per step; each hook returns a
+program of ops (see `policies.ops`). Hooks must be pure functions of (settings, plan, state, args):
+the same calls give the same ops on every backend.
+
+Lifecycle per worker and step::
+
+    begin_step(rank, step)              before forward (e.g. SSP's clock bound, a pull)
+    on_gradients(rank, step, bucket)    as each gradient bucket is ready during backward
+    end_step(rank, step)                after backward and the local optimizer step (e.g. averaging)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar, Sequence
+
+from pydantic import BaseModel, ConfigDict
+
+from policies.ops import Program, ServerSpec
+from policies.view import ClusterView
+
+
+class SettingError(ValueError):
+    """A policy setting does not fit the cluster; `field` names the setting."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.detail = message
+
+
+class NoSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """A group of gradients that became ready together during backward (DDP-style)."""
+
+    index: int  # 0 = first ready (the model's last layers)
+    nbytes: float
+    count: int  # buckets per step
+
+
+class Policy:
+    """Base class; subclasses set `name`, optionally `Settings`, and override the hooks they need."""
+
+    name: ClassVar[str] = "policy"
+    Settings: ClassVar[type[BaseModel]] = NoSettings
+
+    def __init__(self, settings: BaseModel | None = None, **kwargs: Any) -> None:
+        if settings is not None and kwargs:
+            raise TypeError("pass either a Settings object or keyword settings, not both")
+        self.settings = settings if settings is not None else self.Settings(**kwargs)
+        self.view: ClusterView | None = None
+
+    def bind(self, view: ClusterView) -> None:
+        """Plan against the cluster; raise `SettingError` when a setting does not fit it."""
+        self.view = view
+
+    def servers(self) -> Sequence[ServerSpec]:
+        """Parameter-server shards this policy needs the backend to run (none by default)."""
+        return ()
+
+    def begin_step(self, rank: int, step: int) -> Program:
+        return ()
+
+    def on_gradients(self, rank: int, step: int, bucket: Bucket) -> Program:
+        return ()
+
+    def end_step(self, rank: int, step: int) -> Program:
+        return ()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state:
+            raise ValueError(f"policy {self.name!r} keeps no state, got keys {sorted(state)}")
+
+    @property
+    def bound_view(self) -> ClusterView:
+        if self.view is None:
+            raise RuntimeError(f"policy {self.name!r} used before bind(view)")
+        return self.view
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{k}={v!r}" for k, v in self.settings.model_dump().items())
+        return f"{type(self).__name__}({fields})"

@@ -1,0 +1,59 @@
+"""Hierarchical (2-D) all-reduce: reduce-scatter locally, all-reduce across, all-gather locally."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from policies.base import Bucket, Policy, SettingError
+from policies.ops import AllGather, AllReduce, Group, Program, ReduceScatter
+from policies.view import ClusterView
+
+
+class HierarchicalSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    level: Literal["auto", "host", "rack"] = "auto"
+
+
+class Hierarchical(Policy):
+    """Ranks sharing a host (or rack) form a local group of size g; the i-th members of all local
+    groups form cross group i. A bucket of n bytes is reduce-scattered in the local group, each
+    rank all-reduces its n/g shard over its cross group, and the local group all-gathers the result.
+    `level: auto` picks 'host' when hosts hold several GPUs, else 'rack'.
+    """
+
+    name = "hierarchical"
+    Settings = HierarchicalSettings
+
+    def bind(self, view: ClusterView) -> None:
+        super().bind(view)
+        level = self.settings.level
+        if level == "auto":
+            multi_gpu = any(len(h.ranks) > 1 for h in view.hosts.values())
+            level = "host" if multi_gpu or not view.racks else "rack"
+        if level == "rack" and not view.racks:
+            raise SettingError("level", "'rack' needs a topology with racks; allowed here: auto, host")
+        self.level = level
+        local_groups = view.local_groups(level)
+        sizes = sorted({len(g) for g in local_groups})
+        if len(sizes) > 1:
+            raise SettingError(
+                "level", f"every {level} must hold the same number of ranks for a 2-D all-reduce, got sizes {sizes}"
+            )
+        self.local_size = sizes[0]
+        self.local_of: dict[int, Group] = {}
+        self.cross_of: dict[int, Group] = {}
+        for ranks in local_groups:
+            for r in ranks:
+                self.local_of[r] = Group(ranks)
+        for i in range(self.local_size):
+            cross = Group(tuple(ranks[i] for ranks in local_groups))
+            for r in cross.ranks:
+                self.cross_of[r] = cross
+
+    def on_gradients(self, rank: int, step: int, bucket: Bucket) -> Program:
+        local = self.local_of[rank]
+        yield ReduceScatter(local, bucket.nbytes)
+        yield AllReduce(self.cross_of[rank], bucket.nbytes / self.local_size)
+        yield AllGather(local, bucket.nbytes)

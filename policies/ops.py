@@ -1,0 +1,161 @@
+"""The communication vocabulary that policies speak and backends execute.
+
+A policy never touches a network or a tensor: it yields these small, immutable values and a backend
+(the simulator in `sim/`, torch.distributed in `real/`) carries them out. Sizes are bytes of the
+*whole* tensor a rank contributes (an all-reduce of an n-byte gradient has `nbytes=n` whatever
+the group size); each backend derives per-step chunk sizes itself.
+
+Programs: a policy hook returns an iterable whose items are either one op or a tuple/list of ops.
+Items run one after another; the ops inside one item run concurrently and the item ends when all
+of them have. Collectives on the same group execute in issue order (as on one NCCL communicator);
+point-to-point ops to servers are independent of each other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Iterable, Union
+
+
+class Payload(str, Enum):
+    """What the bytes of an op mean; timing ignores it, real tensors need it."""
+
+    GRADIENTS = "gradients"
+    PARAMETERS = "parameters"
+    CONTROL = "control"
+
+
+class Density(str, Enum):
+    DENSE = "dense"
+    SPARSE = "sparse"
+
+
+@dataclass(frozen=True)
+class Group:
+    """An ordered set of ranks taking part in a collective; the order is the ring order."""
+
+    ranks: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        if len(self.ranks) == 0:
+            raise ValueError("a group needs at least one rank")
+        if len(set(self.ranks)) != len(self.ranks):
+            raise ValueError(f"group {self.ranks} lists a rank twice")
+
+    @classmethod
+    def of(cls, ranks: Iterable[int]) -> "Group":
+        return cls(tuple(int(r) for r in ranks))
+
+    @property
+    def size(self) -> int:
+        return len(self.ranks)
+
+    def __contains__(self, rank: object) -> bool:
+        return rank in self.ranks
+
+    def __repr__(self) -> str:
+        shown = self.ranks if len(self.ranks) <= 8 else (*self.ranks[:4], "...", *self.ranks[-2:])
+        return f"Group{tuple(shown)}"
+
+
+@dataclass(frozen=True)
+class Op:
+    """Base class of every operation; `nbytes` is validated by the engine."""
+
+
+@dataclass(frozen=True)
+class Collective(Op):
+    """An operation every member of `group` must issue, in the same order on every member."""
+
+    group: Group
+    nbytes: float
+    payload: Payload = Payload.GRADIENTS
+    density: Density = Density.DENSE
+
+
+@dataclass(frozen=True)
+class AllReduce(Collective):
+    """Sum (or average) an `nbytes` tensor across the group; everyone gets the result."""
+
+    algorithm: str = "ring"
+
+
+@dataclass(frozen=True)
+class ReduceScatter(Collective):
+    """Reduce an `nbytes` tensor; member i keeps the i-th 1/p of the result."""
+
+
+@dataclass(frozen=True)
+class AllGather(Collective):
+    """Each member holds 1/p of an `nbytes` tensor; afterwards everyone holds all of it."""
+
+
+@dataclass(frozen=True)
+class AllToAll(Collective):
+    """Each member sends `nbytes / p` to every member (its own share stays local)."""
+
+
+@dataclass(frozen=True)
+class Barrier(Collective):
+    """Wait until every member has arrived; carries no payload."""
+
+    nbytes: float = 0.0
+    payload: Payload = Payload.CONTROL
+
+
+@dataclass(frozen=True)
+class Push(Op):
+    """Send `nbytes` of this rank's update to parameter-server shard `shard` under `key`.
+
+    The shard's `ServerSpec` decides what happens on arrival (aggregate a round, or apply at once).
+    """
+
+    shard: int
+    nbytes: float
+    key: int = 0
+    payload: Payload = Payload.GRADIENTS
+
+
+@dataclass(frozen=True)
+class Pull(Op):
+    """Fetch `nbytes` of parameters under `key` from shard `shard`.
+
+    On a synchronous shard the reply waits until this rank's current round of `key` is applied;
+    on an asynchronous shard it is sent at once.
+    """
+
+    shard: int
+    nbytes: float
+    key: int = 0
+    payload: Payload = Payload.PARAMETERS
+
+
+@dataclass(frozen=True)
+class WaitForClock(Op):
+    """Block until every worker has finished at least `min_clock` iterations (SSP's bound)."""
+
+    min_clock: int
+
+
+@dataclass(frozen=True)
+class ServerSpec:
+    """A parameter-server shard a policy asks the backend to run.
+
+    `host` names a host of the cluster view. A synchronous shard (`sync=True`) aggregates one
+    push per worker for each (key, round) before applying; an asynchronous one applies every push
+    on arrival. `apply_s_per_mb` is the server's cost to apply one MB of update.
+    """
+
+    shard: int
+    host: str
+    sync: bool = True
+    apply_s_per_mb: float = 0.0
+    workers: tuple[int, ...] = field(default_factory=tuple)
+
+
+Step = Union[Op, "tuple[Op, ...]", "list[Op]"]
+Program = Iterable[Step]
+
+COLLECTIVES: tuple[type[Collective], ...] = (AllReduce, ReduceScatter, AllGather, AllToAll, Barrier)
+ALLREDUCE_ALGORITHMS: tuple[str, ...] = ("ring",)

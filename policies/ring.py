@@ -1,0 +1,20 @@
+"""Ring all-reduce of every gradient bucket across all workers (data-parallel BSP, as in DDP/NCCL)."""
+
+from __future__ import annotations
+
+from policies.base import Bucket, Policy
+from policies.ops import AllReduce, Group, Program
+from policies.view import ClusterView
+
+
+class Ring(Policy):
+    """Each bucket is all-reduced over one ring of all ranks, in rank order."""
+
+    name = "ring"
+
+    def bind(self, view: ClusterView) -> None:
+        super().bind(view)
+        self.world = Group.of(range(view.world_size))
+
+    def on_gradients(self, rank: int, step: int, bucket: Bucket) -> Program:
+        yield AllReduce(self.world, bucket.nbytes)

@@ -1,0 +1,76 @@
+"""The logical picture of a cluster that policies plan against.
+
+Backends build it (the simulator from its topology, the real backend from calibration); policies
+read it. It names ranks, hosts and racks and gives the bandwidth figures that matter for planning
+(NIC, rack uplink, intra-host), never individual links. Units: bytes, seconds, bytes per second.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Optional
+
+
+@dataclass(frozen=True)
+class HostInfo:
+    name: str
+    rack: Optional[str]
+    ranks: tuple[int, ...]
+    nic_bytes_per_s: float
+    intra_bytes_per_s: float
+
+
+@dataclass(frozen=True)
+class RackInfo:
+    name: str
+    hosts: tuple[str, ...]
+    uplink_bytes_per_s: float  # what the rack can send to the rest of the cluster at once
+
+    def oversubscription(self, hosts: Mapping[str, HostInfo]) -> float:
+        """Total NIC bandwidth in the rack over its uplink bandwidth (1.0 = non-blocking)."""
+        return sum(hosts[h].nic_bytes_per_s for h in self.hosts) / self.uplink_bytes_per_s
+
+
+@dataclass(frozen=True)
+class ClusterView:
+    """Ranks (one per GPU), the hosts they live on, the racks hosts sit in, and server-only hosts."""
+
+    rank_hosts: tuple[str, ...]
+    hosts: Mapping[str, HostInfo]
+    racks: Mapping[str, RackInfo]
+    server_hosts: tuple[str, ...] = ()
+
+    @property
+    def world_size(self) -> int:
+        return len(self.rank_hosts)
+
+    @property
+    def worker_hosts(self) -> tuple[str, ...]:
+        seen: dict[str, None] = {}
+        for host in self.rank_hosts:
+            seen.setdefault(host, None)
+        return tuple(seen)
+
+    def host_of(self, rank: int) -> str:
+        return self.rank_hosts[rank]
+
+    def rack_of(self, rank: int) -> Optional[str]:
+        return self.hosts[self.rank_hosts[rank]].rack
+
+    def local_groups(self, level: str) -> list[tuple[int, ...]]:
+        """Ranks grouped by shared `level` ('host' or 'rack'), in order of first rank.
+
+        Raises ValueError when the cluster has no such level (e.g. 'rack' on a star).
+        """
+        if level == "host":
+            key = self.host_of
+        elif level == "rack":
+            if not self.racks:
+                raise ValueError("this cluster has no racks")
+            key = self.rack_of  # type: ignore[assignment]
+        else:
+            raise ValueError(f"unknown level {level!r}; allowed: host, rack")
+        groups: dict[object, list[int]] = {}
+        for rank in range(self.world_size):
+            groups.setdefault(key(rank), []).append(rank)
+        return [tuple(ranks) for ranks in groups.values()]

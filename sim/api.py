@@ -1,0 +1,70 @@
+"""The Python entry point: `simulate(config) -> Result`."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Callable, Mapping, Optional, Union
+
+from sim.config import Config, load_config, parse_config
+from sim.engine import PolicyRun, bind_policy, run_policy
+from sim.results import Result, iterations_frame, ops_frame, summary_frame
+from sim.topology import Cluster, build_cluster
+from sim.workload import ComputePlan, compute_plan
+
+ConfigLike = Union[Config, Mapping[str, Any], str, "os.PathLike[str]"]
+
+
+def as_config(config: ConfigLike) -> Config:
+    if isinstance(config, Config):
+        return config
+    if isinstance(config, (str, os.PathLike)):
+        return load_config(Path(config))
+    return parse_config(dict(config))
+
+
+def prepare(config: Config) -> tuple[Cluster, ComputePlan]:
+    """Build the cluster and compute plan and bind every policy once: everything `check` validates."""
+    cluster = build_cluster(config.cluster)
+    plan = compute_plan(config.workload, cluster.gpu)
+    for i in range(len(config.policies)):
+        bind_policy(config.policies[i], i, cluster)
+    return cluster, plan
+
+
+def simulate(
+    config: ConfigLike,
+    *,
+    progress: bool = False,
+    on_policy_done: Optional[Callable[[Result], None]] = None,
+) -> Result:
+    """Run every policy of `config` on the same cluster, workload and seed.
+
+    `on_policy_done` receives the partial result after each policy (to save what is done so far).
+    A policy that fails keeps the rows it produced; its summary row says why it stopped.
+    """
+    cfg = as_config(config)
+    cluster, plan = prepare(cfg)
+    runs: list[PolicyRun] = []
+    result = _assemble(cfg, cluster, plan, runs)
+    for i, entry in enumerate(cfg.policies):
+        bar = _progress_bar(entry.display, cfg.iterations) if progress else None
+        run = run_policy(cfg, i, cluster, plan, on_progress=bar.update if bar else None)
+        if bar is not None:
+            bar.close()
+        runs.append(run)
+        result = _assemble(cfg, cluster, plan, runs)
+        if on_policy_done is not None:
+            on_policy_done(result)
+    return result
+
+
+def _assemble(cfg: Config, cluster: Cluster, plan: ComputePlan, runs: list[PolicyRun]) -> Result:
+    iterations = iterations_frame(runs, cluster, plan.batch_size)
+    return Result(cfg, summary_frame(runs, iterations, cluster, plan), iterations, ops_frame(runs), list(runs))
+
+
+def _progress_bar(label: str, total: int) -> Any:
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=label, unit="it", leave=False, dynamic_ncols=True)

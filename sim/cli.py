@@ -1,0 +1,110 @@
+"""`syncsim` command line: run, check, list.
+
+Exit codes: 0 success; 1 a policy failed mid-run (results so far are written); 2 invalid config.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Optional, Sequence
+
+from sim.errors import ConfigError
+
+TABLE_COLUMNS = {
+    "policy": "policy",
+    "mean_iteration_s": "mean iter (ms)",
+    "p50_iteration_s": "p50 (ms)",
+    "p99_iteration_s": "p99 (ms)",
+    "throughput_samples_s": "samples/s",
+    "mean_exposed_comm_s": "exposed comm (ms)",
+    "scaling_efficiency": "scaling eff.",
+}
+
+
+def _table(summary) -> str:  # type: ignore[no-untyped-def]
+    df = summary[list(TABLE_COLUMNS)].rename(columns=TABLE_COLUMNS).copy()
+    for col in ("mean iter (ms)", "p50 (ms)", "p99 (ms)", "exposed comm (ms)"):
+        df[col] = df[col] * 1e3
+    return df.to_string(index=False, float_format=lambda v: f"{v:,.2f}")
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from sim.api import as_config, simulate
+
+    config = as_config(args.config)
+    out = Path(args.out) if args.out else Path("results") / config.name
+
+    def save(partial) -> None:  # type: ignore[no-untyped-def]
+        partial.write(out, plot=not args.no_plot)
+
+    try:
+        result = simulate(config, progress=not args.quiet and sys.stderr.isatty(), on_policy_done=save)
+    except KeyboardInterrupt:
+        print(f"\ninterrupted; finished policies are in {out}/", file=sys.stderr)
+        return 130
+    print(_table(result.summary))
+    print(f"\nresults: {out}/ (summary.csv, iterations.csv, ops.csv, config.yaml, trace.json, comparison.png)")
+    for label, error in result.errors.items():
+        print(f"policy {label!r} stopped early: {error}", file=sys.stderr)
+    return 1 if result.errors else 0
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    from sim.api import as_config, prepare
+
+    config = as_config(args.config)
+    cluster, plan = prepare(config)
+    view = cluster.view
+    print(
+        f"{args.config}: ok - {view.world_size} GPUs on {len(view.worker_hosts)} hosts"
+        f"{f' in {len(view.racks)} racks' if view.racks else ''}, {len(cluster.links)} links; "
+        f"{plan.model}: {plan.gradient_bytes / 1e6:,.1f} MB of gradients in {len(plan.buckets)} buckets, "
+        f"{plan.compute_s * 1e3:,.1f} ms compute per iteration; policies: "
+        + ", ".join(p.display for p in config.policies)
+    )
+    return 0
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    from policies.registry import available
+    from sim.gpus import GPU_NAMES
+    from sim.zoo import MODEL_NAMES
+
+    print("policies:", ", ".join(sorted(available())))
+    print("models:   synthetic,", ", ".join(MODEL_NAMES))
+    print("gpus:    ", ", ".join(GPU_NAMES))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="syncsim", description="Simulate synchronization schemes on a cluster.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run every policy of a config and write the results")
+    run.add_argument("config", help="YAML config file")
+    run.add_argument("--out", help="output folder (default: results/<config name>)")
+    run.add_argument("--quiet", action="store_true", help="no progress bar")
+    run.add_argument("--no-plot", action="store_true", help="skip comparison.png")
+    run.set_defaults(func=_cmd_run)
+    check = sub.add_parser("check", help="validate a config without running it")
+    check.add_argument("config")
+    check.set_defaults(func=_cmd_check)
+    lst = sub.add_parser("list", help="list policies, models and GPUs")
+    lst.set_defaults(func=_cmd_list)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except ConfigError as exc:
+        print(f"config error in {getattr(args, 'config', '?')}:", file=sys.stderr)
+        for line in str(exc).splitlines():
+            print(f"  {line}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

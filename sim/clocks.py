@@ -1,0 +1,40 @@
+"""Worker clocks (iterations finished) and waits on the slowest one, for SSP-style bounds."""
+
+from __future__ import annotations
+
+import heapq
+from collections import Counter
+
+import simpy
+
+
+class ClockBoard:
+    def __init__(self, env: simpy.Environment, workers: int) -> None:
+        self.env = env
+        self.clock = [0] * workers
+        self._at = Counter({0: workers})  # clock value -> workers at it
+        self.slowest = 0
+        self._waiters: list[tuple[int, int, simpy.Event]] = []
+        self._seq = 0
+
+    def tick(self, rank: int) -> None:
+        """`rank` finished an iteration."""
+        c = self.clock[rank]
+        self.clock[rank] = c + 1
+        self._at[c] -= 1
+        self._at[c + 1] += 1
+        while self._at[self.slowest] == 0:
+            del self._at[self.slowest]
+            self.slowest += 1
+        while self._waiters and self._waiters[0][0] <= self.slowest:
+            heapq.heappop(self._waiters)[2].succeed()
+
+    def wait(self, min_clock: int) -> simpy.Event:
+        """Fires once every worker has finished at least `min_clock` iterations."""
+        event = self.env.event()
+        if min_clock <= self.slowest:
+            event.succeed()
+        else:
+            self._seq += 1
+            heapq.heappush(self._waiters, (min_clock, self._seq, event))
+        return event

@@ -1,0 +1,104 @@
+"""Rendezvous for collectives: one communicator per group, calls matched by enqueue order.
+
+When a policy hook returns a program, its collectives are *enqueued* on their communicators at
+once, in program order, as a DDP comm hook enqueues NCCL calls on CUDA streams. Hooks run in the
+same order on every rank, so every member's k-th call on a group is the same collective whatever
+the timing. A call launches when every member has *reached* it in its program and the group's
+previous call has finished (one collective at a time per communicator, as on an NCCL stream).
+Members that enqueue mismatching ops are a policy bug and fail loudly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+import simpy
+
+from policies.ops import Collective
+from sim.collectives import CollectiveRunner
+from sim.errors import PolicyError
+
+# Called when a collective finishes: (op, step of the first issuer, first issue time, launch time).
+OnFinish = Callable[[Collective, int, float, float], None]
+
+
+@dataclass
+class _Call:
+    op: Collective
+    step: int
+    issued: float
+    events: dict[int, simpy.Event] = field(default_factory=dict)
+
+
+@dataclass
+class _Communicator:
+    ranks: tuple[int, ...]
+    calls: dict[int, _Call] = field(default_factory=dict)
+    issued: dict[int, int] = field(default_factory=dict)  # rank -> calls issued so far
+    next_launch: int = 0
+    busy: bool = False
+
+
+class Communicators:
+    def __init__(self, env: simpy.Environment, runner: CollectiveRunner, policy: str, on_finish: Optional[OnFinish] = None):
+        self.env, self.runner, self.policy, self.on_finish = env, runner, policy, on_finish
+        self._comms: dict[tuple[int, ...], _Communicator] = {}
+
+    def enqueue(self, rank: int, step: int, op: Collective) -> tuple[_Communicator, int]:
+        """Reserve `rank`'s next position on `op`'s communicator; returns the ticket for `arrive`."""
+        comm = self._comms.get(op.group.ranks)
+        if comm is None:
+            comm = self._comms[op.group.ranks] = _Communicator(op.group.ranks)
+        seq = comm.issued.get(rank, 0)
+        comm.issued[rank] = seq + 1
+        call = comm.calls.get(seq)
+        if call is None:
+            comm.calls[seq] = _Call(op, step, self.env.now)
+        elif call.op != op:
+            raise PolicyError(
+                f"policy {self.policy!r}: rank {rank} enqueued {op!r} as call #{seq} on {op.group!r}, "
+                f"but another member enqueued {call.op!r}; every member must issue the same collectives in the same order"
+            )
+        return comm, seq
+
+    def arrive(self, rank: int, ticket: tuple[_Communicator, int]) -> simpy.Event:
+        """`rank` reached its enqueued call in its program; the event fires when the call completes."""
+        comm, seq = ticket
+        call = comm.calls[seq]
+        event = self.env.event()
+        call.events[rank] = event
+        if len(call.events) == len(comm.ranks):
+            self._try_launch(comm)
+        return event
+
+    def waiting(self) -> list[str]:
+        """Collectives some members entered and others did not (for deadlock reports)."""
+        out = []
+        for comm in self._comms.values():
+            for seq, call in comm.calls.items():
+                missing = [r for r in comm.ranks if r not in call.events]
+                if missing:
+                    out.append(f"{call.op!r} call #{seq}: ranks {missing[:8]} never reached it")
+        return out
+
+    def _try_launch(self, comm: _Communicator) -> None:
+        if comm.busy:
+            return
+        call = comm.calls.get(comm.next_launch)
+        if call is None or len(call.events) < len(comm.ranks):
+            return
+        comm.busy = True
+        launched = self.env.now
+        done = self.runner.run(call.op)
+        done.callbacks.append(lambda _ev: self._finish(comm, call, launched))
+
+    def _finish(self, comm: _Communicator, call: _Call, launched: float) -> None:
+        del comm.calls[comm.next_launch]
+        comm.next_launch += 1
+        comm.busy = False
+        for event in call.events.values():
+            event.succeed()
+        if self.on_finish is not None:
+            self.on_finish(call.op, call.step, call.issued, launched)
+        self._try_launch(comm)

@@ -1,0 +1,152 @@
+"""Runs policy programs on the simulator: validates every op, then turns it into flows and waits.
+
+An item of a program (one op, or a tuple of ops that run concurrently) finishes when all its ops
+have. In the pipelined model, a rank's concurrent pushes (or pulls) of equal size travel as one
+coupled transfer, the point-to-point counterpart of a pipelined collective.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Generator, Iterable, Sequence
+
+import simpy
+
+from policies.ops import (
+    ALLREDUCE_ALGORITHMS,
+    AllReduce,
+    Collective,
+    Op,
+    Pull,
+    Push,
+    WaitForClock,
+)
+from sim.clocks import ClockBoard
+from sim.communicators import Communicators
+from sim.errors import PolicyError
+from sim.network import Network
+from sim.routing import Router
+from sim.servers import Shard
+
+# (rank, step, op kind, shard or -1, nbytes, start, end): one finished point-to-point op or wait
+OnOp = Callable[[int, int, str, int, float, float, float], None]
+
+
+class Executor:
+    def __init__(
+        self,
+        env: simpy.Environment,
+        policy: str,
+        rank_nodes: Sequence[str],
+        net: Network,
+        router: Router,
+        comms: Communicators,
+        shards: Sequence[Shard],
+        clocks: ClockBoard,
+        coupled_p2p: bool,
+        on_op: OnOp,
+    ) -> None:
+        self.env, self.policy, self.rank_nodes = env, policy, rank_nodes
+        self.net, self.router, self.comms, self.shards, self.clocks = net, router, comms, shards, clocks
+        self.coupled_p2p, self.on_op = coupled_p2p, on_op
+        self.world = len(rank_nodes)
+
+    def run(self, rank: int, step: int, program: Iterable[Any]) -> simpy.Process:
+        """Validate the whole program, enqueue its collectives now, and execute it item by item."""
+        items = [tuple(item) if isinstance(item, (tuple, list)) else (item,) for item in program]
+        tickets: list[list[Any]] = []  # per item, per op: the communicator ticket of a collective
+        for item in items:
+            for op in item:
+                self._validate(rank, step, op)
+            tickets.append([self.comms.enqueue(rank, step, op) if isinstance(op, Collective) else None for op in item])
+        return self.env.process(self._run(rank, step, items, tickets))
+
+    def _run(self, rank: int, step: int, items: list[tuple[Op, ...]], tickets: list[list[Any]]) -> Generator[simpy.Event, Any, None]:
+        for ops, item_tickets in zip(items, tickets):
+            events = self._issue(rank, step, ops, item_tickets)
+            if events:
+                yield self.env.all_of(events)
+
+    # ----------------------------------------------------------------------------- validation
+    def _fail(self, rank: int, step: int, op: object, why: str) -> PolicyError:
+        return PolicyError(f"policy {self.policy!r} yielded {op!r} on rank {rank} at step {step}: {why}")
+
+    def _validate(self, rank: int, step: int, op: object) -> None:
+        if not isinstance(op, Op):
+            raise self._fail(rank, step, op, "not an op from policies.ops")
+        nbytes = getattr(op, "nbytes", 0.0)
+        if not (isinstance(nbytes, (int, float)) and math.isfinite(nbytes) and nbytes >= 0):
+            raise self._fail(rank, step, op, "nbytes must be a finite number >= 0")
+        if isinstance(op, Collective):
+            bad = [r for r in op.group.ranks if not (isinstance(r, int) and 0 <= r < self.world)]
+            if bad:
+                raise self._fail(rank, step, op, f"ranks {bad} do not exist (world size {self.world})")
+            if rank not in op.group:
+                raise self._fail(rank, step, op, f"rank {rank} is not a member of the group")
+            if isinstance(op, AllReduce) and op.algorithm not in ALLREDUCE_ALGORITHMS:
+                raise self._fail(rank, step, op, f"unknown algorithm; allowed: {', '.join(ALLREDUCE_ALGORITHMS)}")
+        elif isinstance(op, (Push, Pull)):
+            if not 0 <= op.shard < len(self.shards):
+                raise self._fail(rank, step, op, f"no shard {op.shard}; the policy declared {len(self.shards)} shards")
+        elif isinstance(op, WaitForClock):
+            if not isinstance(op.min_clock, int):
+                raise self._fail(rank, step, op, "min_clock must be an int")
+        else:
+            raise self._fail(rank, step, op, "the simulator has no rule for this op type")
+
+    # ----------------------------------------------------------------------------- execution
+    def _issue(self, rank: int, step: int, ops: tuple[Op, ...], tickets: list[Any]) -> list[simpy.Event]:
+        events: list[simpy.Event] = []
+        pushes = [op for op in ops if isinstance(op, Push)]
+        pulls = [op for op in ops if isinstance(op, Pull)]
+        for op, ticket in zip(ops, tickets):
+            if isinstance(op, Collective):
+                events.append(self.comms.arrive(rank, ticket))
+            elif isinstance(op, WaitForClock):
+                events.append(self._timed(rank, step, "wait_clock", [op], self.clocks.wait(op.min_clock)))
+        for batch in self._batches(pushes):
+            events.append(self._push(rank, step, batch))
+        for batch in self._batches(pulls):
+            events.append(self._pull(rank, step, batch))
+        return events
+
+    def _batches(self, ops: list[Any]) -> list[list[Any]]:
+        if not ops:
+            return []
+        if self.coupled_p2p and len({op.nbytes for op in ops}) == 1:
+            return [ops]
+        return [[op] for op in ops]
+
+    def _timed(self, rank: int, step: int, kind: str, ops: Sequence[Any], event: simpy.Event) -> simpy.Event:
+        start = self.env.now
+
+        def record(_ev: simpy.Event) -> None:
+            for op in ops:
+                self.on_op(rank, step, kind, getattr(op, "shard", -1), getattr(op, "nbytes", 0.0), start, self.env.now)
+
+        event.callbacks.append(record)
+        return event
+
+    def _push(self, rank: int, step: int, batch: list[Push]) -> simpy.Event:
+        src = self.rank_nodes[rank]
+        paths = [self.router.path(src, self.shards[op.shard].spec.host) for op in batch]
+        delivered = self.net.transfer(paths, batch[0].nbytes)
+
+        def arrive(_ev: simpy.Event) -> None:
+            for op in batch:
+                self.shards[op.shard].received(rank, op.key, op.nbytes)
+
+        delivered.callbacks.insert(0, arrive)  # the shard hears of it before the pusher moves on
+        return self._timed(rank, step, "push", batch, delivered)
+
+    def _pull(self, rank: int, step: int, batch: list[Pull]) -> simpy.Event:
+        dst = self.rank_nodes[rank]
+        ready = self.env.all_of([self.shards[op.shard].ready(rank, op.key) for op in batch])
+        done = self.env.event()
+
+        def send(_ev: simpy.Event) -> None:
+            paths = [self.router.path(self.shards[op.shard].spec.host, dst) for op in batch]
+            self.net.transfer(paths, batch[0].nbytes).callbacks.append(lambda _e: done.succeed())
+
+        ready.callbacks.append(send)
+        return self._timed(rank, step, "pull", batch, done)

@@ -1,0 +1,208 @@
+"""Physical clusters: GPUs, hosts, NICs, switches and links, built from the `cluster:` config.
+
+Every cable is full duplex: two directed links, each with its own capacity and latency. Node kinds:
+`gpu` (a rank's endpoint), `host` (a GPU host's PCIe/NVLink fabric, where its NIC attaches),
+`server` (a host without GPUs), `switch` (ToR, core, or the single switch of a star).
+
+    gpu --intra--> host --nic--> ToR --uplink--> core     (two_tier; a star has one switch)
+
+Conversion from config units happens here, once: gbps -> bytes/s, us -> s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import networkx as nx
+import numpy as np
+
+from policies.view import ClusterView, HostInfo, RackInfo
+from sim.config import ClusterBase, CustomCluster, StarCluster, TwoTierCluster
+from sim.errors import ConfigError
+from sim.gpus import GpuSpec, get_gpu
+
+GBPS = 1e9 / 8  # bytes per second in one Gbit/s
+US = 1e-6
+
+
+@dataclass(frozen=True)
+class Link:
+    src: str
+    dst: str
+    capacity: float  # bytes/s
+    latency: float  # s
+    kind: str  # intra | nic | uplink | custom
+
+
+@dataclass
+class Cluster:
+    """A built cluster: its graph (edges carry a `link` id), link table, ranks and logical view."""
+
+    graph: nx.DiGraph
+    links: list[Link]
+    rank_gpus: tuple[str, ...]  # rank -> gpu node
+    view: ClusterView
+    gpu: GpuSpec
+
+    @property
+    def capacity(self) -> np.ndarray:
+        return np.array([link.capacity for link in self.links])
+
+    @property
+    def latency(self) -> np.ndarray:
+        return np.array([link.latency for link in self.links])
+
+    @property
+    def world_size(self) -> int:
+        return len(self.rank_gpus)
+
+
+class _Builder:
+    def __init__(self, cfg: ClusterBase) -> None:
+        self.cfg = cfg
+        self.gpu = get_gpu(cfg.gpu)
+        self.graph = nx.DiGraph()
+        self.links: list[Link] = []
+        self.hosts: dict[str, dict] = {}  # name -> {rack, gpus, nic}
+        self.rank_gpus: list[str] = []
+        self.intra_bps = (cfg.intra_host_gbps or self.gpu.intra_host_gbps) * GBPS
+
+    def node(self, name: str, kind: str, **attrs: object) -> None:
+        if name in self.graph:
+            raise ConfigError(f"cluster: node name {name!r} is used twice")
+        self.graph.add_node(name, kind=kind, **attrs)
+
+    def cable(self, a: str, b: str, capacity: float, latency: float, kind: str) -> None:
+        for src, dst in ((a, b), (b, a)):
+            if self.graph.has_edge(src, dst):
+                raise ConfigError(f"cluster: two links join {a!r} and {b!r}; merge them into one")
+            self.graph.add_edge(src, dst, link=len(self.links))
+            self.links.append(Link(src, dst, capacity, latency, kind))
+
+    def host(self, name: str, gpus: int, rack: str | None, server: bool = False) -> None:
+        self.node(name, "server" if server else "host", rack=rack)
+        ranks = []
+        for j in range(gpus):
+            gpu = f"{name}.g{j}"
+            self.node(gpu, "gpu", host=name)
+            self.cable(gpu, name, self.intra_bps, self.cfg.intra_host_latency_us * US, "intra")
+            ranks.append(len(self.rank_gpus))
+            self.rank_gpus.append(gpu)
+        self.hosts[name] = {"rack": rack, "ranks": tuple(ranks), "server": server}
+
+    def nic_bps(self, server: bool) -> float:
+        gbps = self.cfg.server_nic_gbps if server and self.cfg.server_nic_gbps else self.cfg.nic_gbps
+        return gbps * GBPS
+
+    def finish(self, racks: dict[str, RackInfo]) -> Cluster:
+        host_infos = {
+            name: HostInfo(name, h["rack"], h["ranks"], self._nic_of(name), self.intra_bps)
+            for name, h in self.hosts.items()
+        }
+        servers = tuple(name for name, h in self.hosts.items() if h["server"])
+        rank_hosts = tuple(self.graph.nodes[g]["host"] for g in self.rank_gpus)
+        if not rank_hosts:
+            raise ConfigError("cluster: no GPUs; at least one host needs gpus >= 1")
+        view = ClusterView(rank_hosts, host_infos, racks, servers)
+        return Cluster(self.graph, self.links, tuple(self.rank_gpus), view, self.gpu)
+
+    def _nic_of(self, host: str) -> float:
+        return sum(
+            self.links[d["link"]].capacity
+            for _, dst, d in self.graph.out_edges(host, data=True)
+            if self.graph.nodes[dst]["kind"] != "gpu"
+        )
+
+
+def build_cluster(cfg: ClusterBase) -> Cluster:
+    """Build the physical cluster described by a validated `cluster:` config."""
+    if isinstance(cfg, StarCluster):
+        return _star(cfg)
+    if isinstance(cfg, TwoTierCluster):
+        return _two_tier(cfg)
+    if isinstance(cfg, CustomCluster):
+        return _custom(cfg)
+    raise ConfigError(f"cluster.topology: unsupported {type(cfg).__name__}; allowed: star, two_tier, custom")
+
+
+def _star(cfg: StarCluster) -> Cluster:
+    b = _Builder(cfg)
+    lat = cfg.link_latency_us * US
+    b.node("switch", "switch")
+    for i in range(cfg.hosts):
+        b.host(f"h{i}", cfg.gpus_per_host, None)
+        b.cable(f"h{i}", "switch", b.nic_bps(False), lat, "nic")
+    for i in range(cfg.server_hosts):
+        b.host(f"ps{i}", 0, None, server=True)
+        b.cable(f"ps{i}", "switch", b.nic_bps(True), lat, "nic")
+    return b.finish({})
+
+
+def _two_tier(cfg: TwoTierCluster) -> Cluster:
+    b = _Builder(cfg)
+    lat = cfg.link_latency_us * US
+    uplink = (cfg.uplink_gbps or cfg.hosts_per_rack * cfg.nic_gbps) * GBPS
+    cores = [f"core{c}" for c in range(cfg.core_switches)]
+    for core in cores:
+        b.node(core, "switch")
+    rack_hosts: dict[str, list[str]] = {}
+    for r in range(cfg.racks):
+        tor = f"tor{r}"
+        b.node(tor, "switch", rack=f"rack{r}")
+        for core in cores:
+            b.cable(tor, core, uplink / len(cores), lat, "uplink")
+        rack_hosts[f"rack{r}"] = []
+        for i in range(cfg.hosts_per_rack):
+            name = f"h{r * cfg.hosts_per_rack + i}"
+            b.host(name, cfg.gpus_per_host, f"rack{r}")
+            b.cable(name, tor, b.nic_bps(False), lat, "nic")
+            rack_hosts[f"rack{r}"].append(name)
+    for i in range(cfg.server_hosts):
+        r = i % cfg.racks  # spread server hosts over the racks
+        b.host(f"ps{i}", 0, f"rack{r}", server=True)
+        b.cable(f"ps{i}", f"tor{r}", b.nic_bps(True), lat, "nic")
+        rack_hosts[f"rack{r}"].append(f"ps{i}")
+    racks = {name: RackInfo(name, tuple(hosts), uplink) for name, hosts in rack_hosts.items()}
+    return b.finish(racks)
+
+
+def _custom(cfg: CustomCluster) -> Cluster:
+    b = _Builder(cfg)
+    for i, node in enumerate(cfg.nodes):
+        if node.kind == "switch":
+            b.node(node.name, "switch")
+        else:
+            gpus = 0 if node.kind == "server" else (node.gpus or cfg.gpus_per_host)
+            b.host(node.name, gpus, node.rack, server=node.kind == "server")
+    for i, link in enumerate(cfg.links):
+        for end in (link.a, link.b):
+            if end not in b.graph or b.graph.nodes[end]["kind"] == "gpu":
+                raise ConfigError(f"cluster.links[{i}]: unknown node {end!r}; allowed: the names under cluster.nodes")
+        gbps = link.gbps or cfg.nic_gbps
+        lat = (cfg.link_latency_us if link.latency_us is None else link.latency_us) * US
+        b.cable(link.a, link.b, gbps * GBPS, lat, "custom")
+    undirected = b.graph.to_undirected(as_view=True)
+    if not nx.is_connected(undirected):
+        parts = sorted(sorted(c)[0] for c in nx.connected_components(undirected))
+        raise ConfigError(f"cluster.links: the network is not connected (separate parts contain {parts})")
+    rack_hosts: dict[str, list[str]] = {}
+    for name, h in b.hosts.items():
+        if h["rack"] is not None:
+            rack_hosts.setdefault(h["rack"], []).append(name)
+    racks = {r: RackInfo(r, tuple(hosts), _rack_uplink(b, hosts)) for r, hosts in rack_hosts.items()}
+    return b.finish(racks)
+
+
+def _rack_uplink(b: _Builder, rack_hosts: list[str]) -> float:
+    """Capacity from a rack's hosts to all other hosts: the min cut, whatever the custom wiring."""
+    others = [h for h in b.hosts if h not in rack_hosts]
+    if not others:
+        return float("inf")
+    g = nx.DiGraph()
+    for src, dst, d in b.graph.edges(data=True):
+        g.add_edge(src, dst, capacity=b.links[d["link"]].capacity)
+    for h in rack_hosts:
+        g.add_edge("_src", h, capacity=float("inf"))
+    for h in others:
+        g.add_edge(h, "_dst", capacity=float("inf"))
+    return float(nx.minimum_cut_value(g, "_src", "_dst"))

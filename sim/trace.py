@@ -1,0 +1,53 @@
+"""A Chrome/Perfetto trace (JSON "Trace Event Format") of a result, for ui.perfetto.dev.
+
+Per policy two processes: "<policy>: workers" with one track per rank (forward, backward, and the
+exposed wait for communication), and "<policy>: communication" with one track per collective group
+and one per rank for point-to-point ops. Times are microseconds of simulated time.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sim.results import Result
+
+
+def _span(name: str, pid: int, tid: int, start_s: float, end_s: float, **args: Any) -> dict[str, Any]:
+    return {"name": name, "ph": "X", "pid": pid, "tid": tid, "ts": start_s * 1e6, "dur": (end_s - start_s) * 1e6, "args": args}
+
+
+def _meta(kind: str, pid: int, name: str, tid: int = 0) -> dict[str, Any]:
+    return {"name": kind, "ph": "M", "pid": pid, "tid": tid, "args": {"name": name}}
+
+
+def chrome_trace(result: "Result", max_events: int) -> str:
+    events: list[dict[str, Any]] = []
+    dropped = 0
+    for i, label in enumerate(result.summary["policy"]):
+        workers, comm = 2 * i + 1, 2 * i + 2
+        events += [_meta("process_name", workers, f"{label}: workers"), _meta("process_name", comm, f"{label}: communication")]
+        it = result.iterations[result.iterations["policy"] == label]
+        for row in it.itertuples(index=False):
+            if len(events) >= max_events:
+                dropped += 1
+                continue
+            events.append(_span("forward", workers, row.rank, row.start_s, row.forward_end_s, iteration=row.iteration))
+            events.append(_span("backward", workers, row.rank, row.forward_end_s, row.compute_end_s, iteration=row.iteration))
+            if row.end_s > row.compute_end_s:
+                events.append(_span("exposed comm", workers, row.rank, row.compute_end_s, row.end_s, iteration=row.iteration))
+        ops = result.ops[result.ops["policy"] == label]
+        for row in ops.itertuples(index=False):
+            if len(events) >= max_events:
+                dropped += 1
+                continue
+            collective = row.rank < 0
+            tid = int(row.group) if collective else 100_000 + int(row.rank)
+            name = row.kind if collective else f"{row.kind} shard {row.shard}"
+            events.append(
+                _span(name, comm, tid, row.launched_s, row.finished_s, step=int(row.step), nbytes=float(row.nbytes),
+                      group_size=int(row.group_size), issued_s=float(row.issued_s))
+            )
+    meta = {"dropped_events": dropped, "max_events": max_events}
+    return json.dumps({"traceEvents": events, "displayTimeUnit": "ms", "otherData": meta})

@@ -1,0 +1,108 @@
+"""Transformer language models: BERT-base, BERT-large and GPT-2 small (124M).
+
+A sample is one sequence. BERT is taken at 128 tokens, the length of the first (and longest) phase
+of its pre-training (Devlin et al. 2019, section A.2); GPT-2 at its full 1,024-token context.
+"""
+
+from __future__ import annotations
+
+from sim.zoo.builders import (
+    embedding,
+    layer_norm,
+    linear,
+    plus_flops,
+    transformer_block,
+)
+from sim.zoo.spec import Layer, ModelSpec
+
+BERT_VOCAB = 30522
+BERT_POSITIONS = 512
+BERT_TOKEN_TYPES = 2
+BERT_SEQ_LEN = 128
+
+GPT2_VOCAB = 50257
+GPT2_POSITIONS = 1024
+GPT2_SEQ_LEN = 1024
+
+
+def bert_layers(
+    *, n_layers: int, d_model: int, n_heads: int, seq_len: int = BERT_SEQ_LEN
+) -> tuple[Layer, ...]:
+    """BERT's embeddings, encoder and pooler (Hugging Face `BertModel`, no pre-training heads)."""
+    tokens = seq_len
+    layers = [
+        embedding("embeddings.word", BERT_VOCAB, d_model),
+        embedding("embeddings.position", BERT_POSITIONS, d_model),
+        embedding("embeddings.token_type", BERT_TOKEN_TYPES, d_model),
+        # Summing the three embeddings (2 adds per element) is folded into the layer norm.
+        plus_flops(layer_norm("embeddings.ln", d_model, tokens), 2 * tokens * d_model),
+    ]
+    for i in range(n_layers):
+        layers += transformer_block(
+            f"encoder.{i}",
+            d_model=d_model,
+            n_heads=n_heads,
+            d_ff=4 * d_model,
+            seq_len=seq_len,
+            pre_norm=False,
+        )
+    # The pooler reads the first token only; its tanh is folded in.
+    layers.append(plus_flops(linear("pooler", d_model, d_model), d_model))
+    return tuple(layers)
+
+
+_BERT_SOURCE = "Devlin et al. 2019 (arXiv:1810.04805), with pooler, as Hugging Face BertModel"
+
+
+def bert_base() -> ModelSpec:
+    return ModelSpec(
+        name="bert_base",
+        layers=bert_layers(n_layers=12, d_model=768, n_heads=12),
+        source=_BERT_SOURCE,
+        sample=f"one {BERT_SEQ_LEN}-token sequence",
+    )
+
+
+def bert_large() -> ModelSpec:
+    return ModelSpec(
+        name="bert_large",
+        layers=bert_layers(n_layers=24, d_model=1024, n_heads=16),
+        source=_BERT_SOURCE,
+        sample=f"one {BERT_SEQ_LEN}-token sequence",
+    )
+
+
+def gpt2_layers(
+    *, n_layers: int = 12, d_model: int = 768, n_heads: int = 12, seq_len: int = GPT2_SEQ_LEN
+) -> tuple[Layer, ...]:
+    """GPT-2: pre-norm decoder blocks, a final layer norm, an LM head tied to the token table."""
+    tokens = seq_len
+    layers = [
+        embedding("wte", GPT2_VOCAB, d_model),
+        # Adding position to token embeddings: one add per element.
+        plus_flops(embedding("wpe", GPT2_POSITIONS, d_model), tokens * d_model),
+    ]
+    for i in range(n_layers):
+        layers += transformer_block(
+            f"h.{i}",
+            d_model=d_model,
+            n_heads=n_heads,
+            d_ff=4 * d_model,
+            seq_len=seq_len,
+            pre_norm=True,
+        )
+    # The LM head reuses `wte`'s weights, so it adds no parameters and is not a layer of its own;
+    # its logits (a d_model x vocab product per token) are folded into the final layer norm,
+    # which is where its work happens in the forward and backward order.
+    head_flops = 2.0 * d_model * GPT2_VOCAB * tokens
+    layers.append(plus_flops(layer_norm("ln_f", d_model, tokens), head_flops))
+    return tuple(layers)
+
+
+def gpt2() -> ModelSpec:
+    return ModelSpec(
+        name="gpt2",
+        layers=gpt2_layers(),
+        source="Radford et al. 2019, 124M configuration (12 layers, d=768), tied LM head",
+        sample=f"one {GPT2_SEQ_LEN}-token sequence",
+    )

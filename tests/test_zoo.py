@@ -1,0 +1,233 @@
+"""The model zoo against published parameter counts and FLOPs, plus the builders' invariants."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sim.zoo import MODEL_NAMES, Layer, ModelSpec, get_model
+from sim.zoo.builders import (
+    attention_core_flops,
+    conv2d,
+    conv_output_size,
+    linear,
+    transformer_block,
+)
+from sim.zoo.recsys import deepfm_layers
+from sim.zoo.transformers import bert_layers, gpt2_layers
+
+# Published parameter counts. Exact where the architecture is exactly known: torchvision's
+# model cards (ResNet-50, VGG-16) and the Hugging Face checkpoints (BERT with pooler, GPT-2).
+PUBLISHED_PARAMS = {
+    "resnet50": 25_557_032,
+    "vgg16": 138_357_544,
+    "bert_base": 109_482_240,
+    "bert_large": 335_141_888,
+    "gpt2": 124_439_808,
+}
+# Zagoruyko & Komodakis report 36.5M for WRN-28-10 (the same network, see docs/zoo.md).
+WRN_PUBLISHED_PARAMS = 36.5e6
+# Our documented figures (docs/zoo.md), checked against torch.nn re-implementations.
+DOCUMENTED_PARAMS = {"wrn26_10": 36_479_194, "deepfm": 11_477_602}
+
+# Published multiply-accumulates per forward pass of one sample: torchvision's model cards
+# (4.09 and 15.47 G), and 5.25 G commonly reported for WRN-28-10 on 32x32 inputs.
+PUBLISHED_GMACS = {"resnet50": 4.09, "vgg16": 15.47, "wrn26_10": 5.25}
+
+
+def relative_error(value: float, reference: float) -> float:
+    return abs(value - reference) / reference
+
+
+def test_model_names_are_the_documented_set() -> None:
+    assert set(MODEL_NAMES) == {
+        "resnet50", "vgg16", "wrn26_10", "bert_base", "bert_large", "gpt2", "deepfm"
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED_PARAMS))
+def test_params_match_published_counts_exactly(name: str) -> None:
+    assert get_model(name).params == PUBLISHED_PARAMS[name]
+
+
+def test_wrn_params_match_the_paper_and_the_documented_figure() -> None:
+    params = get_model("wrn26_10").params
+    assert relative_error(params, WRN_PUBLISHED_PARAMS) < 0.005
+    assert params == DOCUMENTED_PARAMS["wrn26_10"]
+
+
+def test_deepfm_params_follow_from_its_hyper_parameters() -> None:
+    features, dim, fields, hidden = 1_000_000, 10, 39, 400
+    first_order = features + 1  # one weight per feature id plus the global bias
+    table = features * dim
+    dnn = (fields * dim * hidden + hidden) + 2 * (hidden * hidden + hidden) + (hidden + 1)
+    assert get_model("deepfm").params == first_order + table + dnn
+    assert first_order + table + dnn == DOCUMENTED_PARAMS["deepfm"]
+
+
+def test_deepfm_embedding_table_dominates_and_is_its_own_layer() -> None:
+    model = get_model("deepfm")
+    table = next(layer for layer in model.layers if layer.name == "embedding")
+    assert table.params == 10_000_000
+    assert table.params / model.params > 0.85
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED_GMACS))
+def test_cnn_flops_match_published_macs(name: str) -> None:
+    # Published figures count conv/linear multiply-adds only; our element-wise extras add ~1%.
+    gmacs = get_model(name).forward_flops / 2 / 1e9
+    assert relative_error(gmacs, PUBLISHED_GMACS[name]) < 0.03
+
+
+def megatron_forward_flops(seq: int, layers: int, hidden: int, vocab: int = 0) -> float:
+    """Forward FLOPs of one sequence after Narayanan et al. 2021 (SC'21), appendix.
+
+    Per layer 24*s*h^2 for the projections and MLP plus 4*s^2*h for attention scores and
+    context, and 2*s*h*V for the logits when there is an LM head.
+    """
+    return 24.0 * seq * layers * hidden**2 * (1 + seq / (6 * hidden)) + 2.0 * seq * hidden * vocab
+
+
+@pytest.mark.parametrize(
+    ("name", "seq", "layers", "hidden", "vocab"),
+    [
+        ("bert_base", 128, 12, 768, 0),
+        ("bert_large", 128, 24, 1024, 0),
+        ("gpt2", 1024, 12, 768, 50257),
+    ],
+)
+def test_transformer_flops_match_closed_form(
+    name: str, seq: int, layers: int, hidden: int, vocab: int
+) -> None:
+    expected = megatron_forward_flops(seq, layers, hidden, vocab)
+    # Our extras (biases, norms, softmax, GELU) add under 0.5%; halving attention at BERT's
+    # 128 tokens would move the total by 1.4%, so 1% still catches a missing product.
+    assert relative_error(get_model(name).forward_flops, expected) < 0.01
+
+
+def test_transformer_flops_include_attention_beyond_two_flops_per_parameter() -> None:
+    model = get_model("gpt2")
+    embeddings = 50257 * 768 + 1024 * 768
+    dense_only = 2 * (model.params - embeddings) * 1024 + 2 * 768 * 50257 * 1024
+    attention = 12 * 4 * 1024 * 1024 * 768
+    assert model.forward_flops > dense_only + 0.95 * attention
+
+
+def test_attention_cost_grows_quadratically_with_sequence_length() -> None:
+    short = sum(layer.forward_flops for layer in gpt2_layers(seq_len=512))
+    long = sum(layer.forward_flops for layer in gpt2_layers(seq_len=1024))
+    # Doubling the length doubles the linear work and quadruples the attention core.
+    assert long - 2 * short == pytest.approx(12 * 2 * attention_core_flops(512, 768, 12))
+
+
+def test_bert_depends_on_sequence_length_but_not_its_parameters() -> None:
+    at_128 = bert_layers(n_layers=2, d_model=64, n_heads=4, seq_len=128)
+    at_512 = bert_layers(n_layers=2, d_model=64, n_heads=4, seq_len=512)
+    assert sum(x.params for x in at_128) == sum(x.params for x in at_512)
+    assert sum(x.forward_flops for x in at_512) > 4 * sum(x.forward_flops for x in at_128)
+
+
+def test_gpt2_head_is_tied_and_counted_once() -> None:
+    names = [layer.name for layer in get_model("gpt2").layers]
+    assert "lm_head" not in names and names.count("wte") == 1
+
+
+@pytest.mark.parametrize("name", MODEL_NAMES)
+def test_every_layer_is_trainable_and_uniquely_named(name: str) -> None:
+    model = get_model(name)
+    assert isinstance(model, ModelSpec) and model.name == name
+    assert all(isinstance(layer, Layer) and layer.params > 0 for layer in model.layers)
+    assert all(layer.forward_flops >= 0 for layer in model.layers)
+    names = [layer.name for layer in model.layers]
+    assert len(names) == len(set(names))
+    assert model.source and model.sample
+    assert model.training_flops == pytest.approx(3 * model.forward_flops)
+
+
+def test_resnet_layers_follow_torchvision_order() -> None:
+    names = [layer.name for layer in get_model("resnet50").layers]
+    assert names[:3] == ["conv1", "bn1", "layer1.0.conv1"]
+    assert names[-1] == "fc"
+    assert names.index("layer1.0.downsample.0") == names.index("layer1.0.bn3") + 1
+
+
+@pytest.mark.parametrize("alias", ["ResNet50", "BERT-BASE", " gpt2 ", "WRN26-10", "DeepFM"])
+def test_names_are_case_and_dash_insensitive(alias: str) -> None:
+    assert get_model(alias).name == alias.strip().lower().replace("-", "_")
+
+
+def test_specs_are_cached() -> None:
+    assert get_model("vgg16") is get_model("VGG16")
+
+
+@given(st.text(max_size=12))
+def test_unknown_names_list_the_valid_ones(name: str) -> None:
+    if name.strip().lower().replace("-", "_") in MODEL_NAMES:
+        return
+    with pytest.raises(ValueError) as info:
+        get_model(name)
+    message = str(info.value)
+    assert message.startswith(f"unknown model {name!r}; choose one of: ")
+    assert all(valid in message for valid in MODEL_NAMES)
+
+
+def test_non_string_name_is_a_value_error() -> None:
+    with pytest.raises(ValueError, match="choose one of"):
+        get_model(50)  # type: ignore[arg-type]
+
+
+# --- builders -------------------------------------------------------------------------------
+
+
+@given(
+    st.integers(1, 512), st.integers(1, 512), st.sampled_from([1, 3, 5, 7]),
+    st.integers(1, 64), st.booleans(),
+)  # fmt: skip
+def test_conv2d_counts(cin: int, cout: int, kernel: int, size: int, bias: bool) -> None:
+    layer = conv2d("c", cin, cout, kernel, size, bias=bias)
+    assert layer.params == cout * cin * kernel * kernel + (cout if bias else 0)
+    macs = cout * cin * kernel * kernel * size * size
+    assert layer.forward_flops == 2 * macs + (cout * size * size if bias else 0)
+
+
+def test_grouped_conv_divides_weights() -> None:
+    assert conv2d("dw", 32, 32, 3, 8, groups=32).params == 32 * 9
+    with pytest.raises(ValueError, match="groups"):
+        conv2d("bad", 30, 32, 3, 8, groups=4)
+
+
+@given(st.integers(1, 300), st.integers(1, 7), st.integers(1, 3), st.integers(0, 3))
+def test_conv_output_size_matches_the_standard_formula(size: int, k: int, s: int, p: int) -> None:
+    if size + 2 * p < k:
+        return
+    assert conv_output_size(size, k, s, p) == (size + 2 * p - k) // s + 1
+
+
+@given(st.integers(1, 2048), st.integers(1, 2048), st.integers(1, 512), st.booleans())
+def test_linear_flops_scale_with_tokens(fin: int, fout: int, tokens: int, bias: bool) -> None:
+    one = linear("l", fin, fout, bias=bias)
+    many = linear("l", fin, fout, tokens=tokens, bias=bias)
+    assert many.params == one.params == fin * fout + (fout if bias else 0)
+    assert many.forward_flops == pytest.approx(tokens * one.forward_flops)
+
+
+@given(st.sampled_from([(64, 4), (128, 8), (768, 12)]), st.integers(1, 256))
+def test_block_norm_placement_changes_only_the_order(shape: tuple[int, int], seq: int) -> None:
+    d, heads = shape
+    pre = transformer_block("b", d_model=d, n_heads=heads, d_ff=4 * d, seq_len=seq, pre_norm=True)
+    post = transformer_block("b", d_model=d, n_heads=heads, d_ff=4 * d, seq_len=seq, pre_norm=False)
+    assert sorted(pre, key=lambda x: x.name) == sorted(post, key=lambda x: x.name)
+    assert sum(x.params for x in pre) == 12 * d * d + 13 * d
+    assert [x.name for x in pre][0].endswith("ln1") and [x.name for x in post][0].endswith("qkv")
+
+
+def test_block_rejects_heads_that_do_not_divide_width() -> None:
+    with pytest.raises(ValueError, match="n_heads"):
+        transformer_block("b", d_model=100, n_heads=3, d_ff=400, seq_len=8, pre_norm=True)
+
+
+def test_deepfm_builder_scales_with_vocabulary() -> None:
+    small = sum(x.params for x in deepfm_layers(features=1000))
+    large = sum(x.params for x in deepfm_layers(features=2000))
+    assert large - small == 1000 * (10 + 1)
