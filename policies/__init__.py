@@ -10,13 +10,14 @@ from policies.no_sync import NoSync
 from policies.ps import ParameterServer
 from policies.registry import available, create, resolve
 from policies.ring import Ring
-from policies.view import ClusterView, HostInfo, RackInfo
+from policies.view import ClusterView, HostInfo, ModelInfo, RackInfo
 
 __all__ = [
     "Bucket",
     "ClusterView",
     "Hierarchical",
     "HostInfo",
+    "ModelInfo",
     "NoSync",
     "ParameterServer",
     "Policy",

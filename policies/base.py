@@ -8,6 +8,7 @@ the same calls give the same ops on every backend.
 
 Lifecycle per worker and step::
 
+    bind(view, model)                   once, before any hook
     begin_step(rank, step)              before forward (e.g. SSP's clock bound, a pull)
     on_gradients(rank, step, bucket)    as each gradient bucket is ready during backward
     end_step(rank, step)                after backward and the local optimizer step (e.g. averaging)
@@ -21,7 +22,7 @@ from typing import Any, ClassVar, Sequence
 from pydantic import BaseModel, ConfigDict
 
 from policies.ops import Program, ServerSpec
-from policies.view import ClusterView
+from policies.view import ClusterView, ModelInfo
 
 
 class SettingError(ValueError):
@@ -57,10 +58,12 @@ class Policy:
             raise TypeError("pass either a Settings object or keyword settings, not both")
         self.settings = settings if settings is not None else self.Settings(**kwargs)
         self.view: ClusterView | None = None
+        self.model: ModelInfo | None = None
 
-    def bind(self, view: ClusterView) -> None:
-        """Plan against the cluster; raise `SettingError` when a setting does not fit it."""
+    def bind(self, view: ClusterView, model: ModelInfo) -> None:
+        """Plan against the cluster and model; raise `SettingError` when a setting does not fit."""
         self.view = view
+        self.model = model
 
     def servers(self) -> Sequence[ServerSpec]:
         """Parameter-server shards this policy needs the backend to run (none by default)."""
@@ -85,8 +88,14 @@ class Policy:
     @property
     def bound_view(self) -> ClusterView:
         if self.view is None:
-            raise RuntimeError(f"policy {self.name!r} used before bind(view)")
+            raise RuntimeError(f"policy {self.name!r} used before bind(view, model)")
         return self.view
+
+    @property
+    def bound_model(self) -> ModelInfo:
+        if self.model is None:
+            raise RuntimeError(f"policy {self.name!r} used before bind(view, model)")
+        return self.model
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{k}={v!r}" for k, v in self.settings.model_dump().items())

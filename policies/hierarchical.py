@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict
 
 from policies.base import Bucket, Policy, SettingError
 from policies.ops import AllGather, AllReduce, Group, Program, ReduceScatter
-from policies.view import ClusterView
+from policies.view import ClusterView, ModelInfo
 
 
 class HierarchicalSettings(BaseModel):
@@ -26,8 +26,8 @@ class Hierarchical(Policy):
     name = "hierarchical"
     Settings = HierarchicalSettings
 
-    def bind(self, view: ClusterView) -> None:
-        super().bind(view)
+    def bind(self, view: ClusterView, model: ModelInfo) -> None:
+        super().bind(view, model)
         level = self.settings.level
         if level == "auto":
             multi_gpu = any(len(h.ranks) > 1 for h in view.hosts.values())

@@ -42,6 +42,11 @@ class Group:
             raise ValueError("a group needs at least one rank")
         if len(set(self.ranks)) != len(self.ranks):
             raise ValueError(f"group {self.ranks} lists a rank twice")
+        # tuples do not cache their hash, and backends key dicts on groups of thousands of ranks
+        object.__setattr__(self, "_hash", hash(self.ranks))
+
+    def __hash__(self) -> int:
+        return self._hash  # type: ignore[attr-defined, no-any-return]
 
     @classmethod
     def of(cls, ranks: Iterable[int]) -> "Group":

@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from policies.base import Bucket, Policy, SettingError
 from policies.ops import Program, Pull, Push, ServerSpec
-from policies.view import ClusterView
+from policies.view import ClusterView, ModelInfo
 
 
 class PSSettings(BaseModel):
@@ -31,8 +31,8 @@ class ParameterServer(Policy):
     name = "ps"
     Settings = PSSettings
 
-    def bind(self, view: ClusterView) -> None:
-        super().bind(view)
+    def bind(self, view: ClusterView, model: ModelInfo) -> None:
+        super().bind(view, model)
         s = self.settings
         if s.hosts is not None:
             unknown = [h for h in s.hosts if h not in view.hosts]

@@ -59,10 +59,14 @@ def create(name: str, settings: Mapping[str, Any] | None = None) -> Policy:
     try:
         parsed = cls.Settings(**dict(settings or {}))
     except ValidationError as exc:
-        first = exc.errors()[0]
-        field = ".".join(str(p) for p in first["loc"]) or "settings"
-        if first["type"] == "extra_forbidden":
-            allowed = ", ".join(cls.Settings.model_fields) or "none"
-            raise SettingError(field, f"unknown setting for policy {name!r}; allowed: {allowed}") from None
-        raise SettingError(field, f"{first['msg']} (got {first.get('input')!r})") from None
+        errors = exc.errors()
+        field = str(errors[0]["loc"][0]) if errors[0]["loc"] else "settings"
+        if errors[0]["type"] == "extra_forbidden":
+            allowed = ", ".join(cls.Settings.model_fields)
+            why = f"allowed: {allowed}" if allowed else f"policy {name!r} takes no settings"
+            raise SettingError(field, f"unknown setting for policy {name!r}; {why}") from None
+        # a union (e.g. 'auto' or an int >= 1) reports one error per branch: say them together
+        reasons = [e["msg"].removeprefix("Input should be ") for e in errors if e["loc"] and e["loc"][0] == errors[0]["loc"][0]]
+        shown = errors[0].get("input")
+        raise SettingError(field, f"should be {' or '.join(dict.fromkeys(reasons))} (got {shown!r})") from None
     return cls(parsed)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from policies.base import Bucket, Policy
 from policies.ops import AllReduce, Group, Program
-from policies.view import ClusterView
+from policies.view import ClusterView, ModelInfo
 
 
 class Ring(Policy):
@@ -12,8 +12,8 @@ class Ring(Policy):
 
     name = "ring"
 
-    def bind(self, view: ClusterView) -> None:
-        super().bind(view)
+    def bind(self, view: ClusterView, model: ModelInfo) -> None:
+        super().bind(view, model)
         self.world = Group.of(range(view.world_size))
 
     def on_gradients(self, rank: int, step: int, bucket: Bucket) -> Program:

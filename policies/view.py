@@ -32,6 +32,18 @@ class RackInfo:
 
 
 @dataclass(frozen=True)
+class ModelInfo:
+    """What a policy may know of the model: sizes only, in bytes."""
+
+    parameter_bytes: float  # one replica's parameters (what parameter averaging moves)
+    bucket_bytes: tuple[float, ...]  # gradient buckets in the order backward produces them
+
+    @property
+    def gradient_bytes(self) -> float:
+        return float(sum(self.bucket_bytes))
+
+
+@dataclass(frozen=True)
 class ClusterView:
     """Ranks (one per GPU), the hosts they live on, the racks hosts sit in, and server-only hosts."""
 

@@ -28,7 +28,7 @@ def prepare(config: Config) -> tuple[Cluster, ComputePlan]:
     cluster = build_cluster(config.cluster)
     plan = compute_plan(config.workload, cluster.gpu)
     for i in range(len(config.policies)):
-        bind_policy(config.policies[i], i, cluster)
+        bind_policy(config.policies[i], i, cluster, plan)
     return cluster, plan
 
 

@@ -37,13 +37,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else Path("results") / config.name
 
     def save(partial) -> None:  # type: ignore[no-untyped-def]
-        partial.write(out, plot=not args.no_plot)
+        partial.write(out, plot=False, trace=False)  # tables only: cheap, and enough to lose nothing
 
     try:
         result = simulate(config, progress=not args.quiet and sys.stderr.isatty(), on_policy_done=save)
     except KeyboardInterrupt:
         print(f"\ninterrupted; finished policies are in {out}/", file=sys.stderr)
         return 130
+    result.write(out, plot=not args.no_plot)
     print(_table(result.summary))
     print(f"\nresults: {out}/ (summary.csv, iterations.csv, ops.csv, config.yaml, trace.json, comparison.png)")
     for label, error in result.errors.items():

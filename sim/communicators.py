@@ -15,7 +15,7 @@ from typing import Callable, Optional
 
 import simpy
 
-from policies.ops import Collective
+from policies.ops import Collective, Group
 from sim.collectives import CollectiveRunner
 from sim.errors import PolicyError
 
@@ -43,13 +43,13 @@ class _Communicator:
 class Communicators:
     def __init__(self, env: simpy.Environment, runner: CollectiveRunner, policy: str, on_finish: Optional[OnFinish] = None):
         self.env, self.runner, self.policy, self.on_finish = env, runner, policy, on_finish
-        self._comms: dict[tuple[int, ...], _Communicator] = {}
+        self._comms: dict[Group, _Communicator] = {}
 
     def enqueue(self, rank: int, step: int, op: Collective) -> tuple[_Communicator, int]:
         """Reserve `rank`'s next position on `op`'s communicator; returns the ticket for `arrive`."""
-        comm = self._comms.get(op.group.ranks)
+        comm = self._comms.get(op.group)
         if comm is None:
-            comm = self._comms[op.group.ranks] = _Communicator(op.group.ranks)
+            comm = self._comms[op.group] = _Communicator(op.group.ranks)
         seq = comm.issued.get(rank, 0)
         comm.issued[rank] = seq + 1
         call = comm.calls.get(seq)

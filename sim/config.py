@@ -148,15 +148,18 @@ class Config(Strict):
     simulation: SimulationConfig = SimulationConfig()
 
 
-def _format_error(err: dict[str, Any], data: Any) -> str:
-    loc = [str(p) for p in err["loc"] if p not in ("star", "two_tier", "custom")]
-    where = ".".join(p if not p.isdigit() else f"[{p}]" for p in loc).replace(".[", "[") or "config"
-    kind, msg = err["type"], err["msg"].removeprefix("Value error, ")
-    if kind == "extra_forbidden":
-        allowed = _allowed_keys(data, err["loc"][:-1])
-        return f"{where}: unknown key; allowed keys: {', '.join(allowed)}"
+def _where(loc: tuple[Any, ...]) -> str:
+    parts = [str(p) for p in loc if p not in ("star", "two_tier", "custom")]
+    return ".".join(p if not p.isdigit() else f"[{p}]" for p in parts).replace(".[", "[") or "config"
+
+
+def _format_error(err: dict[str, Any]) -> str:
+    where, kind = _where(err["loc"]), err["type"]
+    msg = err["msg"].removeprefix("Value error, ")
     if kind == "union_tag_not_found":
         return f"{where}.topology: required; allowed: star, two_tier, custom"
+    if kind == "union_tag_invalid":
+        return f"{where}.topology: unknown topology {err['ctx']['tag']!r}; allowed: star, two_tier, custom"
     if kind == "missing":
         return f"{where}: required"
     if kind == "value_error":
@@ -165,9 +168,31 @@ def _format_error(err: dict[str, Any], data: Any) -> str:
             return f"{where}.{field}: {rest}"
         return f"{where}: {msg}"
     shown = err.get("input")
-    if kind != "union_tag_invalid" and not isinstance(shown, (dict, list)):
-        msg += f" (got {shown!r})"
-    return f"{where}: {msg}"
+    return f"{where}: {msg}" + ("" if isinstance(shown, (dict, list)) else f" (got {shown!r})")
+
+
+def _describe(errors: list[dict[str, Any]], data: Any) -> list[str]:
+    """One line per problem; unknown keys of one section are reported together with the allowed ones."""
+    lines: list[str] = []
+    unknown: dict[str, list[str]] = {}
+    for err in errors:
+        if err["type"] != "extra_forbidden":
+            lines.append(_format_error(err))
+            continue
+        section = _where(err["loc"][:-1])
+        if section not in unknown:
+            unknown[section] = []
+            allowed = ", ".join(_allowed_keys(data, err["loc"][:-1]))
+            lines.append(f"{section}: unknown key{{s}} {{keys}}; allowed keys: {allowed}")
+        unknown[section].append(str(err["loc"][-1]))
+    out = []
+    for line in dict.fromkeys(lines):
+        section = line.partition(": ")[0]
+        if "{keys}" in line:
+            keys = unknown[section]
+            line = line.replace("{s}", "s" if len(keys) > 1 else "").replace("{keys}", ", ".join(keys))
+        out.append(line)
+    return out
 
 
 _CLUSTERS = {"star": StarCluster, "two_tier": TwoTierCluster, "custom": CustomCluster}
@@ -219,8 +244,7 @@ def parse_config(data: Any) -> Config:
     try:
         config = Config.model_validate(data)
     except ValidationError as exc:
-        lines = [_format_error(e, data) for e in exc.errors()]
-        raise ConfigError("\n".join(dict.fromkeys(lines))) from None
+        raise ConfigError("\n".join(_describe(exc.errors(), data))) from None
     check_policies(config)
     return config
 

@@ -18,6 +18,7 @@ import numpy as np
 import simpy
 
 from policies.base import Bucket, Policy, SettingError
+from policies.view import ModelInfo
 from policies.registry import create
 from sim.clocks import ClockBoard
 from sim.collectives import CollectiveRunner
@@ -60,11 +61,15 @@ class PolicyRun:
     link_bytes: Optional[np.ndarray] = None
 
 
-def bind_policy(entry: PolicyEntry, index: int, cluster: Cluster) -> Policy:
+def model_info(plan: ComputePlan) -> ModelInfo:
+    return ModelInfo(plan.parameter_bytes, tuple(b.nbytes for b in plan.buckets))
+
+
+def bind_policy(entry: PolicyEntry, index: int, cluster: Cluster, plan: ComputePlan) -> Policy:
     """Create and bind a policy; a setting that does not fit the cluster becomes a ConfigError."""
     try:
         policy = create(entry.name, entry.settings)
-        policy.bind(cluster.view)
+        policy.bind(cluster.view, model_info(plan))
     except SettingError as exc:
         raise ConfigError(f"policies[{index}].{exc.field}: {exc.detail}") from None
     for spec in policy.servers():
@@ -81,7 +86,7 @@ def run_policy(
     on_progress: Optional[Callable[[int], None]] = None,
 ) -> PolicyRun:
     entry = config.policies[index]
-    policy = bind_policy(entry, index, cluster)
+    policy = bind_policy(entry, index, cluster, plan)
     run = PolicyRun(entry.display, entry.name)
     env = CountingEnvironment()
     net = Network(env, cluster.capacity, cluster.latency)
@@ -89,14 +94,14 @@ def run_policy(
     model = config.simulation.collective_model
     runner = CollectiveRunner(env, net, router, cluster.rank_gpus, model)
 
-    group_ids: dict[tuple[int, ...], int] = {}
+    group_ids: dict[Any, int] = {}
 
     def on_collective(op: Any, step: int, issued: float, launched: float) -> None:
-        gid = group_ids.setdefault(op.group.ranks, len(group_ids))
-        run.ops.append((step, -1, type(op).__name__, gid, op.group.size, -1, op.nbytes, issued, launched, env.now))
+        gid = group_ids.setdefault(op.group, len(group_ids))
+        run.ops.append((step, -1, type(op).__name__, gid, op.group.size, -1, 1, op.nbytes, issued, launched, env.now))
 
-    def on_op(rank: int, step: int, kind: str, shard: int, nbytes: float, start: float, end: float) -> None:
-        run.ops.append((step, rank, kind, -1, 1, shard, nbytes, start, start, end))
+    def on_op(rank: int, step: int, kind: str, shard: int, count: int, nbytes: float, start: float, end: float) -> None:
+        run.ops.append((step, rank, kind, -1, 1, shard, count, nbytes, start, start, end))
 
     world = cluster.world_size
     comms = Communicators(env, runner, entry.display, on_collective)

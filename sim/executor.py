@@ -16,6 +16,7 @@ from policies.ops import (
     ALLREDUCE_ALGORITHMS,
     AllReduce,
     Collective,
+    Group,
     Op,
     Pull,
     Push,
@@ -28,8 +29,9 @@ from sim.network import Network
 from sim.routing import Router
 from sim.servers import Shard
 
-# (rank, step, op kind, shard or -1, nbytes, start, end): one finished point-to-point op or wait
-OnOp = Callable[[int, int, str, int, float, float, float], None]
+# (rank, step, op kind, shard (-1 for several), ops in the batch, total nbytes, start, end):
+# one finished point-to-point batch or wait
+OnOp = Callable[[int, int, str, int, int, float, float, float], None]
 
 
 class Executor:
@@ -50,6 +52,7 @@ class Executor:
         self.net, self.router, self.comms, self.shards, self.clocks = net, router, comms, shards, clocks
         self.coupled_p2p, self.on_op = coupled_p2p, on_op
         self.world = len(rank_nodes)
+        self._members: dict[Group, frozenset[int]] = {}  # validated groups -> member sets
 
     def run(self, rank: int, step: int, program: Iterable[Any]) -> simpy.Process:
         """Validate the whole program, enqueue its collectives now, and execute it item by item."""
@@ -78,10 +81,13 @@ class Executor:
         if not (isinstance(nbytes, (int, float)) and math.isfinite(nbytes) and nbytes >= 0):
             raise self._fail(rank, step, op, "nbytes must be a finite number >= 0")
         if isinstance(op, Collective):
-            bad = [r for r in op.group.ranks if not (isinstance(r, int) and 0 <= r < self.world)]
-            if bad:
-                raise self._fail(rank, step, op, f"ranks {bad} do not exist (world size {self.world})")
-            if rank not in op.group:
+            members = self._members.get(op.group)
+            if members is None:  # check each distinct group once: every rank issues the same ones
+                bad = [r for r in op.group.ranks if not (isinstance(r, int) and 0 <= r < self.world)]
+                if bad:
+                    raise self._fail(rank, step, op, f"ranks {bad} do not exist (world size {self.world})")
+                members = self._members[op.group] = frozenset(op.group.ranks)
+            if rank not in members:
                 raise self._fail(rank, step, op, f"rank {rank} is not a member of the group")
             if isinstance(op, AllReduce) and op.algorithm not in ALLREDUCE_ALGORITHMS:
                 raise self._fail(rank, step, op, f"unknown algorithm; allowed: {', '.join(ALLREDUCE_ALGORITHMS)}")
@@ -120,9 +126,11 @@ class Executor:
     def _timed(self, rank: int, step: int, kind: str, ops: Sequence[Any], event: simpy.Event) -> simpy.Event:
         start = self.env.now
 
+        shard = getattr(ops[0], "shard", -1) if len(ops) == 1 else -1
+        nbytes = float(sum(getattr(op, "nbytes", 0.0) for op in ops))
+
         def record(_ev: simpy.Event) -> None:
-            for op in ops:
-                self.on_op(rank, step, kind, getattr(op, "shard", -1), getattr(op, "nbytes", 0.0), start, self.env.now)
+            self.on_op(rank, step, kind, shard, len(ops), nbytes, start, self.env.now)
 
         event.callbacks.append(record)
         return event

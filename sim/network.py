@@ -4,6 +4,11 @@ One event per transfer start and finish, never per packet. Rates are recomputed 
 active transfers changes; starts and finishes at the same instant are coalesced into one recompute,
 and a completion timer made stale by a later recompute is dropped by a version check.
 
+Transfers crossing exactly the same links (with the same multiplicities and cap) form a *class*.
+The max-min allocation is unique, so identical transfers always get identical rates: the solver
+runs over classes, each weighted by its number of active transfers. A PS worker's concurrent
+pushes of many buckets, or a stepwise ring's flows, collapse into a handful of classes.
+
 A transfer's data is done when its bytes have crossed its path; it is *delivered* one path latency
 later (propagation and per-hop latency), when its event fires.
 """
@@ -26,13 +31,34 @@ FINISH_TOL_REL = 1e-9
 
 @dataclass(eq=False)
 class Transfer:
-    """Active bookkeeping for one transfer (one or more equal-rate sub-flows)."""
+    """Bookkeeping for one active transfer (one or more equal-rate sub-flows)."""
 
     slot: int
     nbytes: float
     latency: float
     done: simpy.Event
     started: float
+
+
+class _Growable:
+    """Named numpy columns that double in length when full."""
+
+    def __init__(self, length: int, **columns: tuple[type, float]) -> None:
+        self._spec = columns
+        for name, (dtype, fill) in columns.items():
+            setattr(self, name, np.full(length, fill, dtype=dtype))
+        self.size = length
+
+    def ensure(self, n: int) -> None:
+        if n <= self.size:
+            return
+        new = max(2 * self.size, n)
+        for name, (dtype, fill) in self._spec.items():
+            old = getattr(self, name)
+            grown = np.full(new, fill, dtype=dtype)
+            grown[: self.size] = old
+            setattr(self, name, grown)
+        self.size = new
 
 
 class Network:
@@ -47,24 +73,28 @@ class Network:
         self.link_bytes = np.zeros(len(self.capacity))  # bytes carried per link so far
         self.recomputes = 0
         self.transfers_started = 0
+        # transfers, by slot
         self._slots: list[Optional[Transfer]] = []
-        self._remaining = np.zeros(64)
-        self._size = np.zeros(64)
-        self._rate = np.zeros(64)
-        self._cap = np.full(64, np.inf)
-        self._active = np.zeros(64, dtype=bool)
-        self._coo_link = np.zeros(256, dtype=np.int64)
-        self._coo_slot = np.zeros(256, dtype=np.int64)
-        self._coo_mult = np.zeros(256)
-        self._coo_n = 0
+        self._t = _Growable(64, remaining=(float, 0.0), nbytes=(float, 0.0), cls=(np.int64, 0), active=(bool, False))
         self._n_active = 0
+        # classes of identical transfers, and their link incidence (link, class, multiplicity)
+        self._class_of: dict[tuple, int] = {}
+        self._c = _Growable(16, count=(float, 0.0), rate=(float, 0.0), cap=(float, np.inf))
+        self._n_classes = 0
+        self._e = _Growable(64, link=(np.int64, 0), cls=(np.int64, 0), mult=(float, 0.0))
+        self._n_entries = 0
+        self._path_latency: dict[tuple[int, ...], float] = {}
         self._last_update = 0.0
         self._version = 0
         self._recompute_pending = False
 
     # ----------------------------------------------------------------------------- public API
     def path_latency(self, path: Sequence[int]) -> float:
-        return float(self.latency[list(path)].sum()) if len(path) else 0.0
+        key = tuple(path)
+        lat = self._path_latency.get(key)
+        if lat is None:
+            lat = self._path_latency[key] = float(self.latency[list(key)].sum()) if key else 0.0
+        return lat
 
     def transfer(
         self,
@@ -80,19 +110,19 @@ class Network:
         """
         if nbytes < 0:
             raise ValueError(f"transfer of negative size {nbytes}")
-        env = self.env
-        done = env.event()
+        if not cap > 0:
+            raise ValueError(f"transfer rate cap must be > 0, got {cap}")
+        done = self.env.event()
         lat = max((self.path_latency(p) for p in paths), default=0.0) if latency is None else latency
-        links = [link for path in paths for link in path]
         self.transfers_started += 1
+        links = [link for path in paths for link in path]
         if nbytes == 0 or not links:
             self._deliver(done, lat)
             return done
         self._advance()
-        slot = self._new_slot(nbytes, cap)
-        self._slots[slot] = Transfer(slot, nbytes, lat, done, env.now)
-        ids, counts = np.unique(np.asarray(links, dtype=np.int64), return_counts=True)
-        self._append_coo(ids, np.full(len(ids), slot), counts)
+        cls = self._class(links, cap)
+        slot = self._new_slot(nbytes, cls)
+        self._slots[slot] = Transfer(slot, nbytes, lat, done, self.env.now)
         self._schedule_recompute()
         return done
 
@@ -102,96 +132,91 @@ class Network:
 
     def link_load(self) -> np.ndarray:
         """Current bytes/s on every link (for utilisation and invariant checks)."""
-        alive = self._alive_entries()
-        links = self._coo_link[alive]
-        weights = self._coo_mult[alive] * self._rate[self._coo_slot[alive]]
-        return np.bincount(links, weights=weights, minlength=len(self.capacity))
+        e, c, n = self._e, self._c, self._n_entries
+        weights = e.mult[:n] * c.count[e.cls[:n]] * c.rate[e.cls[:n]]
+        return np.bincount(e.link[:n], weights=weights, minlength=len(self.capacity))
 
-    # ----------------------------------------------------------------------------- internals
+    # ----------------------------------------------------------------------------- transfers
+    def _class(self, links: list[int], cap: float) -> int:
+        ids, counts = np.unique(np.asarray(links, dtype=np.int64), return_counts=True)
+        key = (ids.tobytes(), counts.tobytes(), cap)
+        cls = self._class_of.get(key)
+        if cls is None:
+            if self._n_classes == self._c.size and self._live_classes() * 2 <= self._n_classes:
+                self._compact_classes()
+            cls = self._class_of[key] = self._n_classes
+            self._n_classes += 1
+            self._c.ensure(self._n_classes)
+            self._c.count[cls], self._c.rate[cls], self._c.cap[cls] = 0.0, 0.0, cap
+            n, m = self._n_entries, len(ids)
+            self._e.ensure(n + m)
+            self._e.link[n : n + m], self._e.cls[n : n + m], self._e.mult[n : n + m] = ids, cls, counts
+            self._n_entries = n + m
+        self._c.count[cls] += 1
+        return cls
+
+    def _new_slot(self, nbytes: float, cls: int) -> int:
+        slot = len(self._slots)
+        if slot == self._t.size and self._n_active * 2 <= slot:
+            self._compact_slots()
+            slot = len(self._slots)
+        self._t.ensure(slot + 1)
+        self._slots.append(None)
+        t = self._t
+        t.remaining[slot], t.nbytes[slot], t.cls[slot], t.active[slot] = nbytes, nbytes, cls, True
+        self._n_active += 1
+        return slot
+
     def _deliver(self, done: simpy.Event, latency: float) -> None:
         if latency > 0:
             self.env.timeout(latency).callbacks.append(lambda _ev: done.succeed())
         else:
             done.succeed()
 
-    def _new_slot(self, nbytes: float, cap: float) -> int:
-        slot = len(self._slots)
-        if slot >= len(self._remaining):
-            if self._n_active * 2 < slot:
-                self._compact()
-                slot = len(self._slots)
-            if slot >= len(self._remaining):
-                grow = len(self._remaining)
-                self._remaining = np.concatenate([self._remaining, np.zeros(grow)])
-                self._size = np.concatenate([self._size, np.zeros(grow)])
-                self._rate = np.concatenate([self._rate, np.zeros(grow)])
-                self._cap = np.concatenate([self._cap, np.full(grow, np.inf)])
-                self._active = np.concatenate([self._active, np.zeros(grow, dtype=bool)])
-        self._slots.append(None)
-        self._remaining[slot] = nbytes
-        self._size[slot] = nbytes
-        self._rate[slot] = 0.0
-        self._cap[slot] = cap
-        self._active[slot] = True
-        self._n_active += 1
-        return slot
+    def _live_classes(self) -> int:
+        return int(np.count_nonzero(self._c.count[: self._n_classes]))
 
-    def _append_coo(self, links: np.ndarray, slots: np.ndarray, mult: np.ndarray) -> None:
-        n, m = self._coo_n, len(links)
-        if n + m > len(self._coo_link):
-            size = max(2 * len(self._coo_link), n + m)
-            for name in ("_coo_link", "_coo_slot", "_coo_mult"):
-                old = getattr(self, name)
-                new = np.zeros(size, dtype=old.dtype)
-                new[:n] = old[:n]
-                setattr(self, name, new)
-        self._coo_link[n : n + m] = links
-        self._coo_slot[n : n + m] = slots
-        self._coo_mult[n : n + m] = mult
-        self._coo_n = n + m
-
-    def _alive_entries(self) -> np.ndarray:
-        return np.flatnonzero(self._active[self._coo_slot[: self._coo_n]])
-
-    def _compact(self) -> None:
-        """Renumber live transfers into slots 0..n-1 and drop dead incidence entries."""
+    def _compact_slots(self) -> None:
+        """Renumber live transfers into slots 0..n-1 (finished slots are never reused otherwise)."""
         live = [t for t in self._slots if t is not None]
-        old_slots = np.array([t.slot for t in live], dtype=np.int64)
-        new_of_old = np.full(len(self._slots), -1, dtype=np.int64)
-        new_of_old[old_slots] = np.arange(len(live))
-        alive = self._alive_entries()
-        links, slots, mult = self._coo_link[alive], new_of_old[self._coo_slot[alive]], self._coo_mult[alive]
-        remaining, size = self._remaining[old_slots], self._size[old_slots]
-        rate, cap = self._rate[old_slots], self._cap[old_slots]
-        self._remaining[:] = 0.0
-        self._size[:] = 0.0
-        self._rate[:] = 0.0
-        self._cap[:] = np.inf
-        self._active[:] = False
-        n = len(live)
-        self._remaining[:n], self._size[:n], self._rate[:n], self._cap[:n] = remaining, size, rate, cap
-        self._active[:n] = True
-        for i, t in enumerate(live):
-            t.slot = i
-        self._slots = list(live)
-        self._coo_n = 0
-        self._append_coo(links, slots, mult)
+        old = np.array([t.slot for t in live], dtype=np.int64)
+        t, n = self._t, len(live)
+        remaining, nbytes, cls = t.remaining[old], t.nbytes[old], t.cls[old]
+        t.active[:] = False
+        t.remaining[:n], t.nbytes[:n], t.cls[:n], t.active[:n] = remaining, nbytes, cls, True
+        for i, transfer in enumerate(live):
+            transfer.slot = i
+        self._slots = live
 
+    def _compact_classes(self) -> None:
+        """Forget classes with no active transfer and renumber the rest."""
+        c, e = self._c, self._e
+        keep = np.flatnonzero(c.count[: self._n_classes] > 0)
+        new_of_old = np.full(self._n_classes, -1, dtype=np.int64)
+        new_of_old[keep] = np.arange(len(keep))
+        entries = np.flatnonzero(new_of_old[e.cls[: self._n_entries]] >= 0)
+        links, classes, mult = e.link[entries], new_of_old[e.cls[entries]], e.mult[entries]
+        self._n_entries = len(entries)
+        e.link[: self._n_entries], e.cls[: self._n_entries], e.mult[: self._n_entries] = links, classes, mult
+        count, rate, cap = c.count[keep], c.rate[keep], c.cap[keep]
+        self._n_classes = len(keep)
+        c.count[: self._n_classes], c.rate[: self._n_classes], c.cap[: self._n_classes] = count, rate, cap
+        c.count[self._n_classes :] = 0.0
+        self._class_of = {k: int(new_of_old[v]) for k, v in self._class_of.items() if new_of_old[v] >= 0}
+        n = len(self._slots)
+        self._t.cls[:n] = np.where(self._t.active[:n], new_of_old[self._t.cls[:n]], 0)
+
+    # ----------------------------------------------------------------------------- dynamics
     def _advance(self) -> None:
         """Move every active transfer forward to the current time at its current rate."""
         now = self.env.now
         dt = now - self._last_update
-        if dt > 0 and self._n_active:
-            n = len(self._slots)
-            moved = self._rate[:n] * dt
-            self._remaining[:n] -= np.where(self._active[:n], moved, 0.0)
-            alive = self._alive_entries()
-            self.link_bytes += np.bincount(
-                self._coo_link[alive],
-                weights=self._coo_mult[alive] * moved[self._coo_slot[alive]],
-                minlength=len(self.capacity),
-            )
         self._last_update = now
+        if dt <= 0 or not self._n_active:
+            return
+        n, t, c = len(self._slots), self._t, self._c
+        t.remaining[:n] -= np.where(t.active[:n], c.rate[t.cls[:n]] * dt, 0.0)
+        self.link_bytes += self.link_load() * dt
 
     def _schedule_recompute(self) -> None:
         if not self._recompute_pending:
@@ -206,40 +231,34 @@ class Network:
         if not self._n_active:
             return
         self.recomputes += 1
-        n = len(self._slots)
-        alive = self._alive_entries()
-        rates = max_min_rates(
-            self._coo_link[alive],
-            self._coo_slot[alive],
-            self._coo_mult[alive],
-            self.capacity,
-            n,
-            self._cap[:n],
-        )
-        self._rate[:n] = np.where(self._active[:n], rates, 0.0)
-        active = np.flatnonzero(self._active[:n])
-        eta = self._remaining[active] / self._rate[active]
+        c, e, nc, ne = self._c, self._e, self._n_classes, self._n_entries
+        live = np.flatnonzero(c.count[e.cls[:ne]] > 0)
+        classes = e.cls[live]
+        c.rate[:nc] = max_min_rates(e.link[live], classes, e.mult[live] * c.count[classes], self.capacity, nc, c.cap[:nc])
+        c.rate[:nc][c.count[:nc] == 0] = 0.0
+        n, t = len(self._slots), self._t
+        active = np.flatnonzero(t.active[:n])
+        eta = float((t.remaining[active] / c.rate[t.cls[active]]).min())
         version = self._version
-        self.env.timeout(max(float(eta.min()), 0.0)).callbacks.append(lambda _ev: self._on_timer(version))
+        self.env.timeout(max(eta, 0.0)).callbacks.append(lambda _ev: self._on_timer(version))
 
     def _on_timer(self, version: int) -> None:
         if version == self._version:  # otherwise a later recompute superseded this timer
             self._recompute()
 
     def _finish_due(self) -> None:
-        n = len(self._slots)
         if not self._n_active:
             return
-        active = self._active[:n]
+        n, t = len(self._slots), self._t
         tol_s = max(FINISH_TOL_S, 8 * float(np.spacing(self.env.now)))
-        remaining = self._remaining[:n]
-        due = active & ((remaining <= self._rate[:n] * tol_s) | (remaining <= self._size[:n] * FINISH_TOL_REL))
+        remaining, rate = t.remaining[:n], self._c.rate[t.cls[:n]]
+        due = t.active[:n] & ((remaining <= rate * tol_s) | (remaining <= t.nbytes[:n] * FINISH_TOL_REL))
         for slot in np.flatnonzero(due):
             transfer = self._slots[slot]
             assert transfer is not None  # an active slot always holds its transfer
             self._slots[slot] = None
-            self._active[slot] = False
-            self._rate[slot] = 0.0
-            self._remaining[slot] = 0.0
+            t.active[slot] = False
+            t.remaining[slot] = 0.0
+            self._c.count[t.cls[slot]] -= 1
             self._n_active -= 1
             self._deliver(transfer.done, transfer.latency)

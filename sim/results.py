@@ -21,7 +21,8 @@ from sim.topology import Cluster
 from sim.workload import ComputePlan
 
 ITERATION_FIELDS = ("iteration", "rank", "start_s", "forward_end_s", "compute_end_s", "end_s")
-OP_FIELDS = ("step", "rank", "kind", "group", "group_size", "shard", "nbytes", "issued_s", "launched_s", "finished_s")
+# `count` > 1: a rank's concurrent point-to-point ops that travelled as one coupled transfer
+OP_FIELDS = ("step", "rank", "kind", "group", "group_size", "shard", "count", "nbytes", "issued_s", "launched_s", "finished_s")
 SUMMARY_COLUMNS = (
     "policy",
     "name",

@@ -194,15 +194,23 @@ def _custom(cfg: CustomCluster) -> Cluster:
 
 
 def _rack_uplink(b: _Builder, rack_hosts: list[str]) -> float:
-    """Capacity from a rack's hosts to all other hosts: the min cut, whatever the custom wiring."""
-    others = [h for h in b.hosts if h not in rack_hosts]
-    if not others:
+    """Capacity from a rack to the rest of the fabric: the min cut between the rack's hosts (with
+    its own switches, those whose hosts all sit in the rack) and every other node."""
+    graph, members = b.graph, set(rack_hosts)
+
+    def own(node: str) -> bool:
+        hosts = {n for n in graph.successors(node) if graph.nodes[n]["kind"] in ("host", "server")}
+        return graph.nodes[node]["kind"] == "switch" and bool(hosts) and hosts <= members
+
+    inside = members | {n for n in graph if own(n)}
+    outside = [n for n in graph if n not in inside and graph.nodes[n]["kind"] != "gpu"]
+    if not outside:
         return float("inf")
-    g = nx.DiGraph()
-    for src, dst, d in b.graph.edges(data=True):
-        g.add_edge(src, dst, capacity=b.links[d["link"]].capacity)
-    for h in rack_hosts:
-        g.add_edge("_src", h, capacity=float("inf"))
-    for h in others:
-        g.add_edge(h, "_dst", capacity=float("inf"))
-    return float(nx.minimum_cut_value(g, "_src", "_dst"))
+    flow = nx.DiGraph()
+    for src, dst, d in graph.edges(data=True):
+        flow.add_edge(src, dst, capacity=b.links[d["link"]].capacity)
+    for n in inside:
+        flow.add_edge("_src", n, capacity=float("inf"))
+    for n in outside:
+        flow.add_edge(n, "_dst", capacity=float("inf"))
+    return float(nx.minimum_cut_value(flow, "_src", "_dst"))

@@ -25,29 +25,31 @@ def _meta(kind: str, pid: int, name: str, tid: int = 0) -> dict[str, Any]:
 def chrome_trace(result: "Result", max_events: int) -> str:
     events: list[dict[str, Any]] = []
     dropped = 0
+
+    def add(event: dict[str, Any]) -> None:
+        nonlocal dropped
+        if len(events) < max_events:
+            events.append(event)
+        else:
+            dropped += 1
+
     for i, label in enumerate(result.summary["policy"]):
         workers, comm = 2 * i + 1, 2 * i + 2
-        events += [_meta("process_name", workers, f"{label}: workers"), _meta("process_name", comm, f"{label}: communication")]
-        it = result.iterations[result.iterations["policy"] == label]
-        for row in it.itertuples(index=False):
-            if len(events) >= max_events:
-                dropped += 1
-                continue
-            events.append(_span("forward", workers, row.rank, row.start_s, row.forward_end_s, iteration=row.iteration))
-            events.append(_span("backward", workers, row.rank, row.forward_end_s, row.compute_end_s, iteration=row.iteration))
+        add(_meta("process_name", workers, f"{label}: workers"))
+        add(_meta("process_name", comm, f"{label}: communication"))
+        for row in result.iterations[result.iterations["policy"] == label].itertuples(index=False):
+            add(_span("forward", workers, row.rank, row.start_s, row.forward_end_s, iteration=row.iteration))
+            add(_span("backward", workers, row.rank, row.forward_end_s, row.compute_end_s, iteration=row.iteration))
             if row.end_s > row.compute_end_s:
-                events.append(_span("exposed comm", workers, row.rank, row.compute_end_s, row.end_s, iteration=row.iteration))
-        ops = result.ops[result.ops["policy"] == label]
-        for row in ops.itertuples(index=False):
-            if len(events) >= max_events:
-                dropped += 1
-                continue
+                add(_span("exposed comm", workers, row.rank, row.compute_end_s, row.end_s, iteration=row.iteration))
+        for row in result.ops[result.ops["policy"] == label].itertuples(index=False):
             collective = row.rank < 0
             tid = int(row.group) if collective else 100_000 + int(row.rank)
-            name = row.kind if collective else f"{row.kind} shard {row.shard}"
-            events.append(
-                _span(name, comm, tid, row.launched_s, row.finished_s, step=int(row.step), nbytes=float(row.nbytes),
-                      group_size=int(row.group_size), issued_s=float(row.issued_s))
-            )
+            if collective:
+                name = row.kind
+            else:
+                name = f"{row.kind} shard {row.shard}" if row.shard >= 0 else f"{row.kind} x{row.count}"
+            add(_span(name, comm, tid, row.launched_s, row.finished_s, step=int(row.step), nbytes=float(row.nbytes),
+                      group_size=int(row.group_size), issued_s=float(row.issued_s)))
     meta = {"dropped_events": dropped, "max_events": max_events}
     return json.dumps({"traceEvents": events, "displayTimeUnit": "ms", "otherData": meta})

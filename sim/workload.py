@@ -35,7 +35,7 @@ class ComputePlan:
     buckets: tuple[GradientBucket, ...]
     params: int
     gradient_bytes: float
-
+    parameter_bytes: float  # one replica's parameters at training precision
     @property
     def backward_s(self) -> float:
         return sum(b.backward_s for b in self.buckets)
@@ -81,7 +81,8 @@ def compute_plan(cfg: WorkloadConfig, gpu: GpuSpec) -> ComputePlan:
             open_bytes, open_s = 0.0, 0.0
     if open_bytes > 0 or not buckets:
         buckets.append(GradientBucket(open_bytes, open_s))
-    return ComputePlan(spec.name, cfg.batch_size, forward_s, tuple(buckets), spec.params, sum(grad_bytes))
+    total = float(sum(grad_bytes))
+    return ComputePlan(spec.name, cfg.batch_size, forward_s, tuple(buckets), spec.params, total, total)
 
 
 def jitter_factors(cv: float, iterations: int, workers: int, rng: np.random.Generator) -> np.ndarray:

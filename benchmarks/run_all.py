@@ -1,0 +1,114 @@
+"""Simulation speed and memory, printed as a table (medians of repeated runs; these machines are noisy).
+
+    python benchmarks/run_all.py             # every scenario, 3 repeats
+    python benchmarks/run_all.py --repeats 1 --only ring_1024
+
+Each run is a fresh subprocess, so peak memory (max RSS) belongs to that scenario alone. Targets
+from the project's issue: one 100 MB ring all-reduce iteration over 1,024 GPUs in <= 10 s; a
+100-iteration ps/ring/hierarchical comparison on 64 GPUs in <= 30 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def ring_config(racks: int, hosts_per_rack: int, model: str = "pipelined") -> dict[str, Any]:
+    """One iteration: 100 ms of compute, then one 100 MB ring all-reduce; uplinks 4:1."""
+    return {
+        "name": f"ring-{racks * hosts_per_rack}",
+        "iterations": 1,
+        "cluster": {
+            "topology": "two_tier",
+            "racks": racks,
+            "hosts_per_rack": hosts_per_rack,
+            "nic_gbps": 25,
+            "uplink_gbps": hosts_per_rack * 25 / 4,
+        },
+        "workload": {"model": "synthetic", "gradient_mb": 100, "compute_ms": 100, "compute_jitter": 0.02},
+        "policies": [{"name": "ring"}],
+        "simulation": {"collective_model": model, "trace": False},
+    }
+
+
+def comparison_64() -> dict[str, Any]:
+    """The bundled 8 x 8 GPU config, 100 iterations of ps, ring and hierarchical."""
+    from sim.config import load_config
+
+    cfg = load_config(ROOT / "configs" / "nvlink_8x8_100g.yaml")
+    keep = [p for p in cfg.policies if p.name in ("ps", "ring", "hierarchical")]
+    return cfg.model_copy(update={"iterations": 100, "policies": keep}).model_dump(mode="json")
+
+
+SCENARIOS: dict[str, tuple[str, Callable[[], Any]]] = {
+    "ring_1024": ("ring all-reduce 100 MB, 1,024 GPUs (32x32, 4:1), pipelined", lambda: ring_config(32, 32)),
+    "compare_64": ("ps + ring + hierarchical, 64 GPUs (8x8 NVLink), 100 iterations", comparison_64),
+    "ring_64": ("scaling: ring 100 MB, 64 GPUs, pipelined", lambda: ring_config(2, 32)),
+    "ring_4096": ("scaling: ring 100 MB, 4,096 GPUs (64x64), pipelined", lambda: ring_config(64, 64)),
+    "ring_64_stepwise": ("fidelity cost: ring 100 MB, 64 GPUs, stepwise", lambda: ring_config(2, 32, "stepwise")),
+    "ring_256_stepwise": ("fidelity cost: ring 100 MB, 256 GPUs, stepwise", lambda: ring_config(8, 32, "stepwise")),
+}
+
+
+def measure(name: str) -> dict[str, Any]:
+    """Run one scenario in this process and return its figures."""
+    from sim.api import simulate
+
+    config = SCENARIOS[name][1]()
+    start = time.perf_counter()
+    result = simulate(config)
+    wall = time.perf_counter() - start
+    events = sum(run.events for run in result.runs)
+    return {
+        "wall_s": wall,
+        "events": events,
+        "events_per_s": events / sum(run.wall_s for run in result.runs),
+        "flows": sum(run.flows for run in result.runs),
+        "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "mean_iteration_ms": float(result.summary["mean_iteration_s"].mean() * 1e3),
+        "errors": result.errors,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--only", nargs="*", choices=list(SCENARIOS))
+    parser.add_argument("--one", choices=list(SCENARIOS), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one:
+        print(json.dumps(measure(args.one)))
+        return 0
+    names = args.only or list(SCENARIOS)
+    print(f"{'scenario':<68} {'wall s (median)':>15} {'events/s':>10} {'events':>9} {'flows':>9} {'max RSS MB':>10}")
+    for name in names:
+        runs = []
+        for _ in range(args.repeats):
+            out = subprocess.run(
+                [sys.executable, __file__, "--one", name], capture_output=True, text=True, check=True, cwd=ROOT
+            )
+            runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+        if any(r["errors"] for r in runs):
+            print(f"{name}: errors {runs[0]['errors']}")
+            return 1
+        med = {k: statistics.median(r[k] for r in runs) for k in ("wall_s", "events_per_s", "max_rss_mb")}
+        print(
+            f"{SCENARIOS[name][0]:<68} {med['wall_s']:>15.2f} {med['events_per_s']:>10,.0f} "
+            f"{runs[0]['events']:>9,} {runs[0]['flows']:>9,} {med['max_rss_mb']:>10.0f}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,96 @@
+"""Policies used by the tests, loaded through `module:Class` paths like any third-party policy."""
+
+from __future__ import annotations
+
+from policies.base import Bucket, Policy
+from policies.ops import AllReduce, Group, Op, Program
+from policies.view import ClusterView, ModelInfo
+
+
+class InterleavedRings(Policy):
+    """Even ranks and odd ranks all-reduce in two separate rings, which cross the same links at
+    times set by each group's own rendezvous: two collectives genuinely competing."""
+
+    name = "interleaved_rings"
+
+    def bind(self, view: ClusterView, model: ModelInfo) -> None:
+        super().bind(view, model)
+        ranks = range(view.world_size)
+        self.groups = [Group.of(r for r in ranks if r % 2 == 0), Group.of(r for r in ranks if r % 2 == 1)]
+
+    def on_gradients(self, rank: int, step: int, bucket: Bucket) -> Program:
+        yield AllReduce(self.groups[rank % 2], bucket.nbytes)
+
+
+class YieldsGarbage(Policy):
+    """Yields a value that is not an op at step 2."""
+
+    name = "yields_garbage"
+
+    def on_gradients(self, rank: int, step: int, bucket: Bucket) -> Program:
+        if step == 2:
+            yield 42  # type: ignore[misc]
+        yield AllReduce(Group.of(range(self.bound_view.world_size)), bucket.nbytes)
+
+
+class ForeignGroup(Policy):
+    """Issues a collective on a group it is not a member of."""
+
+    name = "foreign_group"
+
+    def on_gradients(self, rank: int, step: int, bucket: Bucket) -> Program:
+        yield AllReduce(Group.of([(rank + 1) % self.bound_view.world_size]), bucket.nbytes)
+
+
+class HalfTheRanks(Policy):
+    """Only rank 0 enters a world all-reduce: the others never do, so rank 0 waits forever."""
+
+    name = "half_the_ranks"
+
+    def end_step(self, rank: int, step: int) -> Program:
+        if rank == 0:
+            yield AllReduce(Group.of(range(self.bound_view.world_size)), 1.0)
+
+
+class MismatchedSizes(Policy):
+    """Ranks disagree on the size of the same all-reduce."""
+
+    name = "mismatched_sizes"
+
+    def on_gradients(self, rank: int, step: int, bucket: Bucket) -> Program:
+        yield AllReduce(Group.of(range(self.bound_view.world_size)), bucket.nbytes + rank)
+
+
+class NegativeBytes(Policy):
+    name = "negative_bytes"
+
+    def on_gradients(self, rank: int, step: int, bucket: Bucket) -> Program:
+        op: Op = AllReduce(Group.of(range(self.bound_view.world_size)), -1.0)
+        yield op
+
+
+class ClockedAsyncPS(Policy):
+    """Asynchronous pushes and pulls on one shard, with an SSP-style bound of `staleness` steps."""
+
+    name = "clocked_async_ps"
+    staleness = 1
+
+    def bind(self, view: ClusterView, model: ModelInfo) -> None:
+        super().bind(view, model)
+        self.server_host = view.worker_hosts[0]
+
+    def servers(self):  # type: ignore[no-untyped-def]
+        from policies.ops import ServerSpec
+
+        return [ServerSpec(shard=0, host=self.server_host, sync=False, apply_s_per_mb=0.001)]
+
+    def begin_step(self, rank: int, step: int) -> Program:
+        from policies.ops import WaitForClock
+
+        yield WaitForClock(step - self.staleness)
+
+    def on_gradients(self, rank: int, step: int, bucket: Bucket) -> Program:
+        from policies.ops import Pull, Push
+
+        yield Push(0, bucket.nbytes)
+        yield Pull(0, bucket.nbytes)

@@ -1,0 +1,56 @@
+"""Small builders shared by the tests: configs for one synthetic all-reduce-sized workload."""
+
+from __future__ import annotations
+
+from typing import Any
+
+GBPS = 1e9 / 8  # bytes/s per Gbit/s
+US = 1e-6
+
+
+def synthetic(
+    cluster: dict[str, Any],
+    policies: list[dict[str, Any]],
+    gradient_mb: float = 100.0,
+    *,
+    compute_ms: float = 0.0,
+    iterations: int = 1,
+    model: str = "pipelined",
+    bucket_mb: float | None = None,
+    jitter: float = 0.0,
+    seed: int = 0,
+    layers: int = 1,
+) -> dict[str, Any]:
+    """A config whose iteration is one gradient exchange of `gradient_mb` (one bucket by default)."""
+    return {
+        "name": "test",
+        "seed": seed,
+        "iterations": iterations,
+        "cluster": cluster,
+        "workload": {
+            "model": "synthetic",
+            "gradient_mb": gradient_mb,
+            "compute_ms": compute_ms,
+            "bucket_mb": bucket_mb if bucket_mb is not None else 2 * gradient_mb,
+            "compute_jitter": jitter,
+            "synthetic_layers": layers,
+        },
+        "policies": policies,
+        "simulation": {"collective_model": model, "trace": False},
+    }
+
+
+def star(hosts: int, nic_gbps: float = 25.0, **extra: Any) -> dict[str, Any]:
+    return {"topology": "star", "hosts": hosts, "nic_gbps": nic_gbps, "link_latency_us": 5.0, **extra}
+
+
+def two_tier(racks: int, hosts_per_rack: int, uplink_gbps: float, nic_gbps: float = 25.0, **extra: Any) -> dict[str, Any]:
+    return {
+        "topology": "two_tier",
+        "racks": racks,
+        "hosts_per_rack": hosts_per_rack,
+        "nic_gbps": nic_gbps,
+        "uplink_gbps": uplink_gbps,
+        "link_latency_us": 5.0,
+        **extra,
+    }

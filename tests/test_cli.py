@@ -1,0 +1,79 @@
+"""The `syncsim` command: run writes every result file, check validates, errors exit 2 cleanly."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from sim.cli import main
+
+ROOT = Path(__file__).parent.parent
+QUICKSTART = ROOT / "configs" / "quickstart.yaml"
+
+
+def small_config(tmp_path: Path, **changes: object) -> Path:
+    data = yaml.safe_load(QUICKSTART.read_text())
+    data.update({"iterations": 3, **changes})
+    path = tmp_path / "small.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_run_writes_the_result_contract(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out"
+    assert main(["run", str(small_config(tmp_path)), "--out", str(out), "--quiet"]) == 0
+    printed = capsys.readouterr().out
+    assert "mean iter (ms)" in printed and "hierarchical" in printed
+    for name in ("summary.csv", "iterations.csv", "ops.csv", "config.yaml", "trace.json", "comparison.png"):
+        assert (out / name).stat().st_size > 0, name
+    summary = pd.read_csv(out / "summary.csv")
+    assert list(summary["policy"]) == ["no_sync", "ring", "hierarchical", "ps"]
+    for column in ("policy", "mean_iteration_s", "p50_iteration_s", "p99_iteration_s", "throughput_samples_s"):
+        assert column in summary.columns
+    iterations = pd.read_csv(out / "iterations.csv")
+    assert len(iterations) == 4 * 3 * 8  # policies x iterations x workers
+    resolved = yaml.safe_load((out / "config.yaml").read_text())
+    assert resolved["iterations"] == 3 and resolved["workload"]["bucket_mb"] == 25.0  # defaults filled in
+    trace = json.loads((out / "trace.json").read_text())
+    assert {e["ph"] for e in trace["traceEvents"]} == {"M", "X"}
+
+
+def test_check_prints_a_summary(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check", str(QUICKSTART)]) == 0
+    assert "ok - 8 GPUs on 8 hosts in 2 racks" in capsys.readouterr().out
+
+
+def test_list(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert "hierarchical, no_sync, ps, ring" in out and "resnet50" in out and "H100" in out
+
+
+def test_bad_config_exits_2_without_traceback(tmp_path: Path) -> None:
+    """As a user sees it: a separate process, one message naming the field and the choices."""
+    bad = small_config(tmp_path, policies=[{"name": "rign"}])
+    for args in (["check", str(bad)], ["run", str(bad), "--out", str(tmp_path / "o")]):
+        proc = subprocess.run([sys.executable, "-m", "sim.cli", *args], capture_output=True, text=True, cwd=ROOT)
+        assert proc.returncode == 2
+        assert "Traceback" not in proc.stderr
+        assert "policies[0].name: unknown policy 'rign'; allowed: hierarchical, no_sync, ps, ring" in proc.stderr
+        assert not (tmp_path / "o").exists()
+
+
+def test_failing_policy_keeps_other_results_and_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = small_config(
+        tmp_path, iterations=4, policies=[{"name": "ring"}, {"name": "custom_policies:YieldsGarbage"}, {"name": "no_sync"}]
+    )
+    out = tmp_path / "out"
+    assert main(["run", str(config), "--out", str(out), "--quiet"]) == 1
+    assert "policy 'custom_policies:YieldsGarbage' stopped early: PolicyError" in capsys.readouterr().err
+    summary = pd.read_csv(out / "summary.csv").set_index("policy")
+    assert summary.loc["ring", "status"] == "ok" and summary.loc["no_sync", "status"] == "ok"
+    assert summary.loc["custom_policies:YieldsGarbage", "status"].startswith("failed: PolicyError")
+    assert summary.loc["custom_policies:YieldsGarbage", "iterations"] == 2  # steps 0 and 1 completed

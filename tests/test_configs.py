@@ -1,0 +1,34 @@
+"""Every bundled config validates; the cheap ones run end to end (the expensive ones run in benchmarks)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sim.api import prepare, simulate
+from sim.config import load_config
+
+CONFIGS = sorted((Path(__file__).parent.parent / "configs").glob("*.yaml"))
+
+
+def test_configs_exist() -> None:
+    names = {p.stem for p in CONFIGS}
+    assert {"quickstart", "nvlink_8x8_100g"} <= names
+    assert {f"two_tier_{r}_{m}" for r in ("1to1", "4to1", "16to1") for m in ("resnet50", "bert_large")} <= names
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=[p.stem for p in CONFIGS])
+def test_bundled_config_is_valid(path: Path) -> None:
+    cfg = load_config(path)
+    cluster, plan = prepare(cfg)
+    assert cluster.world_size >= 8 and plan.compute_s > 0
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=[p.stem for p in CONFIGS])
+def test_bundled_config_runs_two_iterations(path: Path) -> None:
+    cfg = load_config(path)
+    result = simulate(cfg.model_copy(update={"iterations": 2}))
+    assert not result.errors
+    assert (result.summary["iterations"] == 2).all()
+    assert (result.summary["mean_iteration_s"] > 0).all()

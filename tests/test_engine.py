@@ -1,0 +1,84 @@
+"""The engine: determinism, op validation, rendezvous errors, deadlock reports, clocks and servers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from helpers import star, synthetic, two_tier
+from sim.api import simulate
+
+QUICKSTART = Path(__file__).parent.parent / "configs" / "quickstart.yaml"
+
+
+def test_same_seed_same_files_other_seed_other_numbers(tmp_path: Path) -> None:
+    cfg = synthetic(two_tier(2, 4, 25.0), [{"name": "ring"}, {"name": "ps", "shards": 2}], 40,
+                    compute_ms=30.0, iterations=5, bucket_mb=10, layers=8, jitter=0.1, seed=11)
+    cfg["simulation"]["trace"] = True
+    simulate(cfg).write(tmp_path / "a", plot=False)
+    simulate(cfg).write(tmp_path / "b", plot=False)
+    for name in ("summary.csv", "iterations.csv", "ops.csv", "config.yaml", "trace.json"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
+    cfg["seed"] = 12
+    simulate(cfg).write(tmp_path / "c", plot=False)
+    assert (tmp_path / "a" / "iterations.csv").read_bytes() != (tmp_path / "c" / "iterations.csv").read_bytes()
+
+
+def test_every_policy_sees_the_same_compute() -> None:
+    """Jitter is drawn once per config: the compute column is identical across policies."""
+    cfg = synthetic(star(4), [{"name": "no_sync"}, {"name": "ring"}], 40, compute_ms=30.0, iterations=4, jitter=0.2)
+    it = simulate(cfg).iterations
+    a = it[it["policy"] == "no_sync"]["compute_s"].to_numpy()
+    b = it[it["policy"] == "ring"]["compute_s"].to_numpy()
+    assert a.std() > 0 and a == pytest.approx(b, rel=1e-9)
+
+
+@pytest.mark.parametrize(
+    "policy, message",
+    [
+        ("YieldsGarbage", "yielded 42 on rank 0 at step 2: not an op from policies.ops"),
+        ("ForeignGroup", "on rank 0 at step 0: rank 0 is not a member of the group"),
+        ("NegativeBytes", "on rank 0 at step 0: nbytes must be a finite number >= 0"),
+        ("MismatchedSizes", "but another member enqueued AllReduce"),
+    ],
+)
+def test_bad_ops_fail_naming_policy_and_op(policy: str, message: str) -> None:
+    result = simulate(synthetic(star(4), [{"name": f"custom_policies:{policy}"}], 10, iterations=4))
+    error = result.errors[f"custom_policies:{policy}"]
+    assert error.startswith("PolicyError: policy 'custom_policies:") and message in error
+    assert "AllReduce(" in error or "42" in error
+
+
+def test_failure_keeps_rows_computed_so_far() -> None:
+    result = simulate(synthetic(star(4), [{"name": "custom_policies:YieldsGarbage"}], 10, compute_ms=5.0, iterations=6))
+    assert sorted(result.iterations["iteration"].unique()) == [0, 1]
+    assert result.summary["status"].iloc[0].startswith("failed: PolicyError")
+    assert result.summary["iterations"].iloc[0] == 2
+
+
+def test_deadlock_is_reported_with_the_half_entered_collective() -> None:
+    result = simulate(synthetic(star(3), [{"name": "custom_policies:HalfTheRanks"}], 10, iterations=2))
+    error = result.errors["custom_policies:HalfTheRanks"]
+    assert error.startswith("DeadlockError: policy 'custom_policies:HalfTheRanks': 1 workers are waiting forever")
+    assert "ranks [1, 2] never reached it" in error
+
+
+def test_async_server_and_clock_bound() -> None:
+    """One worker 3x slower; with a staleness bound of 1 the others may run at most 2 steps ahead."""
+    cfg = synthetic(star(3), [{"name": "custom_policies:ClockedAsyncPS"}], 1, compute_ms=10.0, iterations=6)
+    cfg["workload"]["compute_jitter"] = 0.0
+    result = simulate(cfg)
+    assert not result.errors
+    it = result.iterations
+    ends = it.pivot(index="iteration", columns="rank", values="end_s")
+    starts = it.pivot(index="iteration", columns="rank", values="start_s")
+    # rank r may start step c only when every rank has finished c - 2 (WaitForClock(c - 1) is
+    # "finished at least c - 1 iterations", i.e. steps 0..c-2 done)
+    for c in range(2, 6):
+        assert (starts.loc[c] >= ends.loc[c - 2].max() - 1e-12).all()
+    # pushes are applied one at a time at 1 ms/MB: 3 workers x 6 steps x 1 MB each
+    pushes = result.ops[result.ops["kind"] == "push"]
+    assert len(pushes) == 18 and (pushes["nbytes"] == 1e6).all()
+    waits = result.ops[result.ops["kind"] == "wait_clock"]
+    assert len(waits) == 18

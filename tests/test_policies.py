@@ -1,0 +1,150 @@
+"""Policies in-process, without any backend: the ops they plan, their settings, the registry."""
+
+from __future__ import annotations
+
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+
+import policies
+from policies import Bucket, ClusterView, HostInfo, ModelInfo, RackInfo, SettingError
+from policies.ops import AllGather, AllReduce, Group, Pull, Push, ReduceScatter, ServerSpec
+from policies.registry import create, resolve
+
+
+def view(racks: int, hosts_per_rack: int, gpus: int, servers: int = 0) -> ClusterView:
+    """A hand-built logical view: host i in rack i // hosts_per_rack, ranks packed."""
+    hosts, rank_hosts = {}, []
+    for i in range(racks * hosts_per_rack):
+        ranks = tuple(range(len(rank_hosts), len(rank_hosts) + gpus))
+        rank_hosts += [f"h{i}"] * gpus
+        hosts[f"h{i}"] = HostInfo(f"h{i}", f"r{i // hosts_per_rack}" if racks > 1 else None, ranks, 1e9, 1e11)
+    for s in range(servers):
+        hosts[f"ps{s}"] = HostInfo(f"ps{s}", None, (), 1e9, 1e11)
+    rack_map = (
+        {f"r{r}": RackInfo(f"r{r}", tuple(f"h{r * hosts_per_rack + i}" for i in range(hosts_per_rack)), 2e9)
+         for r in range(racks)} if racks > 1 else {}
+    )
+    return ClusterView(tuple(rank_hosts), hosts, rack_map, tuple(f"ps{s}" for s in range(servers)))
+
+
+def program(policy, hook: str, *args) -> list:  # type: ignore[no-untyped-def]
+    return [tuple(item) if isinstance(item, (list, tuple)) else item for item in getattr(policy, hook)(*args)]
+
+
+BUCKET = Bucket(index=2, nbytes=8e6, count=4)
+MODEL = ModelInfo(parameter_bytes=32e6, bucket_bytes=(8e6, 8e6, 8e6, 8e6))
+
+
+def test_ring_all_reduces_each_bucket_over_everyone() -> None:
+    ring = policies.Ring()
+    ring.bind(view(2, 2, 2), MODEL)
+    assert program(ring, "on_gradients", 5, 0, BUCKET) == [AllReduce(Group.of(range(8)), 8e6)]
+    assert program(ring, "begin_step", 5, 0) == [] and program(ring, "end_step", 5, 0) == []
+
+
+def test_no_sync_never_communicates() -> None:
+    p = policies.NoSync()
+    p.bind(view(1, 4, 1), MODEL)
+    assert program(p, "on_gradients", 0, 0, BUCKET) == [] and p.servers() == ()
+
+
+@pytest.mark.parametrize("level, local, cross", [
+    ("host", (2, 3), (1, 3, 5, 7)),    # rank 3 sits on h1 with rank 2; cross group: 2nd GPU of each host
+    ("rack", (0, 1, 2, 3), (3, 7)),    # rack r0 holds ranks 0-3; cross group: 4th rank of each rack
+])
+def test_hierarchical_groups_and_program(level: str, local: tuple, cross: tuple) -> None:
+    h = policies.Hierarchical(level=level)
+    h.bind(view(2, 2, 2), MODEL)
+    g = len(local)
+    assert program(h, "on_gradients", 3, 0, BUCKET) == [
+        ReduceScatter(Group(local), 8e6), AllReduce(Group(cross), 8e6 / g), AllGather(Group(local), 8e6)
+    ]
+
+
+def test_hierarchical_auto_level() -> None:
+    multi, single, flat = policies.Hierarchical(), policies.Hierarchical(), policies.Hierarchical()
+    multi.bind(view(2, 2, 2), MODEL)
+    single.bind(view(2, 2, 1), MODEL)
+    flat.bind(view(1, 4, 1), MODEL)
+    assert (multi.level, single.level, flat.level) == ("host", "rack", "host")
+
+
+def test_hierarchical_level_the_cluster_lacks() -> None:
+    with pytest.raises(SettingError) as info:
+        policies.Hierarchical(level="rack").bind(view(1, 4, 2), MODEL)
+    assert info.value.field == "level" and "allowed here: auto, host" in str(info.value)
+
+
+def test_ps_colocated_splits_buckets_over_shards() -> None:
+    ps = policies.ParameterServer(shards=2)
+    ps.bind(view(1, 4, 1), MODEL)
+    assert [s.host for s in ps.servers()] == ["h0", "h1"]
+    assert all(isinstance(s, ServerSpec) and s.sync for s in ps.servers())
+    assert program(ps, "on_gradients", 1, 0, BUCKET) == [
+        (Push(0, 4e6, key=2), Push(1, 4e6, key=2)),
+        (Pull(0, 4e6, key=2), Pull(1, 4e6, key=2)),
+    ]
+
+
+def test_ps_placements() -> None:
+    auto = policies.ParameterServer()
+    auto.bind(view(1, 3, 2), MODEL)
+    assert [s.host for s in auto.servers()] == ["h0", "h1", "h2"]
+    dedicated = policies.ParameterServer(placement="dedicated", shards=3)
+    dedicated.bind(view(1, 2, 1, servers=2), MODEL)
+    assert [s.host for s in dedicated.servers()] == ["ps0", "ps1", "ps0"]
+    named = policies.ParameterServer(hosts=["h1"], apply_ms_per_mb=2.0)
+    named.bind(view(1, 2, 1), MODEL)
+    assert [(s.host, s.apply_s_per_mb) for s in named.servers()] == [("h1", 0.002)]
+    with pytest.raises(SettingError, match="placement: 'dedicated' needs server-only hosts"):
+        policies.ParameterServer(placement="dedicated").bind(view(1, 2, 1), MODEL)
+
+
+def test_settings_are_validated_and_frozen() -> None:
+    with pytest.raises(Exception):
+        policies.Hierarchical(level="pod")
+    h = policies.Hierarchical(level="rack")
+    with pytest.raises(Exception):
+        h.settings.level = "host"  # type: ignore[misc]
+    assert repr(h) == "Hierarchical(level='rack')"
+
+
+def test_state_dict_round_trip_for_stateless_policies() -> None:
+    ring = policies.Ring()
+    assert ring.state_dict() == {}
+    ring.load_state_dict({})
+    with pytest.raises(ValueError, match="keeps no state"):
+        ring.load_state_dict({"step": 3})
+
+
+def test_registry_names_paths_and_errors() -> None:
+    assert set(policies.available()) >= {"ps", "ring", "hierarchical", "no_sync"}
+    assert resolve("ring") is policies.Ring
+    assert resolve("policies.hierarchical:Hierarchical") is policies.Hierarchical
+    assert create("ps", {"shards": 3}).settings.shards == 3
+    with pytest.raises(SettingError, match="unknown policy 'rign'; allowed: hierarchical, no_sync, ps, ring"):
+        resolve("rign")
+    with pytest.raises(SettingError, match="is not a subclass of policies.base.Policy"):
+        resolve("pathlib:Path")
+
+
+def test_third_party_policy_by_entry_point(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A package that declares `[project.entry-points."syncsim.policies"]` is found by name."""
+    ep = metadata.EntryPoint("interleaved", "custom_policies:InterleavedRings", "syncsim.policies")
+    real = metadata.entry_points
+
+    def fake(**kwargs):  # type: ignore[no-untyped-def]
+        return [ep] if kwargs.get("group") == "syncsim.policies" else real(**kwargs)
+
+    monkeypatch.setattr(metadata, "entry_points", fake)
+    assert "interleaved" in policies.available()
+    assert resolve("interleaved").__name__ == "InterleavedRings"
+
+
+def test_policies_import_neither_simpy_nor_torch() -> None:
+    for path in (Path(policies.__file__).parent).glob("*.py"):
+        text = path.read_text()
+        for banned in ("import simpy", "from simpy", "import torch", "from torch"):
+            assert banned not in text, f"{path.name} must stay backend-agnostic"

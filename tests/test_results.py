@@ -1,0 +1,84 @@
+"""Result tables and files: summary arithmetic, bytes on the wire against closed forms, trace."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from helpers import star, synthetic
+from sim.api import simulate
+
+MB = 1e6
+
+
+def test_summary_arithmetic() -> None:
+    cfg = synthetic(star(4), [{"name": "no_sync"}, {"name": "ring"}], 100, compute_ms=50.0, iterations=5)
+    cfg["workload"]["batch_size"] = 32
+    result = simulate(cfg)
+    s = result.summary.set_index("policy")
+    assert s.loc["no_sync", "mean_iteration_s"] == pytest.approx(0.050)
+    assert s.loc["no_sync", "throughput_samples_s"] == pytest.approx(4 * 32 / 0.050)
+    assert s.loc["no_sync", "scaling_efficiency"] == pytest.approx(1.0)
+    ring = s.loc["ring"]
+    assert ring["mean_iteration_s"] == pytest.approx(ring["mean_compute_s"] + ring["mean_exposed_comm_s"])
+    assert ring["throughput_samples_s"] == pytest.approx(4 * 32 / ring["mean_iteration_s"])
+    assert ring["p50_iteration_s"] <= ring["p99_iteration_s"]
+    assert (s["iterations"] == 5).all() and (s["status"] == "ok").all() and (s["workers"] == 4).all()
+
+
+@pytest.mark.parametrize(
+    "cluster, policy, expected",
+    [
+        # ring all-reduce: each of p ranks sends 2(p-1)/p of n
+        (star(6), {"name": "ring"}, 2 * 5 * 100 * MB),
+        # one PS shard per host: (p-1)/p of n out of every worker, and as much back out of the servers
+        (star(4), {"name": "ps"}, 2 * 3 * 100 * MB),
+        # host-level hierarchical: only the g cross-host rings of n/g bytes leave hosts
+        (star(3, gpus_per_host=4), {"name": "hierarchical", "level": "host"}, 2 * 2 * 100 * MB),
+        (star(5), {"name": "no_sync"}, 0.0),
+    ],
+)
+def test_network_bytes_match_the_algorithm(cluster: dict, policy: dict, expected: float) -> None:
+    result = simulate(synthetic(cluster, [policy], 100, iterations=3))
+    assert result.summary["network_bytes_per_iteration"].iloc[0] == pytest.approx(expected, rel=1e-6)
+
+
+def test_ops_table_rows() -> None:
+    result = simulate(synthetic(star(4), [{"name": "ring"}, {"name": "ps", "shards": 2}], 40, iterations=2, bucket_mb=10, layers=4))
+    ops = result.ops
+    ring = ops[ops["policy"] == "ring"]
+    assert (ring["kind"] == "AllReduce").all() and len(ring) == 2 * 4  # one row per collective
+    assert (ring["group_size"] == 4).all() and (ring["rank"] == -1).all()
+    ps = ops[ops["policy"] == "ps"]
+    assert set(ps["kind"]) == {"push", "pull"}
+    assert len(ps) == 2 * 4 * 4 * 2  # iterations x buckets x ranks x (push, pull), coupled per rank
+    assert (ps["count"] == 2).all() and ps["nbytes"].sum() == pytest.approx(2 * 2 * 4 * 40 * MB)
+    assert (ps["duration_s"] > 0).all()
+
+
+def test_trace_is_chrome_trace_format_and_capped(tmp_path: Path) -> None:
+    cfg = synthetic(star(4), [{"name": "ring"}], 40, compute_ms=10.0, iterations=3)
+    cfg["simulation"].update(trace=True, trace_max_events=30)
+    result = simulate(cfg)
+    result.write(tmp_path, plot=False)
+    trace = json.loads((tmp_path / "trace.json").read_text())
+    events = trace["traceEvents"]
+    assert len(events) == 30
+    names = {e["args"]["name"] for e in events if e["ph"] == "M"}
+    assert names == {"ring: workers", "ring: communication"}
+    spans = [e for e in events if e["ph"] == "X"]
+    assert {"forward", "backward"} <= {e["name"] for e in spans}
+    assert all(e["dur"] >= 0 and {"ts", "pid", "tid"} <= set(e) for e in spans)
+    assert trace["otherData"]["dropped_events"] > 0
+
+
+def test_write_is_repeatable_and_plot_exists(tmp_path: Path) -> None:
+    result = simulate(synthetic(star(2), [{"name": "ring"}, {"name": "no_sync"}], 10, compute_ms=5.0, iterations=2))
+    result.write(tmp_path)
+    first = (tmp_path / "summary.csv").read_bytes()
+    result.write(tmp_path)
+    assert (tmp_path / "summary.csv").read_bytes() == first
+    assert (tmp_path / "comparison.png").read_bytes()[:4] == b"\x89PNG"
+    assert not list(tmp_path.glob("*.tmp"))

@@ -1,0 +1,77 @@
+"""Workloads: DDP-style buckets, FLOPs to seconds, synthetic models, jitter."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sim.config import WorkloadConfig
+from sim.gpus import get_gpu
+from sim.workload import compute_plan, jitter_factors
+from sim.zoo import get_model
+
+V100 = get_gpu("V100")
+
+
+def test_resnet50_buckets_follow_reverse_layers_and_the_cap() -> None:
+    plan = compute_plan(WorkloadConfig(model="resnet50", batch_size=64), V100)
+    spec = get_model("resnet50")
+    assert plan.gradient_bytes == spec.params * 4
+    assert sum(b.nbytes for b in plan.buckets) == pytest.approx(spec.params * 4)
+    assert all(b.nbytes >= 25e6 for b in plan.buckets[:-1])
+    # a bucket closes at the first layer that reaches the cap: without that layer it was below it
+    layers = [layer.params * 4 for layer in reversed(spec.layers)]
+    edges, total = [], 0.0
+    for b in plan.buckets:
+        total += b.nbytes
+        edges.append(total)
+    cumulative = np.cumsum(layers)
+    for edge in edges[:-1]:
+        i = int(np.searchsorted(cumulative, edge - 1e-6))
+        start = edges[edges.index(edge) - 1] if edges.index(edge) else 0.0
+        assert cumulative[i] - layers[i] - start < 25e6
+
+
+def test_compute_time_is_flops_over_effective_peak() -> None:
+    plan = compute_plan(WorkloadConfig(model="bert_large", batch_size=16), V100)
+    spec = get_model("bert_large")
+    per_flop = 16 / (V100.fp32_tflops * 1e12 * V100.efficiency_fp32)
+    assert plan.forward_s == pytest.approx(spec.forward_flops * per_flop, rel=1e-9)
+    assert plan.backward_s == pytest.approx(2 * plan.forward_s, rel=1e-9)
+
+
+def test_fp16_halves_gradients_and_uses_tensor_cores() -> None:
+    fp32 = compute_plan(WorkloadConfig(model="resnet50", batch_size=64), V100)
+    fp16 = compute_plan(WorkloadConfig(model="resnet50", batch_size=64, precision="fp16"), V100)
+    assert fp16.gradient_bytes == fp32.gradient_bytes / 2
+    ratio = (V100.fp16_tflops * V100.efficiency_fp16) / (V100.fp32_tflops * V100.efficiency_fp32)
+    assert fp32.compute_s / fp16.compute_s == pytest.approx(ratio, rel=1e-9)
+
+
+def test_efficiency_override() -> None:
+    base = compute_plan(WorkloadConfig(model="vgg16", batch_size=8, efficiency=0.5), V100)
+    half = compute_plan(WorkloadConfig(model="vgg16", batch_size=8, efficiency=0.25), V100)
+    assert half.compute_s == pytest.approx(2 * base.compute_s)
+
+
+def test_synthetic_plan() -> None:
+    plan = compute_plan(
+        WorkloadConfig(model="synthetic", gradient_mb=100, compute_ms=90, bucket_mb=20, synthetic_layers=10), V100
+    )
+    assert plan.compute_s == pytest.approx(0.090) and plan.forward_s == pytest.approx(0.030)
+    assert [b.nbytes for b in plan.buckets] == pytest.approx([20e6] * 5)
+    assert [b.backward_s for b in plan.buckets] == pytest.approx([0.012] * 5)
+
+
+def test_bucket_larger_than_model_gives_one_bucket() -> None:
+    plan = compute_plan(WorkloadConfig(model="resnet50", bucket_mb=1000), V100)
+    assert len(plan.buckets) == 1
+
+
+def test_jitter_factors() -> None:
+    assert (jitter_factors(0.0, 3, 4, np.random.default_rng(0)) == 1).all()
+    f = jitter_factors(0.1, 2000, 50, np.random.default_rng(5))
+    assert f.shape == (2000, 50) and (f > 0).all()
+    assert f.mean() == pytest.approx(1.0, abs=0.002)
+    assert f.std() / f.mean() == pytest.approx(0.1, rel=0.02)
+    assert (jitter_factors(0.1, 3, 4, np.random.default_rng(5)) == jitter_factors(0.1, 3, 4, np.random.default_rng(5))).all()
