@@ -16,8 +16,9 @@ Lifecycle per worker and step::
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Sequence
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 

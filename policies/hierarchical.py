@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from policies.base import Bucket, Policy, SettingError
 from policies.ops import AllGather, AllReduce, Group, Program, ReduceScatter
@@ -13,7 +13,9 @@ from policies.view import ClusterView, ModelInfo
 
 class HierarchicalSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-    level: Literal["auto", "host", "rack"] = "auto"
+    level: Literal["auto", "host", "rack"] = Field(
+        "auto", description="what a local group shares; auto: host when hosts hold several GPUs, else rack"
+    )
 
 
 class Hierarchical(Policy):

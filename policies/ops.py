@@ -13,9 +13,10 @@ point-to-point ops to servers are independent of each other.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Iterable, Union
+from typing import Union
 
 
 class Payload(str, Enum):
@@ -49,7 +50,7 @@ class Group:
         return self._hash  # type: ignore[attr-defined, no-any-return]
 
     @classmethod
-    def of(cls, ranks: Iterable[int]) -> "Group":
+    def of(cls, ranks: Iterable[int]) -> Group:
         return cls(tuple(int(r) for r in ranks))
 
     @property

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Optional, Sequence, Union
+from collections.abc import Sequence
+from typing import Annotated, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -13,8 +14,12 @@ from policies.view import ClusterView, ModelInfo
 
 class PSSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-    shards: Union[Literal["auto"], Annotated[int, Field(ge=1)]] = Field("auto", description="number of server shards; auto = one per candidate host")
-    placement: Literal["colocated", "dedicated"] = "colocated"
+    shards: Union[Literal["auto"], Annotated[int, Field(ge=1)]] = Field(
+        "auto", description="number of server shards; auto = one per candidate host"
+    )
+    placement: Literal["colocated", "dedicated"] = Field(
+        "colocated", description="colocated: on the worker hosts; dedicated: on cluster.server_hosts"
+    )
     hosts: Optional[list[str]] = Field(None, description="explicit server hosts; overrides placement")
     apply_ms_per_mb: float = Field(0.0, ge=0, description="server time to apply one MB of update")
 
@@ -42,7 +47,8 @@ class ParameterServer(Policy):
         elif s.placement == "dedicated":
             if not view.server_hosts:
                 raise SettingError(
-                    "placement", "'dedicated' needs server-only hosts (set cluster.server_hosts); allowed here: colocated"
+                    "placement",
+                    "'dedicated' needs server-only hosts (set cluster.server_hosts); allowed here: colocated",
                 )
             candidates = view.server_hosts
         else:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping
 from importlib import metadata
-from typing import Any, Mapping
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -66,7 +67,9 @@ def create(name: str, settings: Mapping[str, Any] | None = None) -> Policy:
             why = f"allowed: {allowed}" if allowed else f"policy {name!r} takes no settings"
             raise SettingError(field, f"unknown setting for policy {name!r}; {why}") from None
         # a union (e.g. 'auto' or an int >= 1) reports one error per branch: say them together
-        reasons = [e["msg"].removeprefix("Input should be ") for e in errors if e["loc"] and e["loc"][0] == errors[0]["loc"][0]]
+        reasons = [
+            e["msg"].removeprefix("Input should be ") for e in errors if e["loc"] and e["loc"][0] == errors[0]["loc"][0]
+        ]
         shown = errors[0].get("input")
         raise SettingError(field, f"should be {' or '.join(dict.fromkeys(reasons))} (got {shown!r})") from None
     return cls(parsed)

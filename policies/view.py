@@ -7,8 +7,9 @@ read it. It names ranks, hosts and racks and gives the bandwidth figures that ma
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping, Optional
+from typing import Optional
 
 
 @dataclass(frozen=True)

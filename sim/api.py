@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional, Union
+from typing import Any, Optional, Union
 
 from sim.config import Config, load_config, parse_config
 from sim.engine import PolicyRun, bind_policy, run_policy

@@ -15,7 +15,7 @@ All-to-all sends n/p from every member to every other member at once.
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import simpy
 

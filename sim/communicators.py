@@ -10,8 +10,9 @@ Members that enqueue mismatching ops are a policy bug and fail loudly.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Optional
 
 import simpy
 
@@ -41,7 +42,9 @@ class _Communicator:
 
 
 class Communicators:
-    def __init__(self, env: simpy.Environment, runner: CollectiveRunner, policy: str, on_finish: Optional[OnFinish] = None):
+    def __init__(
+        self, env: simpy.Environment, runner: CollectiveRunner, policy: str, on_finish: Optional[OnFinish] = None
+    ):
         self.env, self.runner, self.policy, self.on_finish = env, runner, policy, on_finish
         self._comms: dict[Group, _Communicator] = {}
 
@@ -58,7 +61,8 @@ class Communicators:
         elif call.op != op:
             raise PolicyError(
                 f"policy {self.policy!r}: rank {rank} enqueued {op!r} as call #{seq} on {op.group!r}, "
-                f"but another member enqueued {call.op!r}; every member must issue the same collectives in the same order"
+                f"but another member enqueued {call.op!r}; "
+                "every member must issue the same collectives in the same order"
             )
         return comm, seq
 

@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal, Optional, Union
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from sim.config_errors import describe
 from sim.errors import ConfigError
 from sim.gpus import GPU_NAMES
 from sim.zoo import MODEL_NAMES
@@ -28,15 +29,17 @@ class Strict(BaseModel):
 
 
 class ClusterBase(Strict):
-    gpus_per_host: PosInt = 1
-    gpu: str = "V100"
-    nic_gbps: PosFloat = 25.0
-    link_latency_us: NonNegFloat = 5.0
-    intra_host_gbps: Optional[PosFloat] = Field(None, description="per-GPU NVLink/PCIe bandwidth; default from the GPU")
-    intra_host_latency_us: NonNegFloat = 1.0
-    server_hosts: NonNegInt = Field(0, description="server-only hosts (no GPUs), e.g. for dedicated PS shards")
-    server_nic_gbps: Optional[PosFloat] = None
-    placement: Literal["packed"] = "packed"
+    gpus_per_host: PosInt = Field(1, description="GPUs per host (one rank each)")
+    gpu: str = Field("V100", description="GPU model: " + ", ".join(GPU_NAMES))
+    nic_gbps: PosFloat = Field(25.0, description="each host's NIC bandwidth, per direction")
+    link_latency_us: NonNegFloat = Field(5.0, description="latency of every network link (NIC, uplink)")
+    intra_host_gbps: Optional[PosFloat] = Field(
+        None, description="per-GPU NVLink/PCIe bandwidth per direction; default: the GPU's"
+    )
+    intra_host_latency_us: NonNegFloat = Field(1.0, description="latency of the GPU-to-host link")
+    server_hosts: NonNegInt = Field(0, description="hosts without GPUs, e.g. for dedicated PS shards")
+    server_nic_gbps: Optional[PosFloat] = Field(None, description="server hosts' NIC bandwidth; default: nic_gbps")
+    placement: Literal["packed"] = Field("packed", description="ranks fill hosts in order, rack by rack")
 
     @field_validator("gpu")
     @classmethod
@@ -47,51 +50,66 @@ class ClusterBase(Strict):
 
 
 class StarCluster(ClusterBase):
-    topology: Literal["star"]
-    hosts: PosInt
+    """Every host on one switch: a non-blocking network."""
+
+    topology: Literal["star"] = Field(description="star")
+    hosts: PosInt = Field(description="number of GPU hosts")
 
 
 class TwoTierCluster(ClusterBase):
-    topology: Literal["two_tier"]
-    racks: PosInt
-    hosts_per_rack: PosInt
-    uplink_gbps: Optional[PosFloat] = Field(None, description="each rack's total uplink; default non-blocking (1:1)")
+    """Racks of hosts under ToR switches, each rack joined to the core by its uplink."""
+
+    topology: Literal["two_tier"] = Field(description="two_tier")
+    racks: PosInt = Field(description="number of racks")
+    hosts_per_rack: PosInt = Field(description="GPU hosts per rack")
+    uplink_gbps: Optional[PosFloat] = Field(
+        None, description="each rack's total uplink; hosts_per_rack * nic_gbps / uplink_gbps is the oversubscription; "
+        "default non-blocking (1:1)"
+    )
     core_switches: PosInt = Field(1, description="the uplink is split evenly over this many core switches (ECMP)")
 
 
 class CustomNode(Strict):
-    name: str
-    kind: Literal["host", "switch", "server"]
-    gpus: Optional[PosInt] = None
-    rack: Optional[str] = None
+    name: str = Field(description="unique node name")
+    kind: Literal["host", "switch", "server"] = Field(description="host (with GPUs), switch, or server (no GPUs)")
+    gpus: Optional[PosInt] = Field(None, description="a host's GPUs; default: gpus_per_host")
+    rack: Optional[str] = Field(None, description="a host's rack, for rack-level policies")
 
 
 class CustomLink(Strict):
-    a: str
-    b: str
-    gbps: Optional[PosFloat] = None
-    latency_us: Optional[NonNegFloat] = None
+    a: str = Field(description="one end (a node name)")
+    b: str = Field(description="the other end")
+    gbps: Optional[PosFloat] = Field(None, description="bandwidth per direction; default: nic_gbps")
+    latency_us: Optional[NonNegFloat] = Field(None, description="default: link_latency_us")
 
 
 class CustomCluster(ClusterBase):
-    topology: Literal["custom"]
-    nodes: list[CustomNode] = Field(min_length=1)
-    links: list[CustomLink] = Field(min_length=1)
+    """Explicit nodes and full-duplex links, for shapes the other topologies cannot express."""
+
+    topology: Literal["custom"] = Field(description="custom")
+    nodes: list[CustomNode] = Field(min_length=1, description="hosts, switches and servers")
+    links: list[CustomLink] = Field(min_length=1, description="full-duplex cables between nodes")
 
 
 ClusterConfig = Annotated[Union[StarCluster, TwoTierCluster, CustomCluster], Field(discriminator="topology")]
 
 
 class WorkloadConfig(Strict):
-    model: str
-    batch_size: PosInt = 32
-    precision: Literal["fp32", "fp16"] = "fp32"
-    efficiency: Optional[Annotated[float, Field(gt=0, le=1)]] = Field(None, description="fraction of GPU peak")
-    bucket_mb: PosFloat = 25.0
-    compute_jitter: NonNegFloat = Field(0.0, description="coefficient of variation of each iteration's compute")
-    gradient_mb: Optional[PosFloat] = None
-    compute_ms: Optional[NonNegFloat] = None
-    synthetic_layers: PosInt = 1
+    """The model being trained and how each GPU computes it."""
+
+    model: str = Field(description="synthetic, or a zoo model: " + ", ".join(MODEL_NAMES))
+    batch_size: PosInt = Field(32, description="samples per GPU per iteration")
+    precision: Literal["fp32", "fp16"] = Field(
+        "fp32", description="fp16: tensor-core peak and 2-byte gradients; fp32: 4-byte gradients"
+    )
+    efficiency: Optional[Annotated[float, Field(gt=0, le=1)]] = Field(
+        None, description="fraction of the GPU's peak FLOP/s reached; default: the GPU's, for the precision"
+    )
+    bucket_mb: PosFloat = Field(25.0, description="gradient bucket size (DDP's bucket_cap_mb)")
+    compute_jitter: NonNegFloat = Field(0.0, description="coefficient of variation of each iteration's compute time")
+    gradient_mb: Optional[PosFloat] = Field(None, description="synthetic only: gradient size")
+    compute_ms: Optional[NonNegFloat] = Field(None, description="synthetic only: forward + backward time")
+    synthetic_layers: PosInt = Field(1, description="synthetic only: equal layers the gradient is split into")
 
     @field_validator("model")
     @classmethod
@@ -101,7 +119,7 @@ class WorkloadConfig(Strict):
         return value
 
     @model_validator(mode="after")
-    def _synthetic_fields(self) -> "WorkloadConfig":
+    def _synthetic_fields(self) -> WorkloadConfig:
         synthetic_only = ("gradient_mb", "compute_ms")
         if self.model == "synthetic":
             for name in synthetic_only:
@@ -118,8 +136,8 @@ class PolicyEntry(BaseModel):
     """`name` (registered name or `module:Class`), optional `label`, and the policy's own settings."""
 
     model_config = ConfigDict(extra="allow", frozen=True)
-    name: str
-    label: Optional[str] = None
+    name: str = Field(description="a registered policy name (`syncsim list`) or a `module:Class` path")
+    label: Optional[str] = Field(None, description="the name in results; default: name (labels must be unique)")
 
     @property
     def settings(self) -> dict[str, Any]:
@@ -131,94 +149,26 @@ class PolicyEntry(BaseModel):
 
 
 class SimulationConfig(Strict):
+    """How the simulator models what the config describes."""
+
     collective_model: Literal["pipelined", "stepwise"] = Field(
-        "pipelined", description="pipelined: each collective phase is one set of coupled flows; stepwise: every step"
+        "pipelined",
+        description="pipelined: a collective is one set of coupled flows (fast); stepwise: every ring step is p flows",
     )
-    trace: bool = True
-    trace_max_events: PosInt = 500_000
+    trace: bool = Field(True, description="write trace.json")
+    trace_max_events: PosInt = Field(500_000, description="events kept in trace.json; the rest are counted, not kept")
 
 
 class Config(Strict):
-    name: str = "experiment"
-    seed: int = 0
-    iterations: PosInt = 10
-    cluster: ClusterConfig
-    workload: WorkloadConfig
-    policies: list[PolicyEntry] = Field(min_length=1)
-    simulation: SimulationConfig = SimulationConfig()
+    """A whole experiment: one cluster, one workload, policies compared side by side."""
 
-
-def _where(loc: tuple[Any, ...]) -> str:
-    parts = [str(p) for p in loc if p not in ("star", "two_tier", "custom")]
-    return ".".join(p if not p.isdigit() else f"[{p}]" for p in parts).replace(".[", "[") or "config"
-
-
-def _format_error(err: dict[str, Any]) -> str:
-    where, kind = _where(err["loc"]), err["type"]
-    msg = err["msg"].removeprefix("Value error, ")
-    if kind == "union_tag_not_found":
-        return f"{where}.topology: required; allowed: star, two_tier, custom"
-    if kind == "union_tag_invalid":
-        return f"{where}.topology: unknown topology {err['ctx']['tag']!r}; allowed: star, two_tier, custom"
-    if kind == "missing":
-        return f"{where}: required"
-    if kind == "value_error":
-        field, sep, rest = msg.partition(": ")
-        if sep and field.isidentifier():  # a model validator naming the field inside `where`
-            return f"{where}.{field}: {rest}"
-        return f"{where}: {msg}"
-    shown = err.get("input")
-    return f"{where}: {msg}" + ("" if isinstance(shown, (dict, list)) else f" (got {shown!r})")
-
-
-def _describe(errors: list[dict[str, Any]], data: Any) -> list[str]:
-    """One line per problem; unknown keys of one section are reported together with the allowed ones."""
-    lines: list[str] = []
-    unknown: dict[str, list[str]] = {}
-    for err in errors:
-        if err["type"] != "extra_forbidden":
-            lines.append(_format_error(err))
-            continue
-        section = _where(err["loc"][:-1])
-        if section not in unknown:
-            unknown[section] = []
-            allowed = ", ".join(_allowed_keys(data, err["loc"][:-1]))
-            lines.append(f"{section}: unknown key{{s}} {{keys}}; allowed keys: {allowed}")
-        unknown[section].append(str(err["loc"][-1]))
-    out = []
-    for line in dict.fromkeys(lines):
-        section = line.partition(": ")[0]
-        if "{keys}" in line:
-            keys = unknown[section]
-            line = line.replace("{s}", "s" if len(keys) > 1 else "").replace("{keys}", ", ".join(keys))
-        out.append(line)
-    return out
-
-
-_CLUSTERS = {"star": StarCluster, "two_tier": TwoTierCluster, "custom": CustomCluster}
-_NESTED: dict[tuple[type[BaseModel], str], type[BaseModel]] = {
-    (Config, "workload"): WorkloadConfig,
-    (Config, "simulation"): SimulationConfig,
-    (CustomCluster, "nodes"): CustomNode,
-    (CustomCluster, "links"): CustomLink,
-}
-
-
-def _allowed_keys(data: Any, loc: tuple[Any, ...]) -> list[str]:
-    """The keys accepted at `loc` of the raw config `data` (used only to word an error)."""
-    model: type[BaseModel] = Config
-    node = data
-    for part in loc:
-        if part in _CLUSTERS:
-            continue
-        node = node[part] if isinstance(node, (dict, list)) else None
-        if isinstance(part, int):
-            continue
-        if model is Config and part == "cluster":
-            model = _CLUSTERS.get(node.get("topology") if isinstance(node, dict) else None, StarCluster)
-        else:
-            model = _NESTED.get((model, part), model)
-    return list(model.model_fields)
+    name: str = Field("experiment", description="names the default output folder")
+    seed: int = Field(0, description="seeds compute jitter and ECMP hashing; same seed, same results")
+    iterations: PosInt = Field(10, description="training iterations each worker runs")
+    cluster: ClusterConfig = Field(description="the hardware: topology, GPUs, links")
+    workload: WorkloadConfig = Field(description="the model and per-GPU batch")
+    policies: list[PolicyEntry] = Field(min_length=1, description="the schemes to compare")
+    simulation: SimulationConfig = Field(SimulationConfig(), description="simulator fidelity and outputs")
 
 
 def check_policies(config: Config) -> None:
@@ -244,7 +194,7 @@ def parse_config(data: Any) -> Config:
     try:
         config = Config.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError("\n".join(_describe(exc.errors(), data))) from None
+        raise ConfigError("\n".join(describe(exc.errors(), data, Config))) from None
     check_policies(config)
     return config
 

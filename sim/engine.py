@@ -11,15 +11,16 @@ from __future__ import annotations
 
 import time
 import traceback
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
-from typing import Any, Callable, Generator, Optional
+from typing import Any, Optional
 
 import numpy as np
 import simpy
 
 from policies.base import Bucket, Policy, SettingError
-from policies.view import ModelInfo
 from policies.registry import create
+from policies.view import ModelInfo
 from sim.clocks import ClockBoard
 from sim.collectives import CollectiveRunner
 from sim.communicators import Communicators
@@ -110,7 +111,9 @@ def run_policy(
     executor = Executor(
         env, entry.display, cluster.rank_gpus, net, router, comms, shards, clocks, model == "pipelined", on_op
     )
-    jitter = jitter_factors(config.workload.compute_jitter, config.iterations, world, np.random.default_rng(config.seed))
+    jitter = jitter_factors(
+        config.workload.compute_jitter, config.iterations, world, np.random.default_rng(config.seed)
+    )
     finished = [0]
     progress = [0]
 
@@ -145,7 +148,11 @@ def run_policy(
             stuck = comms.waiting()[:5]
             raise DeadlockError(
                 f"policy {entry.display!r}: {world - finished[0]} workers are waiting forever at t={env.now:.6g}s; "
-                + ("; ".join(stuck) if stuck else "no collective is half-entered (a pull or clock wait never answered?)")
+                + (
+                    "; ".join(stuck)
+                    if stuck
+                    else "no collective is half-entered (a pull or clock wait never answered?)"
+                )
             )
     except Exception as exc:  # keep every row computed so far; the caller reports the error
         run.error = f"{type(exc).__name__}: {exc}"

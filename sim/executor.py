@@ -8,7 +8,8 @@ coupled transfer, the point-to-point counterpart of a pipelined collective.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Generator, Iterable, Sequence
+from collections.abc import Callable, Generator, Iterable, Sequence
+from typing import Any
 
 import simpy
 
@@ -64,7 +65,9 @@ class Executor:
             tickets.append([self.comms.enqueue(rank, step, op) if isinstance(op, Collective) else None for op in item])
         return self.env.process(self._run(rank, step, items, tickets))
 
-    def _run(self, rank: int, step: int, items: list[tuple[Op, ...]], tickets: list[list[Any]]) -> Generator[simpy.Event, Any, None]:
+    def _run(
+        self, rank: int, step: int, items: list[tuple[Op, ...]], tickets: list[list[Any]]
+    ) -> Generator[simpy.Event, Any, None]:
         for ops, item_tickets in zip(items, tickets):
             events = self._issue(rank, step, ops, item_tickets)
             if events:

@@ -57,13 +57,9 @@ class GpuSpec:
 
     def default_efficiency(self, precision: str) -> float:
         """The fraction of peak that training reaches at `precision` unless told otherwise."""
-        return (
-            self.efficiency_fp32 if _check_precision(precision) == "fp32" else self.efficiency_fp16
-        )
+        return self.efficiency_fp32 if _check_precision(precision) == "fp32" else self.efficiency_fp16
 
-    def compute_seconds(
-        self, flops: float, precision: str, efficiency: float | None = None
-    ) -> float:
+    def compute_seconds(self, flops: float, precision: str, efficiency: float | None = None) -> float:
         """Seconds to execute `flops` at `precision`: flops / (peak * efficiency)."""
         if flops < 0:
             raise ValueError(f"flops must be >= 0, got {flops}")

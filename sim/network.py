@@ -15,8 +15,9 @@ later (propagation and per-hop latency), when its event fires.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Optional
 
 import numpy as np
 import simpy

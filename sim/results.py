@@ -22,7 +22,19 @@ from sim.workload import ComputePlan
 
 ITERATION_FIELDS = ("iteration", "rank", "start_s", "forward_end_s", "compute_end_s", "end_s")
 # `count` > 1: a rank's concurrent point-to-point ops that travelled as one coupled transfer
-OP_FIELDS = ("step", "rank", "kind", "group", "group_size", "shard", "count", "nbytes", "issued_s", "launched_s", "finished_s")
+OP_FIELDS = (
+    "step",
+    "rank",
+    "kind",
+    "group",
+    "group_size",
+    "shard",
+    "count",
+    "nbytes",
+    "issued_s",
+    "launched_s",
+    "finished_s",
+)
 SUMMARY_COLUMNS = (
     "policy",
     "name",
@@ -101,7 +113,8 @@ def summary_frame(runs: list[PolicyRun], iterations: pd.DataFrame, cluster: Clus
         if run.link_bytes is not None and done:
             # bytes leaving hosts' NICs; NIC links are duplex pairs, so count the host->switch side
             sent = sum(
-                b for b, link, is_nic in zip(run.link_bytes, cluster.links, nic_links)
+                b
+                for b, link, is_nic in zip(run.link_bytes, cluster.links, nic_links)
                 if is_nic and cluster.graph.nodes[link.src]["kind"] in ("host", "server")
             )
             row["network_bytes_per_iteration"] = float(sent / done)

@@ -10,7 +10,7 @@ different seeds give different collisions.
 from __future__ import annotations
 
 import zlib
-from typing import Hashable
+from collections.abc import Hashable
 
 import networkx as nx
 

@@ -168,7 +168,7 @@ def _two_tier(cfg: TwoTierCluster) -> Cluster:
 
 def _custom(cfg: CustomCluster) -> Cluster:
     b = _Builder(cfg)
-    for i, node in enumerate(cfg.nodes):
+    for node in cfg.nodes:
         if node.kind == "switch":
             b.node(node.name, "switch")
         else:

@@ -15,14 +15,22 @@ if TYPE_CHECKING:
 
 
 def _span(name: str, pid: int, tid: int, start_s: float, end_s: float, **args: Any) -> dict[str, Any]:
-    return {"name": name, "ph": "X", "pid": pid, "tid": tid, "ts": start_s * 1e6, "dur": (end_s - start_s) * 1e6, "args": args}
+    return {
+        "name": name,
+        "ph": "X",
+        "pid": pid,
+        "tid": tid,
+        "ts": start_s * 1e6,
+        "dur": (end_s - start_s) * 1e6,
+        "args": args,
+    }
 
 
 def _meta(kind: str, pid: int, name: str, tid: int = 0) -> dict[str, Any]:
     return {"name": kind, "ph": "M", "pid": pid, "tid": tid, "args": {"name": name}}
 
 
-def chrome_trace(result: "Result", max_events: int) -> str:
+def chrome_trace(result: Result, max_events: int) -> str:
     events: list[dict[str, Any]] = []
     dropped = 0
 
@@ -49,7 +57,18 @@ def chrome_trace(result: "Result", max_events: int) -> str:
                 name = row.kind
             else:
                 name = f"{row.kind} shard {row.shard}" if row.shard >= 0 else f"{row.kind} x{row.count}"
-            add(_span(name, comm, tid, row.launched_s, row.finished_s, step=int(row.step), nbytes=float(row.nbytes),
-                      group_size=int(row.group_size), issued_s=float(row.issued_s)))
+            add(
+                _span(
+                    name,
+                    comm,
+                    tid,
+                    row.launched_s,
+                    row.finished_s,
+                    step=int(row.step),
+                    nbytes=float(row.nbytes),
+                    group_size=int(row.group_size),
+                    issued_s=float(row.issued_s),
+                )
+            )
     meta = {"dropped_events": dropped, "max_events": max_events}
     return json.dumps({"traceEvents": events, "displayTimeUnit": "ms", "otherData": meta})

@@ -36,6 +36,7 @@ class ComputePlan:
     params: int
     gradient_bytes: float
     parameter_bytes: float  # one replica's parameters at training precision
+
     @property
     def backward_s(self) -> float:
         return sum(b.backward_s for b in self.buckets)

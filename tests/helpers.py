@@ -44,7 +44,9 @@ def star(hosts: int, nic_gbps: float = 25.0, **extra: Any) -> dict[str, Any]:
     return {"topology": "star", "hosts": hosts, "nic_gbps": nic_gbps, "link_latency_us": 5.0, **extra}
 
 
-def two_tier(racks: int, hosts_per_rack: int, uplink_gbps: float, nic_gbps: float = 25.0, **extra: Any) -> dict[str, Any]:
+def two_tier(
+    racks: int, hosts_per_rack: int, uplink_gbps: float, nic_gbps: float = 25.0, **extra: Any
+) -> dict[str, Any]:
     return {
         "topology": "two_tier",
         "racks": racks,

@@ -68,7 +68,9 @@ def test_bad_config_exits_2_without_traceback(tmp_path: Path) -> None:
 
 def test_failing_policy_keeps_other_results_and_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     config = small_config(
-        tmp_path, iterations=4, policies=[{"name": "ring"}, {"name": "custom_policies:YieldsGarbage"}, {"name": "no_sync"}]
+        tmp_path,
+        iterations=4,
+        policies=[{"name": "ring"}, {"name": "custom_policies:YieldsGarbage"}, {"name": "no_sync"}],
     )
     out = tmp_path / "out"
     assert main(["run", str(config), "--out", str(out), "--quiet"]) == 1

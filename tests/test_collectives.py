@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 import simpy
-
 from helpers import GBPS, US, star, synthetic, two_tier
+
 from policies.ops import AllGather, AllReduce, AllToAll, Barrier, Group, ReduceScatter
 from sim.api import simulate
 from sim.collectives import CollectiveRunner, ring_steps
@@ -96,8 +96,18 @@ def test_pipelined_agrees_with_stepwise_under_contention(cluster: dict, policies
     the largest gap seen in wider sweeps was 2.2% (PS with 16 shards, BERT-large buckets)."""
     times = {}
     for model in ("pipelined", "stepwise"):
-        cfg = synthetic(cluster, policies, 80, compute_ms=60.0, iterations=4, model=model,
-                        bucket_mb=10, layers=16, jitter=0.05, seed=3)
+        cfg = synthetic(
+            cluster,
+            policies,
+            80,
+            compute_ms=60.0,
+            iterations=4,
+            model=model,
+            bucket_mb=10,
+            layers=16,
+            jitter=0.05,
+            seed=3,
+        )
         result = simulate(cfg)
         assert not result.errors
         times[model] = float(result.summary["mean_iteration_s"].iloc[0])

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 import yaml
@@ -29,11 +30,13 @@ def error_of(change: Callable[[dict], Any]) -> str:
 
 
 def test_defaults_are_filled_and_round_trip() -> None:
-    cfg = parse_config({
-        "cluster": {"topology": "star", "hosts": 2},
-        "workload": {"model": "resnet50"},
-        "policies": [{"name": "ring"}],
-    })
+    cfg = parse_config(
+        {
+            "cluster": {"topology": "star", "hosts": 2},
+            "workload": {"model": "resnet50"},
+            "policies": [{"name": "ring"}],
+        }
+    )
     assert cfg.seed == 0 and cfg.iterations == 10 and cfg.cluster.nic_gbps == 25.0
     assert cfg.workload.bucket_mb == 25.0 and cfg.simulation.collective_model == "pipelined"
     again = parse_config(yaml.safe_load(dump_config(cfg)))
@@ -52,40 +55,71 @@ def test_policy_settings_pass_through_and_label() -> None:
         # unknown keys: named, with the allowed keys
         (lambda c: c.update(iteration=5), "config: unknown key iteration; allowed keys: name, seed, iterations"),
         (lambda c: c["cluster"].update(nic_gpbs=5), "cluster: unknown key nic_gpbs; allowed keys: gpus_per_host"),
-        (lambda c: c["cluster"].update(topology="star", hosts=4),
-         "cluster: unknown keys racks, hosts_per_rack, uplink_gbps; allowed keys:"),
+        (
+            lambda c: c["cluster"].update(topology="star", hosts=4),
+            "cluster: unknown keys racks, hosts_per_rack, uplink_gbps; allowed keys:",
+        ),
         (lambda c: c["workload"].update(bucket=5), "workload: unknown key bucket; allowed keys: model, batch_size"),
         # wrong types and bad numbers
         (lambda c: c["cluster"].update(racks="four"), "cluster.racks: Input should be a valid integer"),
         (lambda c: c.update(iterations=2.5), "iterations: Input should be a valid integer"),
         (lambda c: c["cluster"].update(nic_gbps=-25), "cluster.nic_gbps: Input should be greater than 0 (got -25)"),
         (lambda c: c["cluster"].update(uplink_gbps=0), "cluster.uplink_gbps: Input should be greater than 0 (got 0)"),
-        (lambda c: c["workload"].update(compute_jitter=-0.1), "workload.compute_jitter: Input should be greater than or equal to 0"),
+        (
+            lambda c: c["workload"].update(compute_jitter=-0.1),
+            "workload.compute_jitter: Input should be greater than or equal to 0",
+        ),
         # fixed choices list the allowed values
-        (lambda c: c["cluster"].update(topology="fat_tree"),
-         "cluster.topology: unknown topology 'fat_tree'; allowed: star, two_tier, custom"),
+        (
+            lambda c: c["cluster"].update(topology="fat_tree"),
+            "cluster.topology: unknown topology 'fat_tree'; allowed: star, two_tier, custom",
+        ),
         (lambda c: c["cluster"].pop("topology"), "cluster.topology: required; allowed: star, two_tier, custom"),
-        (lambda c: c["cluster"].update(gpu="V1000"), "cluster.gpu: unknown GPU 'V1000'; allowed: K80, P100, V100, A100, H100"),
-        (lambda c: c["workload"].update(model="resnet5"), "workload.model: unknown model 'resnet5'; allowed: synthetic, resnet50"),
+        (
+            lambda c: c["cluster"].update(gpu="V1000"),
+            "cluster.gpu: unknown GPU 'V1000'; allowed: K80, P100, V100, A100, H100",
+        ),
+        (
+            lambda c: c["workload"].update(model="resnet5"),
+            "workload.model: unknown model 'resnet5'; allowed: synthetic, resnet50",
+        ),
         (lambda c: c["workload"].update(precision="bf16"), "workload.precision: Input should be 'fp32' or 'fp16'"),
-        (lambda c: c.update(simulation={"collective_model": "fine"}),
-         "simulation.collective_model: Input should be 'pipelined' or 'stepwise'"),
+        (
+            lambda c: c.update(simulation={"collective_model": "fine"}),
+            "simulation.collective_model: Input should be 'pipelined' or 'stepwise'",
+        ),
         (lambda c: c["workload"].update(model="synthetic"), "workload.gradient_mb: required when model is 'synthetic'"),
         (lambda c: c["workload"].update(gradient_mb=5), "workload.gradient_mb: applies only to model 'synthetic'"),
         (lambda c: c.pop("workload"), "workload: required"),
         (lambda c: c.update(policies=[]), "policies: List should have at least 1 item"),
         # policies: names, settings, and settings that do not fit the cluster
-        (lambda c: c["policies"].append({"name": "rign"}),
-         "policies[4].name: unknown policy 'rign'; allowed: hierarchical, no_sync, ps, ring"),
-        (lambda c: c["policies"].append({"name": "nope.mod:Cls"}), "policies[4].name: cannot load policy class 'nope.mod:Cls'"),
+        (
+            lambda c: c["policies"].append({"name": "rign"}),
+            "policies[4].name: unknown policy 'rign'; allowed: hierarchical, no_sync, ps, ring",
+        ),
+        (
+            lambda c: c["policies"].append({"name": "nope.mod:Cls"}),
+            "policies[4].name: cannot load policy class 'nope.mod:Cls'",
+        ),
         (lambda c: c["policies"].append({"name": "ring"}), "policies[4].label: duplicate label 'ring'"),
         (lambda c: c["policies"][1].update(foo=1), "policies[1].foo: unknown setting for policy 'ring'"),
-        (lambda c: c["policies"][2].update(level="pod"), "policies[2].level: should be 'auto', 'host' or 'rack' (got 'pod')"),
-        (lambda c: c["policies"][3].update(shards=0), "policies[3].shards: should be 'auto' or greater than or equal to 1"),
-        (lambda c: (c.update(cluster={"topology": "star", "hosts": 4})),
-         "policies[2].level: 'rack' needs a topology with racks; allowed here: auto, host"),
-        (lambda c: c["policies"][3].update(placement="dedicated"),
-         "policies[3].placement: 'dedicated' needs server-only hosts (set cluster.server_hosts); allowed here: colocated"),
+        (
+            lambda c: c["policies"][2].update(level="pod"),
+            "policies[2].level: should be 'auto', 'host' or 'rack' (got 'pod')",
+        ),
+        (
+            lambda c: c["policies"][3].update(shards=0),
+            "policies[3].shards: should be 'auto' or greater than or equal to 1",
+        ),
+        (
+            lambda c: c.update(cluster={"topology": "star", "hosts": 4}),
+            "policies[2].level: 'rack' needs a topology with racks; allowed here: auto, host",
+        ),
+        (
+            lambda c: c["policies"][3].update(placement="dedicated"),
+            "policies[3].placement: 'dedicated' needs server-only hosts (set cluster.server_hosts); "
+            "allowed here: colocated",
+        ),
         (lambda c: c["policies"][3].update(hosts=["h99"]), "policies[3].hosts: unknown hosts ['h99']; allowed: h0, h1"),
     ],
 )
@@ -123,6 +157,12 @@ def test_load_config_file_errors(tmp_path: Path) -> None:
 
 def test_unknown_key_inside_custom_links() -> None:
     data = copy.deepcopy(base())
-    data["cluster"] = {"topology": "custom", "nodes": [{"name": "a", "kind": "host"}], "links": [{"a": "a", "b": "a", "gpbs": 1}]}
-    with pytest.raises(ConfigError, match=r"cluster.links\[0\]: unknown key gpbs; allowed keys: a, b, gbps, latency_us"):
+    data["cluster"] = {
+        "topology": "custom",
+        "nodes": [{"name": "a", "kind": "host"}],
+        "links": [{"a": "a", "b": "a", "gpbs": 1}],
+    }
+    with pytest.raises(
+        ConfigError, match=r"cluster.links\[0\]: unknown key gpbs; allowed keys: a, b, gbps, latency_us"
+    ):
         parse_config(data)

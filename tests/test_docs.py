@@ -1,20 +1,48 @@
-"""The Python examples in the docs run, in order, as a reader would paste them."""
+"""The examples in the docs run as a reader would paste them."""
 
 from __future__ import annotations
 
 import re
+import shutil
 from pathlib import Path
 
 import pytest
+import yaml
 
-DOCS = Path(__file__).parent.parent / "docs"
-BLOCK = re.compile(r"```python\n(.*?)```", re.S)
+from sim.api import prepare
+from sim.config import parse_config
+
+ROOT = Path(__file__).parent.parent
+PYTHON = re.compile(r"```python\n(.*?)```", re.S)
+YAML = re.compile(r"```yaml\n(.*?)```", re.S)
 
 
-@pytest.mark.parametrize("page", ["policies.md"])
-def test_python_blocks_run(page: str) -> None:
-    blocks = BLOCK.findall((DOCS / page).read_text())
-    assert blocks, f"{page} has no python examples"
-    namespace: dict = {"__name__": f"docs_{page}"}
+def run_blocks(page: Path) -> None:
+    blocks = PYTHON.findall(page.read_text())
+    assert blocks, f"{page.name} has no python examples"
+    namespace: dict = {"__name__": f"docs_{page.stem}"}
     for code in blocks:
-        exec(compile(code, str(DOCS / page), "exec"), namespace)
+        exec(compile(code, str(page), "exec"), namespace)
+
+
+def test_policies_page_examples_run() -> None:
+    run_blocks(ROOT / "docs" / "policies.md")
+
+
+def test_readme_python_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    shutil.copytree(ROOT / "configs", tmp_path / "configs")
+    monkeypatch.chdir(tmp_path)
+    run_blocks(ROOT / "README.md")
+    assert (tmp_path / "results" / "quickstart" / "summary.csv").exists()
+
+
+def test_readme_config_tour_is_valid() -> None:
+    (tour,) = [b for b in YAML.findall((ROOT / "README.md").read_text()) if "policies:" in b]
+    cluster, _ = prepare(parse_config(yaml.safe_load(tour)))
+    assert cluster.world_size == 16
+
+
+def test_config_reference_is_current() -> None:
+    from sim.config_reference import render
+
+    assert (ROOT / "docs" / "config.md").read_text() == render(), "run: python -m sim.config_reference > docs/config.md"

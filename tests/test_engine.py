@@ -5,16 +5,25 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from helpers import star, synthetic, two_tier
+
 from sim.api import simulate
 
 QUICKSTART = Path(__file__).parent.parent / "configs" / "quickstart.yaml"
 
 
 def test_same_seed_same_files_other_seed_other_numbers(tmp_path: Path) -> None:
-    cfg = synthetic(two_tier(2, 4, 25.0), [{"name": "ring"}, {"name": "ps", "shards": 2}], 40,
-                    compute_ms=30.0, iterations=5, bucket_mb=10, layers=8, jitter=0.1, seed=11)
+    cfg = synthetic(
+        two_tier(2, 4, 25.0),
+        [{"name": "ring"}, {"name": "ps", "shards": 2}],
+        40,
+        compute_ms=30.0,
+        iterations=5,
+        bucket_mb=10,
+        layers=8,
+        jitter=0.1,
+        seed=11,
+    )
     cfg["simulation"]["trace"] = True
     simulate(cfg).write(tmp_path / "a", plot=False)
     simulate(cfg).write(tmp_path / "b", plot=False)

@@ -12,8 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from helpers import GBPS, US
+
 from sim.api import simulate
 from sim.config import load_config
 from sim.gpus import get_gpu

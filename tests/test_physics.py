@@ -8,8 +8,8 @@ workload with zero compute and one bucket, so one iteration is exactly one gradi
 from __future__ import annotations
 
 import pytest
-
 from helpers import GBPS, US, star, synthetic, two_tier
+
 from sim.api import simulate
 from sim.gpus import get_gpu
 
@@ -104,7 +104,9 @@ def test_hierarchical_host_level_matches_closed_form(hosts: int, gpus: int, mode
     """Reduce-scatter over NVLink inside a host, g cross-host rings sharing the host NIC (each gets
     B_nic/g), all-gather over NVLink."""
     n = 100 * MB
-    cfg = synthetic(star(hosts, 100.0, gpus_per_host=gpus), [{"name": "hierarchical", "level": "host"}], 100, model=model)
+    cfg = synthetic(
+        star(hosts, 100.0, gpus_per_host=gpus), [{"name": "hierarchical", "level": "host"}], 100, model=model
+    )
     nvlink = get_gpu("V100").intra_host_gbps * GBPS
     intra_alpha = 2 * INTRA_US * US
     expected = 2 * ring_phase(gpus, n, intra_alpha, nvlink) + ring_allreduce(

@@ -6,6 +6,7 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 import policies
 from policies import Bucket, ClusterView, HostInfo, ModelInfo, RackInfo, SettingError
@@ -23,8 +24,12 @@ def view(racks: int, hosts_per_rack: int, gpus: int, servers: int = 0) -> Cluste
     for s in range(servers):
         hosts[f"ps{s}"] = HostInfo(f"ps{s}", None, (), 1e9, 1e11)
     rack_map = (
-        {f"r{r}": RackInfo(f"r{r}", tuple(f"h{r * hosts_per_rack + i}" for i in range(hosts_per_rack)), 2e9)
-         for r in range(racks)} if racks > 1 else {}
+        {
+            f"r{r}": RackInfo(f"r{r}", tuple(f"h{r * hosts_per_rack + i}" for i in range(hosts_per_rack)), 2e9)
+            for r in range(racks)
+        }
+        if racks > 1
+        else {}
     )
     return ClusterView(tuple(rank_hosts), hosts, rack_map, tuple(f"ps{s}" for s in range(servers)))
 
@@ -50,16 +55,21 @@ def test_no_sync_never_communicates() -> None:
     assert program(p, "on_gradients", 0, 0, BUCKET) == [] and p.servers() == ()
 
 
-@pytest.mark.parametrize("level, local, cross", [
-    ("host", (2, 3), (1, 3, 5, 7)),    # rank 3 sits on h1 with rank 2; cross group: 2nd GPU of each host
-    ("rack", (0, 1, 2, 3), (3, 7)),    # rack r0 holds ranks 0-3; cross group: 4th rank of each rack
-])
+@pytest.mark.parametrize(
+    "level, local, cross",
+    [
+        ("host", (2, 3), (1, 3, 5, 7)),  # rank 3 sits on h1 with rank 2; cross group: 2nd GPU of each host
+        ("rack", (0, 1, 2, 3), (3, 7)),  # rack r0 holds ranks 0-3; cross group: 4th rank of each rack
+    ],
+)
 def test_hierarchical_groups_and_program(level: str, local: tuple, cross: tuple) -> None:
     h = policies.Hierarchical(level=level)
     h.bind(view(2, 2, 2), MODEL)
     g = len(local)
     assert program(h, "on_gradients", 3, 0, BUCKET) == [
-        ReduceScatter(Group(local), 8e6), AllReduce(Group(cross), 8e6 / g), AllGather(Group(local), 8e6)
+        ReduceScatter(Group(local), 8e6),
+        AllReduce(Group(cross), 8e6 / g),
+        AllGather(Group(local), 8e6),
     ]
 
 
@@ -103,10 +113,10 @@ def test_ps_placements() -> None:
 
 
 def test_settings_are_validated_and_frozen() -> None:
-    with pytest.raises(Exception):
+    with pytest.raises(ValidationError, match="level"):
         policies.Hierarchical(level="pod")
     h = policies.Hierarchical(level="rack")
-    with pytest.raises(Exception):
+    with pytest.raises(ValidationError, match="frozen"):
         h.settings.level = "host"  # type: ignore[misc]
     assert repr(h) == "Hierarchical(level='rack')"
 

@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
-
 from helpers import star, synthetic
+
 from sim.api import simulate
 
 MB = 1e6
@@ -46,7 +46,9 @@ def test_network_bytes_match_the_algorithm(cluster: dict, policy: dict, expected
 
 
 def test_ops_table_rows() -> None:
-    result = simulate(synthetic(star(4), [{"name": "ring"}, {"name": "ps", "shards": 2}], 40, iterations=2, bucket_mb=10, layers=4))
+    result = simulate(
+        synthetic(star(4), [{"name": "ring"}, {"name": "ps", "shards": 2}], 40, iterations=2, bucket_mb=10, layers=4)
+    )
     ops = result.ops
     ring = ops[ops["policy"] == "ring"]
     assert (ring["kind"] == "AllReduce").all() and len(ring) == 2 * 4  # one row per collective

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 
 from helpers import star, synthetic, two_tier
+
 from sim.config import parse_config
 from sim.routing import Router
 from sim.topology import build_cluster

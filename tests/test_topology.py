@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
 from helpers import GBPS, US, star, synthetic, two_tier
+
 from sim.config import parse_config
 from sim.errors import ConfigError
 from sim.topology import build_cluster

@@ -74,4 +74,6 @@ def test_jitter_factors() -> None:
     assert f.shape == (2000, 50) and (f > 0).all()
     assert f.mean() == pytest.approx(1.0, abs=0.002)
     assert f.std() / f.mean() == pytest.approx(0.1, rel=0.02)
-    assert (jitter_factors(0.1, 3, 4, np.random.default_rng(5)) == jitter_factors(0.1, 3, 4, np.random.default_rng(5))).all()
+    assert (
+        jitter_factors(0.1, 3, 4, np.random.default_rng(5)) == jitter_factors(0.1, 3, 4, np.random.default_rng(5))
+    ).all()

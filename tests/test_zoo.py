@@ -97,9 +97,7 @@ def megatron_forward_flops(seq: int, layers: int, hidden: int, vocab: int = 0) -
         ("gpt2", 1024, 12, 768, 50257),
     ],
 )
-def test_transformer_flops_match_closed_form(
-    name: str, seq: int, layers: int, hidden: int, vocab: int
-) -> None:
+def test_transformer_flops_match_closed_form(name: str, seq: int, layers: int, hidden: int, vocab: int) -> None:
     expected = megatron_forward_flops(seq, layers, hidden, vocab)
     # Our extras (biases, norms, softmax, GELU) add under 0.5%; halving attention at BERT's
     # 128 tokens would move the total by 1.4%, so 1% still catches a missing product.

@@ -135,9 +135,7 @@ def transformer_block(
     )
     attn_out = plus_flops(linear(f"{prefix}.attn.out", d_model, d_model, tokens=tokens), residual)
     ln1 = layer_norm(f"{prefix}.ln1", d_model, tokens)
-    fc = plus_flops(
-        linear(f"{prefix}.mlp.fc", d_model, d_ff, tokens=tokens), GELU_FLOPS * tokens * d_ff
-    )
+    fc = plus_flops(linear(f"{prefix}.mlp.fc", d_model, d_ff, tokens=tokens), GELU_FLOPS * tokens * d_ff)
     proj = plus_flops(linear(f"{prefix}.mlp.proj", d_ff, d_model, tokens=tokens), residual)
     ln2 = layer_norm(f"{prefix}.ln2", d_model, tokens)
     if pre_norm:

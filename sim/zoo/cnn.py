@@ -118,9 +118,7 @@ def vgg16() -> ModelSpec:
     )
 
 
-def wide_resnet_layers(
-    depth: int, widen: int, *, classes: int = CIFAR10_CLASSES
-) -> tuple[Layer, ...]:
+def wide_resnet_layers(depth: int, widen: int, *, classes: int = CIFAR10_CLASSES) -> tuple[Layer, ...]:
     """A pre-activation WideResNet for 32x32 CIFAR images.
 
     `depth` counts the 3x3 convolutions plus the classifier, as for CIFAR ResNets: depth = 6n + 2

@@ -25,9 +25,7 @@ GPT2_POSITIONS = 1024
 GPT2_SEQ_LEN = 1024
 
 
-def bert_layers(
-    *, n_layers: int, d_model: int, n_heads: int, seq_len: int = BERT_SEQ_LEN
-) -> tuple[Layer, ...]:
+def bert_layers(*, n_layers: int, d_model: int, n_heads: int, seq_len: int = BERT_SEQ_LEN) -> tuple[Layer, ...]:
     """BERT's embeddings, encoder and pooler (Hugging Face `BertModel`, no pre-training heads)."""
     tokens = seq_len
     layers = [

@@ -1,0 +1,97 @@
+"""Wording of config errors: one line per problem, naming the field and the allowed values.
+
+Pydantic's raw errors are precise but shaped for programs (tuple locations, a discriminator tag in
+the path, one error per union branch). This turns them into what a user can act on.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, get_args, get_origin
+
+from pydantic import BaseModel
+
+def _where(loc: tuple[Any, ...]) -> str:
+    parts = [str(p) for p in loc if p not in ("star", "two_tier", "custom")]
+    return ".".join(p if not p.isdigit() else f"[{p}]" for p in parts).replace(".[", "[") or "config"
+
+
+def _format_error(err: dict[str, Any]) -> str:
+    where, kind = _where(err["loc"]), err["type"]
+    msg = err["msg"].removeprefix("Value error, ")
+    if kind == "union_tag_not_found":
+        return f"{where}.topology: required; allowed: star, two_tier, custom"
+    if kind == "union_tag_invalid":
+        return f"{where}.topology: unknown topology {err['ctx']['tag']!r}; allowed: star, two_tier, custom"
+    if kind == "missing":
+        return f"{where}: required"
+    if kind == "value_error":
+        field, sep, rest = msg.partition(": ")
+        if sep and field.isidentifier():  # a model validator naming the field inside `where`
+            return f"{where}.{field}: {rest}"
+        return f"{where}: {msg}"
+    shown = err.get("input")
+    return f"{where}: {msg}" + ("" if isinstance(shown, (dict, list)) else f" (got {shown!r})")
+
+
+def describe(errors: list[dict[str, Any]], data: Any, root: type[BaseModel]) -> list[str]:
+    """One line per problem; unknown keys of one section are reported together with the allowed ones."""
+    lines: list[str] = []
+    unknown: dict[str, list[str]] = {}
+    for err in errors:
+        if err["type"] != "extra_forbidden":
+            lines.append(_format_error(err))
+            continue
+        section = _where(err["loc"][:-1])
+        if section not in unknown:
+            unknown[section] = []
+            allowed = ", ".join(allowed_keys(root, data, err["loc"][:-1]))
+            lines.append(f"{section}: unknown key{{s}} {{keys}}; allowed keys: {allowed}")
+        unknown[section].append(str(err["loc"][-1]))
+    out = []
+    for line in dict.fromkeys(lines):
+        section = line.partition(": ")[0]
+        if "{keys}" in line:
+            keys = unknown[section]
+            line = line.replace("{s}", "s" if len(keys) > 1 else "").replace("{keys}", ", ".join(keys))
+        out.append(line)
+    return out
+
+
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    """Pydantic models inside a field annotation (through Optional, list, Union, Annotated)."""
+    found, stack = [], [annotation]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, type) and issubclass(current, BaseModel):
+            found.append(current)
+        else:
+            stack.extend(get_args(current))
+    return found
+
+
+def _matching(models: list[type[BaseModel]], node: Any) -> type[BaseModel]:
+    """The union member whose Literal tag (e.g. topology: two_tier) the user's data carries."""
+    if isinstance(node, dict):
+        for model in models:
+            for name, field in model.model_fields.items():
+                if get_origin(field.annotation) is Literal and node.get(name) in get_args(field.annotation):
+                    if len(get_args(field.annotation)) == 1:
+                        return model
+    return models[0]
+
+
+def allowed_keys(root: type[BaseModel], data: Any, loc: tuple[Any, ...]) -> list[str]:
+    """The keys accepted at `loc` of the raw config `data` (used only to word an error)."""
+    model, node = root, data
+    for part in loc:
+        if isinstance(node, (dict, list)):
+            try:
+                node = node[part]
+            except (KeyError, IndexError, TypeError):
+                pass
+        if isinstance(part, int) or part not in model.model_fields:
+            continue  # a list index, or a union tag pydantic puts in the path
+        models = _models_in(model.model_fields[part].annotation)
+        if models:
+            model = _matching(models, node)
+    return list(model.model_fields)

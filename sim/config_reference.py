@@ -1,0 +1,116 @@
+"""docs/config.md, generated from the config models so the reference cannot drift from the code.
+
+    python -m sim.config_reference > docs/config.md
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Any, Literal, Union, get_args, get_origin
+
+import annotated_types as at
+from pydantic import BaseModel
+from pydantic_core import PydanticUndefined
+
+from policies.registry import BUILTIN, resolve
+from sim.config import (
+    ClusterBase,
+    Config,
+    CustomCluster,
+    CustomLink,
+    CustomNode,
+    PolicyEntry,
+    SimulationConfig,
+    StarCluster,
+    TwoTierCluster,
+    WorkloadConfig,
+)
+
+_BOUNDS = ((at.Gt, ">"), (at.Ge, ">="), (at.Lt, "<"), (at.Le, "<="))
+
+
+def type_text(annotation: Any, metadata: list[Any] = ()) -> str:  # type: ignore[assignment]
+    """A reader's description of a field type: `number > 0`, `fp32 | fp16`, `list of links`."""
+    origin, args = get_origin(annotation), get_args(annotation)
+    if origin is Literal:
+        return " \\| ".join(str(a) for a in args)
+    if origin in (Union, types.UnionType):
+        return " or ".join(type_text(a) for a in args if a is not type(None))
+    if origin is list:
+        inner = args[0]
+        return f"list of {inner.__name__}" if isinstance(inner, type) and issubclass(inner, BaseModel) else "list"
+    if hasattr(annotation, "__metadata__"):  # Annotated[...]
+        return type_text(args[0], [*metadata, *annotation.__metadata__])
+    names = {int: "integer", float: "number", str: "text", bool: "true \\| false"}
+    text = names.get(annotation, getattr(annotation, "__name__", str(annotation)))
+    bounds = [
+        f"{symbol} {getattr(bound, kind.__name__.lower())}"
+        for item in metadata
+        for bound in getattr(item, "metadata", [item])
+        for kind, symbol in _BOUNDS
+        if isinstance(bound, kind)
+    ]
+    return f"{text} {', '.join(bounds)}" if bounds else text
+
+
+def table(model: type[BaseModel], skip: tuple[str, ...] = ()) -> str:
+    rows = ["| key | type | default | meaning |", "| --- | --- | --- | --- |"]
+    for name, field in model.model_fields.items():
+        if name in skip:
+            continue
+        if field.default is PydanticUndefined and field.default_factory is None:
+            default = "**required**"
+        elif isinstance(field.default, BaseModel) or field.default_factory is not None:
+            default = "(section defaults)"
+        elif isinstance(field.default, bool):
+            default = f"`{str(field.default).lower()}`"
+        else:
+            default = f"`{field.default}`" if field.default is not None else "-"
+        kind = type_text(field.annotation, field.metadata)
+        rows.append(f"| `{name}` | {kind} | {default} | {field.description or ''} |")
+    return "\n".join(rows)
+
+
+def render() -> str:
+    own = tuple(ClusterBase.model_fields)
+    parts = [
+        "# Config reference",
+        "",
+        "Generated from the config models by `python -m sim.config_reference > docs/config.md`; a test keeps it",
+        "current. Units are in the key names: `_gbps` = 10^9 bit/s per direction, `_us`, `_ms`, `_mb` = 10^6",
+        "bytes. Unknown keys are errors.",
+        "",
+        "## Top level",
+        "",
+        table(Config),
+        "",
+        "## `cluster`",
+        "",
+        "`topology` selects the shape. Keys every topology accepts:",
+        "",
+        table(ClusterBase),
+    ]
+    for model in (StarCluster, TwoTierCluster, CustomCluster):
+        tag = get_args(model.model_fields["topology"].annotation)[0]
+        parts += ["", f"### `topology: {tag}`", "", model.__doc__ or "", "", table(model, skip=own + ("topology",))]
+    parts += ["", "Each entry of `nodes`:", "", table(CustomNode), "", "Each entry of `links`:", "", table(CustomLink)]
+    parts += ["", "## `workload`", "", table(WorkloadConfig), "", "## `simulation`", "", table(SimulationConfig)]
+    parts += [
+        "",
+        "## `policies`",
+        "",
+        "A list; each entry takes these keys plus the policy's own settings:",
+        "",
+        table(PolicyEntry),
+    ]
+    for name in BUILTIN:
+        cls = resolve(name)
+        settings = cls.Settings.model_fields
+        doc = " ".join((cls.__doc__ or "").strip().split("\n\n")[0].split())
+        parts += ["", f"### `{name}`", "", doc, ""]
+        parts.append(table(cls.Settings) if settings else "No settings.")
+    return "\n".join(parts) + "\n"
+
+
+if __name__ == "__main__":
+    print(render(), end="")
