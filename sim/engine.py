@@ -147,7 +147,7 @@ def run_policy(
         if finished[0] < world:
             stuck = comms.waiting()[:5]
             raise DeadlockError(
-                f"policy {entry.display!r}: {world - finished[0]} workers are waiting forever at t={env.now:.6g}s; "
+                f"policy {entry.display!r}: {world - finished[0]} of {world} workers wait forever at t={env.now:.6g}s; "
                 + (
                     "; ".join(stuck)
                     if stuck

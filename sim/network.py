@@ -80,7 +80,9 @@ class Network:
         self._n_active = 0
         # classes of identical transfers, and their link incidence (link, class, multiplicity)
         self._class_of: dict[tuple, int] = {}
-        self._c = _Growable(16, count=(float, 0.0), rate=(float, 0.0), cap=(float, np.inf))
+        # count: active transfers per class; rated: how many of them the current rates were computed
+        # for (a transfer that joins a class has no rate until the recompute at the same instant)
+        self._c = _Growable(16, count=(float, 0.0), rated=(float, 0.0), rate=(float, 0.0), cap=(float, np.inf))
         self._n_classes = 0
         self._e = _Growable(64, link=(np.int64, 0), cls=(np.int64, 0), mult=(float, 0.0))
         self._n_entries = 0
@@ -134,7 +136,7 @@ class Network:
     def link_load(self) -> np.ndarray:
         """Current bytes/s on every link (for utilisation and invariant checks)."""
         e, c, n = self._e, self._c, self._n_entries
-        weights = e.mult[:n] * c.count[e.cls[:n]] * c.rate[e.cls[:n]]
+        weights = e.mult[:n] * c.rated[e.cls[:n]] * c.rate[e.cls[:n]]
         return np.bincount(e.link[:n], weights=weights, minlength=len(self.capacity))
 
     # ----------------------------------------------------------------------------- transfers
@@ -148,7 +150,7 @@ class Network:
             cls = self._class_of[key] = self._n_classes
             self._n_classes += 1
             self._c.ensure(self._n_classes)
-            self._c.count[cls], self._c.rate[cls], self._c.cap[cls] = 0.0, 0.0, cap
+            self._c.count[cls], self._c.rated[cls], self._c.rate[cls], self._c.cap[cls] = 0.0, 0.0, 0.0, cap
             n, m = self._n_entries, len(ids)
             self._e.ensure(n + m)
             self._e.link[n : n + m], self._e.cls[n : n + m], self._e.mult[n : n + m] = ids, cls, counts
@@ -199,10 +201,10 @@ class Network:
         links, classes, mult = e.link[entries], new_of_old[e.cls[entries]], e.mult[entries]
         self._n_entries = len(entries)
         e.link[: self._n_entries], e.cls[: self._n_entries], e.mult[: self._n_entries] = links, classes, mult
-        count, rate, cap = c.count[keep], c.rate[keep], c.cap[keep]
-        self._n_classes = len(keep)
-        c.count[: self._n_classes], c.rate[: self._n_classes], c.cap[: self._n_classes] = count, rate, cap
-        c.count[self._n_classes :] = 0.0
+        count, rated, rate, cap = c.count[keep], c.rated[keep], c.rate[keep], c.cap[keep]
+        self._n_classes = nk = len(keep)
+        c.count[:nk], c.rated[:nk], c.rate[:nk], c.cap[:nk] = count, rated, rate, cap
+        c.count[nk:], c.rated[nk:] = 0.0, 0.0
         self._class_of = {k: int(new_of_old[v]) for k, v in self._class_of.items() if new_of_old[v] >= 0}
         n = len(self._slots)
         self._t.cls[:n] = np.where(self._t.active[:n], new_of_old[self._t.cls[:n]], 0)
@@ -228,6 +230,8 @@ class Network:
         self._recompute_pending = False
         self._advance()
         self._finish_due()
+        nc = self._n_classes
+        self._c.rated[:nc] = self._c.count[:nc]  # the rates below are for exactly these transfers
         self._version += 1
         if not self._n_active:
             return

@@ -152,6 +152,11 @@ class Result:
             _atomic_write(out / "trace.json", chrome_trace(self, self.config.simulation.trace_max_events))
         if plot and len(self.summary):
             comparison_plot(self.summary, self.iterations, out / "comparison.png")
+        failed = [run for run in self.runs if run.error is not None]
+        if failed:  # the summary says why in one line; the full traceback is for bug reports
+            _atomic_write(out / "errors.txt", "\n".join(f"== {run.label}\n{run.traceback}" for run in failed))
+        elif (out / "errors.txt").exists():
+            (out / "errors.txt").unlink()
         return out
 
 

@@ -31,7 +31,7 @@ class Link:
     dst: str
     capacity: float  # bytes/s
     latency: float  # s
-    kind: str  # intra | nic | uplink | custom
+    kind: str  # intra (GPU-host) | nic (host-network) | uplink (ToR-core) | fabric (custom switch-switch)
 
 
 @dataclass
@@ -180,7 +180,8 @@ def _custom(cfg: CustomCluster) -> Cluster:
                 raise ConfigError(f"cluster.links[{i}]: unknown node {end!r}; allowed: the names under cluster.nodes")
         gbps = link.gbps or cfg.nic_gbps
         lat = (cfg.link_latency_us if link.latency_us is None else link.latency_us) * US
-        b.cable(link.a, link.b, gbps * GBPS, lat, "custom")
+        ends = {b.graph.nodes[link.a]["kind"], b.graph.nodes[link.b]["kind"]}
+        b.cable(link.a, link.b, gbps * GBPS, lat, "nic" if ends & {"host", "server"} else "fabric")
     undirected = b.graph.to_undirected(as_view=True)
     if not nx.is_connected(undirected):
         parts = sorted(sorted(c)[0] for c in nx.connected_components(undirected))

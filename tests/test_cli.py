@@ -79,3 +79,4 @@ def test_failing_policy_keeps_other_results_and_exits_1(tmp_path: Path, capsys: 
     assert summary.loc["ring", "status"] == "ok" and summary.loc["no_sync", "status"] == "ok"
     assert summary.loc["custom_policies:YieldsGarbage", "status"].startswith("failed: PolicyError")
     assert summary.loc["custom_policies:YieldsGarbage", "iterations"] == 2  # steps 0 and 1 completed
+    assert "Traceback" in (out / "errors.txt").read_text()

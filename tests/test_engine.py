@@ -69,7 +69,7 @@ def test_failure_keeps_rows_computed_so_far() -> None:
 def test_deadlock_is_reported_with_the_half_entered_collective() -> None:
     result = simulate(synthetic(star(3), [{"name": "custom_policies:HalfTheRanks"}], 10, iterations=2))
     error = result.errors["custom_policies:HalfTheRanks"]
-    assert error.startswith("DeadlockError: policy 'custom_policies:HalfTheRanks': 1 workers are waiting forever")
+    assert error.startswith("DeadlockError: policy 'custom_policies:HalfTheRanks': 1 of 3 workers wait forever")
     assert "ranks [1, 2] never reached it" in error
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Sequence
 from fractions import Fraction
-from typing import Optional, Sequence
+from typing import Optional
 
 import numpy as np
 import pytest
@@ -48,8 +49,8 @@ def solve(
 
 def reference_rates(
     capacity: Sequence[float], transfers: Sequence[Transfer], caps: Optional[Sequence[float]] = None
-) -> list[float]:
-    """Exact max-min rates by water levels over Fractions; written for clarity, not speed.
+) -> list:
+    """Exact max-min rates (Fractions, or inf) by water levels; written for clarity, not speed.
 
     All transfers not yet fixed share one rising level. Each round computes, for every link, the level
     at which it would fill given the fixed transfers, takes the lowest such level (or the lowest cap
@@ -77,7 +78,7 @@ def reference_rates(
         for i in fixed:
             rate[i] = level
         open_ -= fixed
-    return [float(r) for r in rate]
+    return rate
 
 
 def link_loads(capacity: Sequence[float], transfers: Sequence[Transfer], rates: Sequence[float]) -> np.ndarray:
@@ -104,7 +105,7 @@ capacities = st.one_of(
     st.integers(1, 12).map(float),  # small integers make exact ties between links common
     st.floats(1e-3, 1e12, allow_nan=False, allow_infinity=False),
 )
-# Monotonicity cases compare two solves; integer capacities keep genuine differences far above rounding.
+# Monotonicity cases compare two solves; whole capacities and caps keep real differences far above rounding.
 small_integers = st.integers(1, 30).map(float)
 cap_values = st.one_of(st.just(math.inf), st.just(0.0), st.integers(1, 12).map(float), st.floats(1e-3, 1e12))
 
@@ -115,12 +116,14 @@ def transfer_strategy(n_links: int, max_sub: int = 3, allow_empty: bool = True) 
 
 
 @st.composite
-def instances(draw, max_links=6, max_transfers=8, max_sub=3, with_caps=None, allow_empty=True, capacity_values=None):
+def instances(draw, max_links=6, max_transfers=8, max_sub=3, with_caps=None, allow_empty=True, integral=False):
+    """(capacity, transfers, caps or None); `integral` draws small whole capacities and caps only."""
     n_links = draw(st.integers(1, max_links))
-    capacity = draw(st.lists(capacities if capacity_values is None else capacity_values, min_size=n_links, max_size=n_links))
+    capacity = draw(st.lists(small_integers if integral else capacities, min_size=n_links, max_size=n_links))
     transfers = draw(st.lists(transfer_strategy(n_links, max_sub, allow_empty), min_size=1, max_size=max_transfers))
     use_caps = draw(st.booleans()) if with_caps is None else with_caps
-    ceilings = draw(st.lists(cap_values, min_size=len(transfers), max_size=len(transfers))) if use_caps else None
+    values = st.one_of(st.just(math.inf), small_integers) if integral else cap_values
+    ceilings = draw(st.lists(values, min_size=len(transfers), max_size=len(transfers))) if use_caps else None
     return capacity, transfers, ceilings
 
 
@@ -129,7 +132,7 @@ def with_newcomer(draw, max_sub=3, with_caps=None, single_link=False):
     """An instance plus one extra transfer (and its cap, if the instance has caps) to add to it."""
     kw = dict(max_links=1) if single_link else {}
     capacity, transfers, caps = draw(
-        instances(max_sub=max_sub, with_caps=with_caps, allow_empty=False, capacity_values=small_integers, **kw)
+        instances(max_sub=max_sub, with_caps=with_caps, allow_empty=False, integral=True, **kw)
     )
     newcomer = draw(transfer_strategy(len(capacity), max_sub, allow_empty=False))
     new_cap = None if caps is None else draw(st.one_of(st.just(math.inf), st.integers(1, 30).map(float)))
@@ -152,16 +155,17 @@ def test_agrees_with_exact_reference(instance) -> None:
     want = reference_rates(capacity, transfers, caps)
     assert got.shape == (len(transfers),)
     for g, w in zip(got, want):
-        assert g == pytest.approx(w, rel=REL, abs=1e-12 * max(capacity))
+        assert g == pytest.approx(float(w), rel=REL, abs=1e-12 * max(capacity))
 
 
 def test_reference_solver_on_a_hand_case() -> None:
     # Guard the guard: the reference gets the parking lot right (see test_parking_lot below).
-    assert reference_rates([1.0, 2.0], [((0, 1),), ((0,),), ((1,),)]) == [0.5, 0.5, 1.5]
+    half = Fraction(1, 2)
+    assert reference_rates([1.0, 2.0], [((0, 1),), ((0,),), ((1,),)]) == [half, half, 3 * half]
 
 
 # ----------------------------------------------------------------------------- invariants
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(instances())
 def test_feasible_and_every_transfer_capped_or_bottlenecked(instance) -> None:
     """Max-min fairness, characterised: feasible, and every transfer is at its cap or has a bottleneck
@@ -294,21 +298,22 @@ def lexicographically_at_most(a: np.ndarray, b: np.ndarray) -> bool:
     return True
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(with_newcomer())
 def test_adding_a_flow_never_raises_the_sorted_rates_lexicographically(case) -> None:
     """(a) Adding a transfer never raises the minimum rate of the others, nor their sorted rate vector
     in lexicographic order. Proof: the max-min fair vector is the unique feasible vector that is
-    leximin-largest (Bertsekas & Gallager, Data Networks, §6.5). Dropping the newcomer from the new
-    allocation leaves a vector that is feasible for the old instance (the newcomer only used
-    capacity), so it is leximin-at-most the old allocation; in particular its minimum is at most the
-    old minimum."""
+    leximin-largest (a standard result for feasible sets like ours, {r >= 0 : A r <= c, r <= cap}
+    with A >= 0; see Radunovic & Le Boudec, "A unified framework for max-min and min-max fairness
+    with applications", 2007). Dropping the newcomer from the new allocation leaves a vector that is
+    feasible for the old instance (the newcomer only used capacity), so it is leximin-at-most the old
+    allocation; in particular its minimum is at most the old minimum."""
     before, after = add(*case)
     assert after[:-1].min() <= before.min() * (1 + REL)
     assert lexicographically_at_most(after[:-1], before)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(with_newcomer(single_link=True))
 def test_on_one_link_adding_a_flow_slows_everybody_or_nobody(case) -> None:
     """(b) On a single link, adding a transfer never speeds any transfer up. Proof: there every rate is
@@ -318,7 +323,7 @@ def test_on_one_link_adding_a_flow_slows_everybody_or_nobody(case) -> None:
     assert np.all(after[:-1] <= before * (1 + REL))
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(with_newcomer())
 def test_only_flows_faster_than_the_newcomer_can_speed_up(case) -> None:
     """(i) If adding newcomer D (new rate x) speeds some transfer s up, then s was faster than x before
@@ -338,7 +343,7 @@ def test_only_flows_faster_than_the_newcomer_can_speed_up(case) -> None:
             assert old > x * (1 - REL) and new > x * (1 - REL), (old, new, x)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(with_newcomer())
 def test_newcomer_is_no_faster_than_the_old_flows_on_an_already_full_bottleneck(case) -> None:
     """(e) If D's bottleneck l (after adding D) was already full before, D is no faster than the fastest
@@ -355,8 +360,8 @@ def test_newcomer_is_no_faster_than_the_old_flows_on_an_already_full_bottleneck(
             assert after[-1] <= max(on_link) * (1 + REL)
 
 
-@settings(max_examples=300, deadline=None)
-@given(instances(allow_empty=False, with_caps=True, capacity_values=small_integers), st.data())
+@settings(max_examples=200, deadline=None)
+@given(instances(allow_empty=False, with_caps=True, integral=True), st.data())
 def test_raising_a_transfers_own_cap_never_slows_it(instance, data) -> None:
     """(g) Proof: progressive filling runs identically for both caps until the level reaches the lower
     cap; with the higher cap the transfer keeps rising from there, so it ends no lower."""

@@ -84,3 +84,14 @@ def test_write_is_repeatable_and_plot_exists(tmp_path: Path) -> None:
     assert (tmp_path / "summary.csv").read_bytes() == first
     assert (tmp_path / "comparison.png").read_bytes()[:4] == b"\x89PNG"
     assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_network_bytes_on_a_custom_topology() -> None:
+    """Link kinds come from the wiring: host links count as NIC traffic in custom clusters too."""
+    cluster = {
+        "topology": "custom",
+        "nodes": [{"name": "s", "kind": "switch"}] + [{"name": f"h{i}", "kind": "host"} for i in range(3)],
+        "links": [{"a": f"h{i}", "b": "s"} for i in range(3)],
+    }
+    result = simulate(synthetic(cluster, [{"name": "ring"}], 100, iterations=2))
+    assert result.summary["network_bytes_per_iteration"].iloc[0] == pytest.approx(2 * 2 * 100 * MB, rel=1e-6)
