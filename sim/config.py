@@ -63,8 +63,9 @@ class TwoTierCluster(ClusterBase):
     racks: PosInt = Field(description="number of racks")
     hosts_per_rack: PosInt = Field(description="GPU hosts per rack")
     uplink_gbps: Optional[PosFloat] = Field(
-        None, description="each rack's total uplink; hosts_per_rack * nic_gbps / uplink_gbps is the oversubscription; "
-        "default non-blocking (1:1)"
+        None,
+        description="each rack's total uplink; hosts_per_rack * nic_gbps / uplink_gbps is the oversubscription; "
+        "default non-blocking (1:1)",
     )
     core_switches: PosInt = Field(1, description="the uplink is split evenly over this many core switches (ECMP)")
 

@@ -10,6 +10,7 @@ from typing import Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel
 
+
 def _where(loc: tuple[Any, ...]) -> str:
     parts = [str(p) for p in loc if p not in ("star", "two_tier", "custom")]
     return ".".join(p if not p.isdigit() else f"[{p}]" for p in parts).replace(".[", "[") or "config"

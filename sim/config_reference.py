@@ -1,6 +1,6 @@
 """docs/config.md, generated from the config models so the reference cannot drift from the code.
 
-    python -m sim.config_reference > docs/config.md
+python -m sim.config_reference > docs/config.md
 """
 
 from __future__ import annotations

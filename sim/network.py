@@ -239,7 +239,9 @@ class Network:
         c, e, nc, ne = self._c, self._e, self._n_classes, self._n_entries
         live = np.flatnonzero(c.count[e.cls[:ne]] > 0)
         classes = e.cls[live]
-        c.rate[:nc] = max_min_rates(e.link[live], classes, e.mult[live] * c.count[classes], self.capacity, nc, c.cap[:nc])
+        c.rate[:nc] = max_min_rates(
+            e.link[live], classes, e.mult[live] * c.count[classes], self.capacity, nc, c.cap[:nc]
+        )
         c.rate[:nc][c.count[:nc] == 0] = 0.0
         n, t = len(self._slots), self._t
         active = np.flatnonzero(t.active[:n])

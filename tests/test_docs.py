@@ -25,8 +25,9 @@ def run_blocks(page: Path) -> None:
         exec(compile(code, str(page), "exec"), namespace)
 
 
-def test_policies_page_examples_run() -> None:
-    run_blocks(ROOT / "docs" / "policies.md")
+@pytest.mark.parametrize("page", ["policies.md", "zoo.md"])
+def test_docs_page_examples_run(page: str) -> None:
+    run_blocks(ROOT / "docs" / page)
 
 
 def test_readme_python_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
