@@ -4,17 +4,23 @@ Nothing here imports simpy or torch (DESIGN.md §2): policies yield ops from `po
 backend executes them.
 """
 
+from policies.asp import ASP
 from policies.base import Bucket, Policy, SettingError
+from policies.ds_sync import DSSync
 from policies.hierarchical import Hierarchical
 from policies.no_sync import NoSync
 from policies.ps import ParameterServer
 from policies.registry import available, create, resolve
 from policies.ring import Ring
+from policies.ssp import SSP
 from policies.view import ClusterView, HostInfo, ModelInfo, RackInfo
 
 __all__ = [
+    "ASP",
+    "SSP",
     "Bucket",
     "ClusterView",
+    "DSSync",
     "Hierarchical",
     "HostInfo",
     "ModelInfo",

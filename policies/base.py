@@ -53,6 +53,9 @@ class Policy:
 
     name: ClassVar[str] = "policy"
     Settings: ClassVar[type[BaseModel]] = NoSettings
+    # False: every worker runs the config's `iterations`. True: workers share iterations x workers
+    # updates, so fast workers do more (asynchronous schemes; Sync-Switch counts ASP steps this way).
+    shared_budget: ClassVar[bool] = False
 
     def __init__(self, settings: BaseModel | None = None, **kwargs: Any) -> None:
         if settings is not None and kwargs:

@@ -1,9 +1,14 @@
-"""Parameter-server BSP: push gradient shards to k servers, which aggregate a round and apply it."""
+"""Parameter servers: k shards holding the model, placed on hosts; BSP through synchronous shards.
+
+`ShardedPolicy` is what every parameter-server scheme shares (settings, placement, the push-then-
+pull program of a bucket); `ParameterServer` is BSP, and `policies.asp` / `policies.ssp` build the
+asynchronous schemes on the same base.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Annotated, Literal, Optional, Union
+from typing import Annotated, ClassVar, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -24,17 +29,17 @@ class PSSettings(BaseModel):
     apply_ms_per_mb: float = Field(0.0, ge=0, description="server time to apply one MB of update")
 
 
-class ParameterServer(Policy):
-    """Every bucket is split evenly across the k shards (byte-partitioned, as BytePS does). A rank
-    pushes its k slices concurrently, then pulls them back; a shard answers a pull once it has
-    received that bucket from every worker for this round and applied the sum (BSP).
+class ShardedPolicy(Policy):
+    """Every bucket is split evenly across the k shards (byte-partitioned, as BytePS does); a rank
+    pushes its k slices concurrently, then pulls them back. `sync` says what the shards do with a
+    push: aggregate a round from every worker (BSP) or apply it at once (asynchronous).
 
     Placement: `colocated` puts shards on the worker hosts (one per host by default, as in
     Sync-Switch's setup), `dedicated` on the cluster's server-only hosts, `hosts` on named hosts.
     """
 
-    name = "ps"
-    Settings = PSSettings
+    Settings: ClassVar[type[BaseModel]] = PSSettings
+    sync: ClassVar[bool] = True
 
     def bind(self, view: ClusterView, model: ModelInfo) -> None:
         super().bind(view, model)
@@ -58,11 +63,47 @@ class ParameterServer(Policy):
 
     def servers(self) -> Sequence[ServerSpec]:
         return tuple(
-            ServerSpec(shard=i, host=h, sync=True, apply_s_per_mb=self.settings.apply_ms_per_mb / 1e3)
+            ServerSpec(shard=i, host=h, sync=self.sync, apply_s_per_mb=self.settings.apply_ms_per_mb / 1e3)
             for i, h in enumerate(self.shard_hosts)
         )
 
-    def on_gradients(self, rank: int, step: int, bucket: Bucket) -> Program:
+    def pushes(self, bucket: Bucket) -> tuple[Push, ...]:
         k = len(self.shard_hosts)
-        yield tuple(Push(s, bucket.nbytes / k, key=bucket.index) for s in range(k))
-        yield tuple(Pull(s, bucket.nbytes / k, key=bucket.index) for s in range(k))
+        return tuple(Push(s, bucket.nbytes / k, key=bucket.index) for s in range(k))
+
+    def pulls(self, key: int, nbytes: float) -> tuple[Pull, ...]:
+        k = len(self.shard_hosts)
+        return tuple(Pull(s, nbytes / k, key=key) for s in range(k))
+
+
+class ParameterServer(ShardedPolicy):
+    """BSP through k synchronous shards: each bucket's slices are pushed as backward produces them
+    and pulled back once the shard has received that bucket from every worker for this round and
+    applied the sum, so the pulls of early buckets overlap the pushes of later ones."""
+
+    name = "ps"
+
+    def on_gradients(self, rank: int, step: int, bucket: Bucket) -> Program:
+        yield self.pushes(bucket)
+        yield self.pulls(bucket.index, bucket.nbytes)
+
+
+class AsyncShardedPolicy(ShardedPolicy):
+    """The asynchronous pattern (ASP, SSP): read every bucket's parameters from the shards at the
+    start of a step, push each bucket's gradient as backward produces it, never wait for a round.
+    Shards apply pushes on arrival; workers share the config's iterations x workers updates."""
+
+    sync = False
+    shared_budget = True
+
+    def begin_step(self, rank: int, step: int) -> Program:
+        yield from self.bound(step)
+        model = self.bound_model
+        yield tuple(pull for key, nbytes in enumerate(model.bucket_bytes) for pull in self.pulls(key, nbytes))
+
+    def bound(self, step: int) -> Program:
+        """What to wait for before reading (nothing: ASP)."""
+        return ()
+
+    def on_gradients(self, rank: int, step: int, bucket: Bucket) -> Program:
+        yield self.pushes(bucket)

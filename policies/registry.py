@@ -15,9 +15,12 @@ ENTRY_POINT_GROUP = "syncsim.policies"
 
 BUILTIN: dict[str, str] = {
     "ps": "policies.ps:ParameterServer",
+    "asp": "policies.asp:ASP",
+    "ssp": "policies.ssp:SSP",
     "ring": "policies.ring:Ring",
     "hierarchical": "policies.hierarchical:Hierarchical",
     "no_sync": "policies.no_sync:NoSync",
+    "ds_sync": "policies.ds_sync:DSSync",
 }
 
 

@@ -9,7 +9,16 @@ from typing import Any, Optional, Union
 
 from sim.config import Config, load_config, parse_config
 from sim.engine import PolicyRun, bind_policy, run_policy
-from sim.results import Result, iterations_frame, ops_frame, summary_frame
+from sim.faults import check_faults
+from sim.results import Result
+from sim.tables import (
+    iterations_frame,
+    links_frame,
+    ops_frame,
+    staleness_frame,
+    summary_frame,
+    utilization_frame,
+)
 from sim.topology import Cluster, build_cluster
 from sim.workload import ComputePlan, compute_plan
 
@@ -26,8 +35,9 @@ def as_config(config: ConfigLike) -> Config:
 
 def prepare(config: Config) -> tuple[Cluster, ComputePlan]:
     """Build the cluster and compute plan and bind every policy once: everything `check` validates."""
-    cluster = build_cluster(config.cluster)
+    cluster = build_cluster(config.cluster, config.seed)
     plan = compute_plan(config.workload, cluster.gpu)
+    check_faults(config, cluster)
     for i in range(len(config.policies)):
         bind_policy(config.policies[i], i, cluster, plan)
     return cluster, plan
@@ -49,7 +59,7 @@ def simulate(
     runs: list[PolicyRun] = []
     result = _assemble(cfg, cluster, plan, runs)
     for i, entry in enumerate(cfg.policies):
-        bar = _progress_bar(entry.display, cfg.iterations) if progress else None
+        bar = _progress_bar(entry.display, cfg.iterations * cluster.world_size) if progress else None
         run = run_policy(cfg, i, cluster, plan, on_progress=bar.update if bar else None)
         if bar is not None:
             bar.close()
@@ -62,10 +72,19 @@ def simulate(
 
 def _assemble(cfg: Config, cluster: Cluster, plan: ComputePlan, runs: list[PolicyRun]) -> Result:
     iterations = iterations_frame(runs, cluster, plan.batch_size)
-    return Result(cfg, summary_frame(runs, iterations, cluster, plan), iterations, ops_frame(runs), list(runs))
+    return Result(
+        cfg,
+        summary_frame(runs, iterations, cluster, plan),
+        iterations,
+        ops_frame(runs),
+        links_frame(runs, cluster),
+        utilization_frame(runs, cluster),
+        staleness_frame(runs),
+        list(runs),
+    )
 
 
 def _progress_bar(label: str, total: int) -> Any:
     from tqdm.auto import tqdm
 
-    return tqdm(total=total, desc=label, unit="it", leave=False, dynamic_ncols=True)
+    return tqdm(total=total, desc=label, unit=" updates", leave=False, dynamic_ncols=True)

@@ -19,14 +19,15 @@ TABLE_COLUMNS = {
     "p50_iteration_s": "p50 (ms)",
     "p99_iteration_s": "p99 (ms)",
     "throughput_samples_s": "samples/s",
-    "mean_exposed_comm_s": "exposed comm (ms)",
+    "mean_comm_s": "comm (ms)",
+    "mean_wait_s": "wait (ms)",
     "scaling_efficiency": "scaling eff.",
 }
 
 
 def _table(summary) -> str:  # type: ignore[no-untyped-def]
     df = summary[list(TABLE_COLUMNS)].rename(columns=TABLE_COLUMNS).copy()
-    for col in ("mean iter (ms)", "p50 (ms)", "p99 (ms)", "exposed comm (ms)"):
+    for col in ("mean iter (ms)", "p50 (ms)", "p99 (ms)", "comm (ms)", "wait (ms)"):
         df[col] = df[col] * 1e3
     return df.to_string(index=False, float_format=lambda v: f"{v:,.2f}")
 
@@ -47,7 +48,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return 130
     result.write(out, plot=not args.no_plot)
     print(_table(result.summary))
-    print(f"\nresults: {out}/ (summary.csv, iterations.csv, ops.csv, config.yaml, trace.json, comparison.png)")
+    print(
+        f"\nresults: {out}/ (summary, iterations, ops, links, utilization, staleness .csv; config.yaml; trace.json; plots)"
+    )
     for label, error in result.errors.items():
         print(f"policy {label!r} stopped early: {error}", file=sys.stderr)
     return 1 if result.errors else 0

@@ -7,6 +7,8 @@ from collections import Counter
 
 import simpy
 
+RETIRED = 2**62  # the clock of a worker that has stopped
+
 
 class ClockBoard:
     def __init__(self, env: simpy.Environment, workers: int) -> None:
@@ -19,13 +21,20 @@ class ClockBoard:
 
     def tick(self, rank: int) -> None:
         """`rank` finished an iteration."""
-        c = self.clock[rank]
-        self.clock[rank] = c + 1
-        self._at[c] -= 1
-        self._at[c + 1] += 1
+        self._move(rank, self.clock[rank] + 1)
+
+    def retire(self, rank: int) -> None:
+        """`rank` will run no more iterations: it no longer holds anyone back."""
+        self._move(rank, RETIRED)
+
+    def _move(self, rank: int, clock: int) -> None:
+        old = self.clock[rank]
+        self.clock[rank] = clock
+        self._at[old] -= 1
+        self._at[clock] += 1
         while self._at[self.slowest] == 0:
             del self._at[self.slowest]
-            self.slowest += 1
+            self.slowest = min(self._at) if self._at else RETIRED
         while self._waiters and self._waiters[0][0] <= self.slowest:
             heapq.heappop(self._waiters)[2].succeed()
 

@@ -22,6 +22,8 @@ from sim.errors import PolicyError
 
 # Called when a collective finishes: (op, step of the first issuer, first issue time, launch time).
 OnFinish = Callable[[Collective, int, float, float], None]
+# Called at launch for every member that waited: (rank, its step, arrival time, launch time).
+OnBlocked = Callable[[int, int, float, float], None]
 
 
 @dataclass
@@ -30,6 +32,7 @@ class _Call:
     step: int
     issued: float
     events: dict[int, simpy.Event] = field(default_factory=dict)
+    arrivals: dict[int, tuple[int, float]] = field(default_factory=dict)  # rank -> (its step, arrival time)
 
 
 @dataclass
@@ -43,9 +46,15 @@ class _Communicator:
 
 class Communicators:
     def __init__(
-        self, env: simpy.Environment, runner: CollectiveRunner, policy: str, on_finish: Optional[OnFinish] = None
+        self,
+        env: simpy.Environment,
+        runner: CollectiveRunner,
+        policy: str,
+        on_finish: Optional[OnFinish] = None,
+        on_blocked: Optional[OnBlocked] = None,
     ):
-        self.env, self.runner, self.policy, self.on_finish = env, runner, policy, on_finish
+        self.env, self.runner, self.policy = env, runner, policy
+        self.on_finish, self.on_blocked = on_finish, on_blocked
         self._comms: dict[Group, _Communicator] = {}
 
     def enqueue(self, rank: int, step: int, op: Collective) -> tuple[_Communicator, int]:
@@ -66,12 +75,13 @@ class Communicators:
             )
         return comm, seq
 
-    def arrive(self, rank: int, ticket: tuple[_Communicator, int]) -> simpy.Event:
+    def arrive(self, rank: int, step: int, ticket: tuple[_Communicator, int]) -> simpy.Event:
         """`rank` reached its enqueued call in its program; the event fires when the call completes."""
         comm, seq = ticket
         call = comm.calls[seq]
         event = self.env.event()
         call.events[rank] = event
+        call.arrivals[rank] = (step, self.env.now)
         if len(call.events) == len(comm.ranks):
             self._try_launch(comm)
         return event
@@ -94,6 +104,10 @@ class Communicators:
             return
         comm.busy = True
         launched = self.env.now
+        if self.on_blocked is not None:
+            for rank, (step, arrived) in call.arrivals.items():
+                if arrived < launched:
+                    self.on_blocked(rank, step, arrived, launched)
         done = self.runner.run(call.op)
         done.callbacks.append(lambda _ev: self._finish(comm, call, launched))
 

@@ -14,6 +14,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from sim.config_errors import describe
+from sim.config_faults import BackgroundFlow, FaultsConfig
 from sim.errors import ConfigError
 from sim.gpus import GPU_NAMES
 from sim.zoo import MODEL_NAMES
@@ -39,7 +40,11 @@ class ClusterBase(Strict):
     intra_host_latency_us: NonNegFloat = Field(1.0, description="latency of the GPU-to-host link")
     server_hosts: NonNegInt = Field(0, description="hosts without GPUs, e.g. for dedicated PS shards")
     server_nic_gbps: Optional[PosFloat] = Field(None, description="server hosts' NIC bandwidth; default: nic_gbps")
-    placement: Literal["packed"] = Field("packed", description="ranks fill hosts in order, rack by rack")
+    placement: Literal["packed", "scattered", "random"] = Field(
+        "packed",
+        description="how ranks map to hosts: packed fills hosts rack by rack; scattered deals hosts round-robin "
+        "over racks; random shuffles hosts with the seed",
+    )
 
     @field_validator("gpu")
     @classmethod
@@ -157,6 +162,13 @@ class SimulationConfig(Strict):
         description="pipelined: a collective is one set of coupled flows (fast); stepwise: every ring step is p flows",
     )
     trace: bool = Field(True, description="write trace.json")
+    utilization_samples: PosInt = Field(
+        400, description="link-utilisation samples kept per policy; the interval doubles whenever they run out"
+    )
+    utilization_interval_ms: PosFloat = Field(1.0, description="first link-utilisation sampling interval")
+    stall_timeout_s: PosFloat = Field(
+        3600.0, description="simulated seconds without any worker progress before the run counts as deadlocked"
+    )
     trace_max_events: PosInt = Field(500_000, description="events kept in trace.json; the rest are counted, not kept")
 
 
@@ -169,6 +181,8 @@ class Config(Strict):
     cluster: ClusterConfig = Field(description="the hardware: topology, GPUs, links")
     workload: WorkloadConfig = Field(description="the model and per-GPU batch")
     policies: list[PolicyEntry] = Field(min_length=1, description="the schemes to compare")
+    faults: FaultsConfig = Field(FaultsConfig(), description="slow workers and transient stragglers")
+    background: list[BackgroundFlow] = Field(default_factory=list, description="other jobs' traffic")
     simulation: SimulationConfig = Field(SimulationConfig(), description="simulator fidelity and outputs")
 
 

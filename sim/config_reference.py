@@ -25,6 +25,7 @@ from sim.config import (
     TwoTierCluster,
     WorkloadConfig,
 )
+from sim.config_faults import BackgroundFlow, FaultsConfig, SlowWorker, Straggler
 
 _BOUNDS = ((at.Gt, ">"), (at.Ge, ">="), (at.Lt, "<"), (at.Le, "<="))
 
@@ -95,6 +96,28 @@ def render() -> str:
         parts += ["", f"### `topology: {tag}`", "", model.__doc__ or "", "", table(model, skip=own + ("topology",))]
     parts += ["", "Each entry of `nodes`:", "", table(CustomNode), "", "Each entry of `links`:", "", table(CustomLink)]
     parts += ["", "## `workload`", "", table(WorkloadConfig), "", "## `simulation`", "", table(SimulationConfig)]
+    parts += [
+        "",
+        "## `faults`",
+        "",
+        FaultsConfig.__doc__ or "",
+        "",
+        table(FaultsConfig),
+        "",
+        "Each entry of `slow_workers`:",
+        "",
+        table(SlowWorker),
+        "",
+        "Each entry of `stragglers` (one target, one effect, one timing):",
+        "",
+        table(Straggler),
+        "",
+        "## `background`",
+        "",
+        "A list; each entry is one flow (one target, one rate):",
+        "",
+        table(BackgroundFlow),
+    ]
     parts += [
         "",
         "## `policies`",

@@ -1,37 +1,40 @@
 """One policy on one cluster and workload: the SimPy run that produces result rows.
 
-Each worker is a process: begin_step program, forward, backward in bucket-sized slices (handing
-each bucket to the policy as it becomes ready, so communication overlaps the rest of backward),
-wait for the bucket programs, end_step program. Compute times come from the workload's plan
-scaled by per-(iteration, worker) jitter drawn once from the seed, so every policy in a config sees
-exactly the same compute.
+This module wires the pieces together: the flow network, collectives and communicators, server
+shards, clocks, the workers (`sim/worker.py`), faults and background traffic (`sim/faults.py`) and
+the link sampler (`sim/sampling.py`). Every policy of a config sees the same compute jitter,
+faults and background traffic, all drawn from the config's seed.
 """
 
 from __future__ import annotations
 
 import time
 import traceback
-from collections.abc import Callable, Generator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import numpy as np
 import simpy
 
-from policies.base import Bucket, Policy, SettingError
+from policies.base import Policy, SettingError
 from policies.registry import create
 from policies.view import ModelInfo
 from sim.clocks import ClockBoard
 from sim.collectives import CollectiveRunner
 from sim.communicators import Communicators
+from sim.compute import ComputeModel
 from sim.config import Config, PolicyEntry
 from sim.errors import ConfigError, DeadlockError
 from sim.executor import Executor
+from sim.faults import FaultContext, LinkEffects, background, straggler
 from sim.network import Network
 from sim.routing import Router
+from sim.sampling import LinkSampler
 from sim.servers import Shard
 from sim.topology import Cluster
-from sim.workload import ComputePlan, jitter_factors
+from sim.worker import BlockedTime, Budget, IterationRow, WorkerContext, worker
+from sim.workload import ComputePlan
 
 
 class CountingEnvironment(simpy.Environment):
@@ -50,8 +53,9 @@ class PolicyRun:
 
     label: str
     name: str
-    iterations: list[tuple] = field(default_factory=list)  # see results.ITERATION_FIELDS
+    iterations: list[IterationRow] = field(default_factory=list)
     ops: list[tuple] = field(default_factory=list)  # see results.OP_FIELDS
+    staleness: list[int] = field(default_factory=list)  # one per update an asynchronous shard applied
     error: Optional[str] = None
     traceback: Optional[str] = None
     events: int = 0
@@ -60,6 +64,7 @@ class PolicyRun:
     wall_s: float = 0.0
     sim_time_s: float = 0.0
     link_bytes: Optional[np.ndarray] = None
+    sampler: Optional[LinkSampler] = None
 
 
 def model_info(plan: ComputePlan) -> ModelInfo:
@@ -79,6 +84,11 @@ def bind_policy(entry: PolicyEntry, index: int, cluster: Cluster, plan: ComputeP
     return policy
 
 
+def sampled_links(cluster: Cluster) -> np.ndarray:
+    """Every network link (GPU-host links aside)."""
+    return np.array([i for i, link in enumerate(cluster.links) if link.kind != "intra"], dtype=np.int64)
+
+
 def run_policy(
     config: Config,
     index: int,
@@ -93,8 +103,9 @@ def run_policy(
     net = Network(env, cluster.capacity, cluster.latency)
     router = Router(cluster, config.seed)
     model = config.simulation.collective_model
-    runner = CollectiveRunner(env, net, router, cluster.rank_gpus, model)
-
+    world = cluster.world_size
+    blocked = BlockedTime()
+    progress = {"last": 0.0}
     group_ids: dict[Any, int] = {}
 
     def on_collective(op: Any, step: int, issued: float, launched: float) -> None:
@@ -104,61 +115,80 @@ def run_policy(
     def on_op(rank: int, step: int, kind: str, shard: int, count: int, nbytes: float, start: float, end: float) -> None:
         run.ops.append((step, rank, kind, -1, 1, shard, count, nbytes, start, start, end))
 
-    world = cluster.world_size
-    comms = Communicators(env, runner, entry.display, on_collective)
-    shards = [Shard(env, spec, tuple(range(world))) for spec in policy.servers()]
+    def on_iteration() -> None:
+        progress["last"] = env.now
+        if on_progress is not None:
+            on_progress(1)
+
+    runner = CollectiveRunner(env, net, router, cluster.rank_gpus, model)
+    comms = Communicators(env, runner, entry.display, on_collective, blocked.add)
+    shards = [
+        Shard(env, spec, tuple(range(world)), lambda rank, key, stale: run.staleness.append(stale))
+        for spec in policy.servers()
+    ]
     clocks = ClockBoard(env, world)
     executor = Executor(
-        env, entry.display, cluster.rank_gpus, net, router, comms, shards, clocks, model == "pipelined", on_op
+        env,
+        entry.display,
+        cluster.rank_gpus,
+        net,
+        router,
+        comms,
+        shards,
+        clocks,
+        model == "pipelined",
+        on_op,
+        blocked.add,
     )
-    jitter = jitter_factors(
-        config.workload.compute_jitter, config.iterations, world, np.random.default_rng(config.seed)
+    compute = ComputeModel(config, world)
+    budget = Budget(config.iterations, world, shared=getattr(policy, "shared_budget", False))
+    ctx = WorkerContext(env, policy, plan, executor, compute, clocks, budget, blocked, run.iterations, on_iteration)
+    workers = [env.process(worker(ctx, rank)) for rank in range(world)]
+    done = env.all_of(workers)
+
+    def stalled() -> DeadlockError:
+        stuck = comms.waiting()[:5]
+        waiting = sum(1 for w in workers if w.is_alive)
+        return DeadlockError(
+            f"policy {entry.display!r}: {waiting} of {world} workers wait forever at t={env.now:.6g}s; "
+            + ("; ".join(stuck) if stuck else "no collective is half-entered (a pull or clock wait never answered?)")
+        )
+
+    def check_stall() -> None:
+        if env.now - progress["last"] > config.simulation.stall_timeout_s:
+            raise stalled()
+
+    faults = FaultContext(env, net, cluster, router, compute, config.seed, done, check_stall)
+    effects = LinkEffects(net)
+    for i, spec in enumerate(config.faults.stragglers):
+        env.process(straggler(faults, i, spec, effects))
+    for i, flow in enumerate(config.background):
+        env.process(background(faults, i, flow))
+    sim_cfg = config.simulation
+    sampler = LinkSampler(
+        env,
+        net,
+        sampled_links(cluster),
+        sim_cfg.utilization_interval_ms * 1e-3,
+        sim_cfg.utilization_samples,
+        check_stall,
     )
-    finished = [0]
-    progress = [0]
-
-    def worker(rank: int) -> Generator[simpy.Event, Any, None]:
-        for step in range(config.iterations):
-            start = env.now
-            yield executor.run(rank, step, policy.begin_step(rank, step))
-            scale = jitter[step, rank]
-            yield env.timeout(plan.forward_s * scale)
-            forward_end = env.now
-            programs = []
-            for b, bucket in enumerate(plan.buckets):
-                yield env.timeout(bucket.backward_s * scale)
-                ready = Bucket(b, bucket.nbytes, len(plan.buckets))
-                programs.append(executor.run(rank, step, policy.on_gradients(rank, step, ready)))
-            compute_end = env.now
-            yield env.all_of(programs)
-            yield executor.run(rank, step, policy.end_step(rank, step))
-            run.iterations.append((step, rank, start, forward_end, compute_end, env.now))
-            clocks.tick(rank)
-            if on_progress is not None and clocks.slowest > progress[0]:
-                on_progress(clocks.slowest - progress[0])
-                progress[0] = clocks.slowest
-        finished[0] += 1
-
-    for rank in range(world):
-        env.process(worker(rank))
+    env.process(sampler.process(done))
     wall = time.perf_counter()
     try:
-        env.run()
-        if finished[0] < world:
-            stuck = comms.waiting()[:5]
-            raise DeadlockError(
-                f"policy {entry.display!r}: {world - finished[0]} of {world} workers wait forever at t={env.now:.6g}s; "
-                + (
-                    "; ".join(stuck)
-                    if stuck
-                    else "no collective is half-entered (a pull or clock wait never answered?)"
-                )
-            )
+        try:
+            env.run(until=done)
+        except RuntimeError as exc:
+            if done.triggered or "No scheduled events left" not in str(exc):
+                raise
+            raise stalled() from None  # SimPy ran out of events while workers still wait
     except Exception as exc:  # keep every row computed so far; the caller reports the error
         run.error = f"{type(exc).__name__}: {exc}"
         run.traceback = traceback.format_exc()
     run.wall_s = time.perf_counter() - wall
+    sampler.finish()
     run.events, run.flows, run.recomputes = env.events_processed, net.transfers_started, net.recomputes
     run.sim_time_s = env.now
-    run.link_bytes = net.link_bytes.copy()
+    run.link_bytes = net.carried_bytes()
+    run.sampler = sampler
     return run

@@ -48,10 +48,11 @@ class Executor:
         clocks: ClockBoard,
         coupled_p2p: bool,
         on_op: OnOp,
+        on_blocked: Callable[[int, int, float, float], None],
     ) -> None:
         self.env, self.policy, self.rank_nodes = env, policy, rank_nodes
         self.net, self.router, self.comms, self.shards, self.clocks = net, router, comms, shards, clocks
-        self.coupled_p2p, self.on_op = coupled_p2p, on_op
+        self.coupled_p2p, self.on_op, self.on_blocked = coupled_p2p, on_op, on_blocked
         self.world = len(rank_nodes)
         self._members: dict[Group, frozenset[int]] = {}  # validated groups -> member sets
 
@@ -110,9 +111,13 @@ class Executor:
         pulls = [op for op in ops if isinstance(op, Pull)]
         for op, ticket in zip(ops, tickets):
             if isinstance(op, Collective):
-                events.append(self.comms.arrive(rank, ticket))
+                events.append(self.comms.arrive(rank, step, ticket))
             elif isinstance(op, WaitForClock):
-                events.append(self._timed(rank, step, "wait_clock", [op], self.clocks.wait(op.min_clock)))
+                events.append(
+                    self._blocking(
+                        rank, step, self._timed(rank, step, "wait_clock", [op], self.clocks.wait(op.min_clock))
+                    )
+                )
         for batch in self._batches(pushes):
             events.append(self._push(rank, step, batch))
         for batch in self._batches(pulls):
@@ -120,11 +125,13 @@ class Executor:
         return events
 
     def _batches(self, ops: list[Any]) -> list[list[Any]]:
-        if not ops:
-            return []
-        if self.coupled_p2p and len({op.nbytes for op in ops}) == 1:
-            return [ops]
-        return [[op] for op in ops]
+        """Ops of equal size travel as one coupled transfer (pipelined model), else one each."""
+        if not self.coupled_p2p:
+            return [[op] for op in ops]
+        by_size: dict[float, list[Any]] = {}
+        for op in ops:
+            by_size.setdefault(op.nbytes, []).append(op)
+        return list(by_size.values())
 
     def _timed(self, rank: int, step: int, kind: str, ops: Sequence[Any], event: simpy.Event) -> simpy.Event:
         start = self.env.now
@@ -150,12 +157,20 @@ class Executor:
         delivered.callbacks.insert(0, arrive)  # the shard hears of it before the pusher moves on
         return self._timed(rank, step, "push", batch, delivered)
 
+    def _blocking(self, rank: int, step: int, event: simpy.Event) -> simpy.Event:
+        """Count the time until `event` fires as blocked on other workers."""
+        start = self.env.now
+        event.callbacks.append(lambda _ev: self.on_blocked(rank, step, start, self.env.now))
+        return event
+
     def _pull(self, rank: int, step: int, batch: list[Pull]) -> simpy.Event:
         dst = self.rank_nodes[rank]
-        ready = self.env.all_of([self.shards[op.shard].ready(rank, op.key) for op in batch])
+        ready = self._blocking(rank, step, self.env.all_of([self.shards[op.shard].ready(rank, op.key) for op in batch]))
         done = self.env.event()
 
         def send(_ev: simpy.Event) -> None:
+            for op in batch:  # the shard sends its parameters as they are now
+                self.shards[op.shard].reply(rank, op.key)
             paths = [self.router.path(self.shards[op.shard].spec.host, dst) for op in batch]
             self.net.transfer(paths, batch[0].nbytes).callbacks.append(lambda _e: done.succeed())
 

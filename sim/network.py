@@ -129,6 +129,46 @@ class Network:
         self._schedule_recompute()
         return done
 
+    def open_flow(self, paths: Sequence[Sequence[int]], cap: float) -> Transfer:
+        """A flow with no end (background traffic) at up to `cap` bytes/s per path, until `close_flow`."""
+        if not (0 < cap < np.inf):
+            raise ValueError(f"an open flow needs a finite rate cap > 0, got {cap}")
+        links = [link for path in paths for link in path]
+        if not links:
+            raise ValueError("an open flow needs at least one link")
+        self._advance()
+        slot = self._new_slot(np.inf, self._class(links, cap))
+        transfer = self._slots[slot] = Transfer(slot, np.inf, 0.0, self.env.event(), self.env.now)
+        self._schedule_recompute()
+        return transfer
+
+    def close_flow(self, transfer: Transfer) -> None:
+        """Stop an open flow; its bytes so far stay counted on its links."""
+        if self._slots[transfer.slot] is not transfer:
+            raise ValueError("that flow is not open")
+        self._advance()
+        self._release(transfer.slot)
+        self._schedule_recompute()
+
+    def set_capacity(self, links: Sequence[int], capacity: Sequence[float] | float) -> None:
+        """Change link capacities from now on (e.g. a transiently slowed link)."""
+        values = np.broadcast_to(np.asarray(capacity, dtype=float), (len(links),))
+        if np.any(values <= 0):
+            raise ValueError("link capacities must stay > 0")
+        self._advance()
+        self.capacity[list(links)] = values
+        self._schedule_recompute()
+
+    def set_latency(self, links: Sequence[int], latency: Sequence[float] | float) -> None:
+        """Change link latencies for transfers that start from now on (in-flight ones keep theirs)."""
+        self.latency[list(links)] = np.broadcast_to(np.asarray(latency, dtype=float), (len(links),))
+        self._path_latency.clear()
+
+    def carried_bytes(self) -> np.ndarray:
+        """Bytes carried per link up to the current time."""
+        self._advance()
+        return self.link_bytes.copy()
+
     @property
     def active_transfers(self) -> int:
         return self._n_active
@@ -246,6 +286,8 @@ class Network:
         n, t = len(self._slots), self._t
         active = np.flatnonzero(t.active[:n])
         eta = float((t.remaining[active] / c.rate[t.cls[active]]).min())
+        if eta == np.inf:  # only open flows are active: nothing will finish by itself
+            return
         version = self._version
         self.env.timeout(max(eta, 0.0)).callbacks.append(lambda _ev: self._on_timer(version))
 
@@ -259,13 +301,18 @@ class Network:
         n, t = len(self._slots), self._t
         tol_s = max(FINISH_TOL_S, 8 * float(np.spacing(self.env.now)))
         remaining, rate = t.remaining[:n], self._c.rate[t.cls[:n]]
-        due = t.active[:n] & ((remaining <= rate * tol_s) | (remaining <= t.nbytes[:n] * FINISH_TOL_REL))
+        near = (remaining <= rate * tol_s) | (remaining <= t.nbytes[:n] * FINISH_TOL_REL)
+        due = t.active[:n] & near & np.isfinite(remaining)  # open flows never finish by themselves
         for slot in np.flatnonzero(due):
             transfer = self._slots[slot]
             assert transfer is not None  # an active slot always holds its transfer
-            self._slots[slot] = None
-            t.active[slot] = False
-            t.remaining[slot] = 0.0
-            self._c.count[t.cls[slot]] -= 1
-            self._n_active -= 1
+            self._release(slot)
             self._deliver(transfer.done, transfer.latency)
+
+    def _release(self, slot: int) -> None:
+        t = self._t
+        self._slots[slot] = None
+        t.active[slot] = False
+        t.remaining[slot] = 0.0
+        self._c.count[t.cls[slot]] -= 1
+        self._n_active -= 1

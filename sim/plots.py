@@ -1,4 +1,4 @@
-"""The PNG that compares policies at a glance: where each iteration's time goes, and throughput."""
+"""The PNGs: where iteration time goes and throughput per policy; link utilisation; staleness."""
 
 from __future__ import annotations
 
@@ -16,8 +16,10 @@ def comparison_plot(summary: pd.DataFrame, iterations: pd.DataFrame, path: Path)
     fig, (ax_time, ax_tput, ax_iter) = plt.subplots(1, 3, figsize=(15, 4.2))
     labels = list(ok["policy"])
     x = range(len(labels))
-    ax_time.bar(x, ok["mean_compute_s"] * 1e3, label="compute")
-    ax_time.bar(x, ok["mean_exposed_comm_s"] * 1e3, bottom=ok["mean_compute_s"] * 1e3, label="exposed communication")
+    bottom = pd.Series(0.0, index=ok.index)
+    for column, name in (("mean_compute_s", "compute"), ("mean_comm_s", "communication"), ("mean_wait_s", "wait")):
+        ax_time.bar(x, ok[column] * 1e3, bottom=bottom * 1e3, label=name)
+        bottom = bottom + ok[column]
     ax_time.scatter(x, ok["p99_iteration_s"] * 1e3, color="black", marker="_", s=300, zorder=3, label="p99 iteration")
     ax_time.set_ylabel("ms per iteration (mean)")
     ax_time.set_title("Iteration time")
@@ -27,14 +29,54 @@ def comparison_plot(summary: pd.DataFrame, iterations: pd.DataFrame, path: Path)
     ax_tput.set_title("Throughput")
     for ax in (ax_time, ax_tput):
         ax.set_xticks(list(x), labels, rotation=20, ha="right")
-    per_iter = iterations.groupby(["policy", "iteration"], sort=False)["end_s"].max().reset_index()
+    done = iterations.sort_values("end_s").groupby("policy", sort=False)
     for label in labels:
-        ends = per_iter[per_iter["policy"] == label]["end_s"].to_numpy()
-        ax_iter.plot(range(1, len(ends) + 1), ends, label=label)
-    ax_iter.set_xlabel("iteration")
-    ax_iter.set_ylabel("simulated time (s)")
+        rows = done.get_group(label) if label in done.groups else iterations.iloc[:0]
+        workers = rows["rank"].nunique() or 1
+        ax_iter.plot(rows["end_s"], (pd.RangeIndex(1, len(rows) + 1) / workers), label=label)
+    ax_iter.set_xlabel("simulated time (s)")
+    ax_iter.set_ylabel("updates / workers")
     ax_iter.set_title("Progress")
     ax_iter.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def utilization_plot(utilization: pd.DataFrame, path: Path) -> None:
+    """Uplink utilisation over time, one panel per policy (NIC links, if sampled, as their mean)."""
+    policies = list(dict.fromkeys(utilization["policy"]))
+    if not policies:
+        return
+    fig, axes = plt.subplots(len(policies), 1, figsize=(10, 2.4 * len(policies)), sharex=True, squeeze=False)
+    for ax, label in zip(axes[:, 0], policies):
+        rows = utilization[utilization["policy"] == label]
+        network = rows[rows["kind"] != "nic"]
+        for link, series in network.groupby("link", sort=False):
+            ax.plot(series["time_s"], series["utilization"], lw=1, label=link)
+        nics = rows[rows["kind"] == "nic"]
+        if len(nics):
+            mean = nics.groupby("time_s")["utilization"].mean()
+            ax.plot(mean.index, mean.to_numpy(), lw=1.5, color="black", ls="--", label="NICs (mean)")
+        ax.set_ylim(0, 1.05)
+        ax.set_ylabel("utilisation")
+        ax.set_title(label, fontsize=10)
+        if network["link"].nunique() <= 12:
+            ax.legend(fontsize=6, ncol=4, loc="upper right")
+    axes[-1, 0].set_xlabel("simulated time (s)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def staleness_plot(staleness: pd.DataFrame, path: Path) -> None:
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    for label, rows in staleness.groupby("policy", sort=False):
+        share = rows["updates"] / rows["updates"].sum()
+        ax.step(rows["staleness"], share, where="mid", label=label)
+    ax.set_xlabel("staleness (updates by others since the worker's last pull)")
+    ax.set_ylabel("share of updates")
+    ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

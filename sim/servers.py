@@ -5,11 +5,16 @@ collects one push per worker for each (key, round) and applies their sum once; a
 and round is answered after the apply. An asynchronous shard applies every push on arrival and
 answers pulls at once. A worker's round is its own count of pushes to that key, so rounds need no
 global clock.
+
+Staleness (asynchronous shards): when a worker's update to a key is applied, the number of updates
+to that key applied since the shard last sent that worker the key's parameters.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
+from typing import Optional
 
 import simpy
 
@@ -18,11 +23,19 @@ from policies.ops import ServerSpec
 MB = 1e6
 
 
+# Called for every update an asynchronous shard applies: (rank, key, staleness).
+OnApply = Callable[[int, int, int], None]
+
+
 class Shard:
-    def __init__(self, env: simpy.Environment, spec: ServerSpec, workers: tuple[int, ...]) -> None:
-        self.env, self.spec = env, spec
+    def __init__(
+        self, env: simpy.Environment, spec: ServerSpec, workers: tuple[int, ...], on_apply: Optional[OnApply] = None
+    ) -> None:
+        self.env, self.spec, self.on_apply = env, spec, on_apply
         self.workers = spec.workers or workers
         self.applied_updates = 0
+        self._applied_to: dict[int, int] = defaultdict(int)  # key -> updates applied to it
+        self._sent_version: dict[tuple[int, int], int] = defaultdict(int)  # (rank, key) -> version last sent
         self._busy_until = 0.0
         self._pushes: dict[tuple[int, int], int] = defaultdict(int)  # (key, round) -> pushes received
         self._pushed_rounds: dict[tuple[int, int], int] = defaultdict(int)  # (rank, key) -> rounds pushed
@@ -35,12 +48,12 @@ class Shard:
         rnd = self._pushed_rounds[(rank, key)]
         self._pushed_rounds[(rank, key)] = rnd + 1
         if not self.spec.sync:
-            self._apply(nbytes)
+            self._apply(nbytes, rank=rank, key=key)
             return
         self._pushes[(key, rnd)] += 1
         if self._pushes[(key, rnd)] == len(self.workers):
             del self._pushes[(key, rnd)]
-            self._apply(nbytes, self._applied_event(key, rnd))
+            self._apply(nbytes, then=self._applied_event(key, rnd), key=key)
 
     def ready(self, rank: int, key: int) -> simpy.Event:
         """When `rank`'s next pull of `key` may be answered."""
@@ -56,18 +69,26 @@ class Shard:
             del self._answered[(key, rnd)], self._applied[(key, rnd)]
         return event
 
+    def reply(self, rank: int, key: int) -> None:
+        """The shard sends `rank` its current parameters of `key`."""
+        self._sent_version[(rank, key)] = self._applied_to[key]
+
     def _applied_event(self, key: int, rnd: int) -> simpy.Event:
         event = self._applied.get((key, rnd))
         if event is None:
             event = self._applied[(key, rnd)] = self.env.event()
         return event
 
-    def _apply(self, nbytes: float, then: simpy.Event | None = None) -> None:
+    def _apply(self, nbytes: float, *, key: int, then: simpy.Event | None = None, rank: int = -1) -> None:
+        """Apply one update, after any the shard is still busy with (one at a time)."""
         cost = self.spec.apply_s_per_mb * nbytes / MB
         start = max(self.env.now, self._busy_until)
         self._busy_until = start + cost
 
         def applied(_ev: object = None) -> None:
+            if rank >= 0 and self.on_apply is not None:
+                self.on_apply(rank, key, self._applied_to[key] - self._sent_version[(rank, key)])
+            self._applied_to[key] += 1
             self.applied_updates += 1
             if then is not None:
                 then.succeed()

@@ -11,6 +11,7 @@ Conversion from config units happens here, once: gbps -> bytes/s, us -> s.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import networkx as nx
@@ -43,6 +44,7 @@ class Cluster:
     rank_gpus: tuple[str, ...]  # rank -> gpu node
     view: ClusterView
     gpu: GpuSpec
+    rack_links: dict[str, tuple[tuple[int, ...], tuple[int, ...]]]  # rack -> (links out of it, links into it)
 
     @property
     def capacity(self) -> np.ndarray:
@@ -81,20 +83,36 @@ class _Builder:
 
     def host(self, name: str, gpus: int, rack: str | None, server: bool = False) -> None:
         self.node(name, "server" if server else "host", rack=rack)
-        ranks = []
+        gpu_nodes = []
         for j in range(gpus):
             gpu = f"{name}.g{j}"
             self.node(gpu, "gpu", host=name)
             self.cable(gpu, name, self.intra_bps, self.cfg.intra_host_latency_us * US, "intra")
-            ranks.append(len(self.rank_gpus))
-            self.rank_gpus.append(gpu)
-        self.hosts[name] = {"rack": rack, "ranks": tuple(ranks), "server": server}
+            gpu_nodes.append(gpu)
+        self.hosts[name] = {"rack": rack, "gpus": gpu_nodes, "ranks": (), "server": server}
+
+    def place_ranks(self, seed: int) -> None:
+        """Number the GPUs (ranks) host by host, in the order the placement deals the hosts."""
+        hosts = [name for name, h in self.hosts.items() if h["gpus"]]
+        if self.cfg.placement == "scattered":  # one host from each rack in turn
+            by_rack: dict[object, list[str]] = {}
+            for name in hosts:
+                by_rack.setdefault(self.hosts[name]["rack"], []).append(name)
+            columns = list(by_rack.values())
+            hosts = [col[i] for i in range(max(map(len, columns))) for col in columns if i < len(col)]
+        elif self.cfg.placement == "random":
+            hosts = [hosts[i] for i in np.random.default_rng(seed).permutation(len(hosts))]
+        for name in hosts:
+            first = len(self.rank_gpus)
+            self.rank_gpus.extend(self.hosts[name]["gpus"])
+            self.hosts[name]["ranks"] = tuple(range(first, len(self.rank_gpus)))
 
     def nic_bps(self, server: bool) -> float:
         gbps = self.cfg.server_nic_gbps if server and self.cfg.server_nic_gbps else self.cfg.nic_gbps
         return gbps * GBPS
 
-    def finish(self, racks: dict[str, RackInfo]) -> Cluster:
+    def finish(self, racks: dict[str, RackInfo], seed: int) -> Cluster:
+        self.place_ranks(seed)
         host_infos = {
             name: HostInfo(name, h["rack"], h["ranks"], self._nic_of(name), self.intra_bps)
             for name, h in self.hosts.items()
@@ -104,7 +122,30 @@ class _Builder:
         if not rank_hosts:
             raise ConfigError("cluster: no GPUs; at least one host needs gpus >= 1")
         view = ClusterView(rank_hosts, host_infos, racks, servers)
-        return Cluster(self.graph, self.links, tuple(self.rank_gpus), view, self.gpu)
+        rack_links = {name: self.boundary(self.rack_inside(rack.hosts)) for name, rack in racks.items()}
+        return Cluster(self.graph, self.links, tuple(self.rank_gpus), view, self.gpu, rack_links)
+
+    def rack_inside(self, rack_hosts: Sequence[str]) -> set[str]:
+        """A rack's hosts and its own switches: those whose hosts all sit in the rack (its ToR)."""
+        members = set(rack_hosts)
+
+        def own(node: str) -> bool:
+            hosts = {n for n in self.graph.successors(node) if self.graph.nodes[n]["kind"] in ("host", "server")}
+            return self.graph.nodes[node]["kind"] == "switch" and bool(hosts) and hosts <= members
+
+        return members | {n for n in self.graph if own(n)}
+
+    def boundary(self, inside: set[str]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """Links leaving and entering `inside`, GPU links aside: a rack's uplinks."""
+        out, into = [], []
+        for src, dst, data in self.graph.edges(data=True):
+            if "gpu" in (self.graph.nodes[src]["kind"], self.graph.nodes[dst]["kind"]):
+                continue
+            if src in inside and dst not in inside:
+                out.append(data["link"])
+            elif dst in inside and src not in inside:
+                into.append(data["link"])
+        return tuple(sorted(out)), tuple(sorted(into))
 
     def _nic_of(self, host: str) -> float:
         return sum(
@@ -114,18 +155,18 @@ class _Builder:
         )
 
 
-def build_cluster(cfg: ClusterBase) -> Cluster:
-    """Build the physical cluster described by a validated `cluster:` config."""
+def build_cluster(cfg: ClusterBase, seed: int = 0) -> Cluster:
+    """Build the physical cluster described by a validated `cluster:` config (`seed`: random placement)."""
     if isinstance(cfg, StarCluster):
-        return _star(cfg)
+        return _star(cfg).finish({}, seed)
     if isinstance(cfg, TwoTierCluster):
-        return _two_tier(cfg)
+        return _two_tier(cfg, seed)
     if isinstance(cfg, CustomCluster):
-        return _custom(cfg)
+        return _custom(cfg, seed)
     raise ConfigError(f"cluster.topology: unsupported {type(cfg).__name__}; allowed: star, two_tier, custom")
 
 
-def _star(cfg: StarCluster) -> Cluster:
+def _star(cfg: StarCluster) -> _Builder:
     b = _Builder(cfg)
     lat = cfg.link_latency_us * US
     b.node("switch", "switch")
@@ -135,10 +176,10 @@ def _star(cfg: StarCluster) -> Cluster:
     for i in range(cfg.server_hosts):
         b.host(f"ps{i}", 0, None, server=True)
         b.cable(f"ps{i}", "switch", b.nic_bps(True), lat, "nic")
-    return b.finish({})
+    return b
 
 
-def _two_tier(cfg: TwoTierCluster) -> Cluster:
+def _two_tier(cfg: TwoTierCluster, seed: int) -> Cluster:
     b = _Builder(cfg)
     lat = cfg.link_latency_us * US
     uplink = (cfg.uplink_gbps or cfg.hosts_per_rack * cfg.nic_gbps) * GBPS
@@ -163,10 +204,10 @@ def _two_tier(cfg: TwoTierCluster) -> Cluster:
         b.cable(f"ps{i}", f"tor{r}", b.nic_bps(True), lat, "nic")
         rack_hosts[f"rack{r}"].append(f"ps{i}")
     racks = {name: RackInfo(name, tuple(hosts), uplink) for name, hosts in rack_hosts.items()}
-    return b.finish(racks)
+    return b.finish(racks, seed)
 
 
-def _custom(cfg: CustomCluster) -> Cluster:
+def _custom(cfg: CustomCluster, seed: int) -> Cluster:
     b = _Builder(cfg)
     for node in cfg.nodes:
         if node.kind == "switch":
@@ -191,24 +232,18 @@ def _custom(cfg: CustomCluster) -> Cluster:
         if h["rack"] is not None:
             rack_hosts.setdefault(h["rack"], []).append(name)
     racks = {r: RackInfo(r, tuple(hosts), _rack_uplink(b, hosts)) for r, hosts in rack_hosts.items()}
-    return b.finish(racks)
+    return b.finish(racks, seed)
 
 
 def _rack_uplink(b: _Builder, rack_hosts: list[str]) -> float:
     """Capacity from a rack to the rest of the fabric: the min cut between the rack's hosts (with
-    its own switches, those whose hosts all sit in the rack) and every other node."""
-    graph, members = b.graph, set(rack_hosts)
-
-    def own(node: str) -> bool:
-        hosts = {n for n in graph.successors(node) if graph.nodes[n]["kind"] in ("host", "server")}
-        return graph.nodes[node]["kind"] == "switch" and bool(hosts) and hosts <= members
-
-    inside = members | {n for n in graph if own(n)}
-    outside = [n for n in graph if n not in inside and graph.nodes[n]["kind"] != "gpu"]
+    its own switches) and every other node."""
+    inside = b.rack_inside(rack_hosts)
+    outside = [n for n in b.graph if n not in inside and b.graph.nodes[n]["kind"] != "gpu"]
     if not outside:
         return float("inf")
     flow = nx.DiGraph()
-    for src, dst, d in graph.edges(data=True):
+    for src, dst, d in b.graph.edges(data=True):
         flow.add_edge(src, dst, capacity=b.links[d["link"]].capacity)
     for n in inside:
         flow.add_edge("_src", n, capacity=float("inf"))

@@ -1,8 +1,9 @@
 """A Chrome/Perfetto trace (JSON "Trace Event Format") of a result, for ui.perfetto.dev.
 
-Per policy two processes: "<policy>: workers" with one track per rank (forward, backward, and the
-exposed wait for communication), and "<policy>: communication" with one track per collective group
-and one per rank for point-to-point ops. Times are microseconds of simulated time.
+Per policy two processes: "<policy>: workers" with one track per rank (begin-step, forward,
+backward, and the wait for synchronization after compute), and "<policy>: communication" with one
+track per collective group, one per rank for point-to-point ops, and counter tracks of link
+utilisation. Times are microseconds of simulated time.
 """
 
 from __future__ import annotations
@@ -46,10 +47,23 @@ def chrome_trace(result: Result, max_events: int) -> str:
         add(_meta("process_name", workers, f"{label}: workers"))
         add(_meta("process_name", comm, f"{label}: communication"))
         for row in result.iterations[result.iterations["policy"] == label].itertuples(index=False):
-            add(_span("forward", workers, row.rank, row.start_s, row.forward_end_s, iteration=row.iteration))
+            if row.begin_end_s > row.start_s:
+                add(_span("begin step", workers, row.rank, row.start_s, row.begin_end_s, iteration=row.iteration))
+            add(_span("forward", workers, row.rank, row.begin_end_s, row.forward_end_s, iteration=row.iteration))
             add(_span("backward", workers, row.rank, row.forward_end_s, row.compute_end_s, iteration=row.iteration))
             if row.end_s > row.compute_end_s:
-                add(_span("exposed comm", workers, row.rank, row.compute_end_s, row.end_s, iteration=row.iteration))
+                add(
+                    _span(
+                        "sync",
+                        workers,
+                        row.rank,
+                        row.compute_end_s,
+                        row.end_s,
+                        iteration=row.iteration,
+                        wait_s=float(row.wait_s),
+                        comm_s=float(row.comm_s),
+                    )
+                )
         for row in result.ops[result.ops["policy"] == label].itertuples(index=False):
             collective = row.rank < 0
             tid = int(row.group) if collective else 100_000 + int(row.rank)
@@ -70,5 +84,9 @@ def chrome_trace(result: Result, max_events: int) -> str:
                     issued_s=float(row.issued_s),
                 )
             )
+        util = result.utilization[(result.utilization["policy"] == label) & (result.utilization["kind"] != "nic")]
+        for time_s, rows in util.groupby("time_s", sort=True):
+            values = {link: round(float(u), 4) for link, u in zip(rows["link"], rows["utilization"])}
+            add({"name": "link utilisation", "ph": "C", "pid": comm, "tid": 0, "ts": time_s * 1e6, "args": values})
     meta = {"dropped_events": dropped, "max_events": max_events}
     return json.dumps({"traceEvents": events, "displayTimeUnit": "ms", "otherData": meta})

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from sim.config import WorkloadConfig
 from sim.gpus import GpuSpec
 from sim.zoo import Layer, ModelSpec, get_model
@@ -84,11 +82,3 @@ def compute_plan(cfg: WorkloadConfig, gpu: GpuSpec) -> ComputePlan:
         buckets.append(GradientBucket(open_bytes, open_s))
     total = float(sum(grad_bytes))
     return ComputePlan(spec.name, cfg.batch_size, forward_s, tuple(buckets), spec.params, total, total)
-
-
-def jitter_factors(cv: float, iterations: int, workers: int, rng: np.random.Generator) -> np.ndarray:
-    """Multiplicative compute-time factors, one per (iteration, worker): lognormal, mean 1, given CV."""
-    if cv == 0:
-        return np.ones((iterations, workers))
-    sigma2 = np.log1p(cv * cv)
-    return rng.lognormal(mean=-sigma2 / 2, sigma=np.sqrt(sigma2), size=(iterations, workers))

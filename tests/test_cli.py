@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from policies.registry import available
 from sim.cli import main
 
 ROOT = Path(__file__).parent.parent
@@ -30,7 +31,10 @@ def test_run_writes_the_result_contract(tmp_path: Path, capsys: pytest.CaptureFi
     assert main(["run", str(small_config(tmp_path)), "--out", str(out), "--quiet"]) == 0
     printed = capsys.readouterr().out
     assert "mean iter (ms)" in printed and "hierarchical" in printed
-    for name in ("summary.csv", "iterations.csv", "ops.csv", "config.yaml", "trace.json", "comparison.png"):
+    for name in (
+        "summary.csv", "iterations.csv", "ops.csv", "links.csv", "utilization.csv", "config.yaml", "trace.json",
+        "comparison.png", "utilization.png",
+    ):  # fmt: skip
         assert (out / name).stat().st_size > 0, name
     summary = pd.read_csv(out / "summary.csv")
     assert list(summary["policy"]) == ["no_sync", "ring", "hierarchical", "ps"]
@@ -41,7 +45,7 @@ def test_run_writes_the_result_contract(tmp_path: Path, capsys: pytest.CaptureFi
     resolved = yaml.safe_load((out / "config.yaml").read_text())
     assert resolved["iterations"] == 3 and resolved["workload"]["bucket_mb"] == 25.0  # defaults filled in
     trace = json.loads((out / "trace.json").read_text())
-    assert {e["ph"] for e in trace["traceEvents"]} == {"M", "X"}
+    assert {e["ph"] for e in trace["traceEvents"]} == {"M", "X", "C"}  # metadata, spans, utilisation counters
 
 
 def test_check_prints_a_summary(capsys: pytest.CaptureFixture[str]) -> None:
@@ -52,7 +56,7 @@ def test_check_prints_a_summary(capsys: pytest.CaptureFixture[str]) -> None:
 def test_list(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["list"]) == 0
     out = capsys.readouterr().out
-    assert "hierarchical, no_sync, ps, ring" in out and "resnet50" in out and "H100" in out
+    assert ", ".join(sorted(available())) in out and "resnet50" in out and "H100" in out
 
 
 def test_bad_config_exits_2_without_traceback(tmp_path: Path) -> None:
@@ -62,7 +66,7 @@ def test_bad_config_exits_2_without_traceback(tmp_path: Path) -> None:
         proc = subprocess.run([sys.executable, "-m", "sim.cli", *args], capture_output=True, text=True, cwd=ROOT)
         assert proc.returncode == 2
         assert "Traceback" not in proc.stderr
-        assert "policies[0].name: unknown policy 'rign'; allowed: hierarchical, no_sync, ps, ring" in proc.stderr
+        assert f"policies[0].name: unknown policy 'rign'; allowed: {', '.join(sorted(available()))}" in proc.stderr
         assert not (tmp_path / "o").exists()
 
 

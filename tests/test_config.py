@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
+from policies.registry import available
 from sim.api import prepare
 from sim.config import dump_config, load_config, parse_config
 from sim.errors import ConfigError
@@ -95,7 +96,7 @@ def test_policy_settings_pass_through_and_label() -> None:
         # policies: names, settings, and settings that do not fit the cluster
         (
             lambda c: c["policies"].append({"name": "rign"}),
-            "policies[4].name: unknown policy 'rign'; allowed: hierarchical, no_sync, ps, ring",
+            f"policies[4].name: unknown policy 'rign'; allowed: {', '.join(sorted(available()))}",
         ),
         (
             lambda c: c["policies"].append({"name": "nope.mod:Cls"}),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -46,16 +47,16 @@ def test_every_policy_sees_the_same_compute() -> None:
 @pytest.mark.parametrize(
     "policy, message",
     [
-        ("YieldsGarbage", "yielded 42 on rank 0 at step 2: not an op from policies.ops"),
-        ("ForeignGroup", "on rank 0 at step 0: rank 0 is not a member of the group"),
-        ("NegativeBytes", "on rank 0 at step 0: nbytes must be a finite number >= 0"),
-        ("MismatchedSizes", "but another member enqueued AllReduce"),
+        ("YieldsGarbage", r"yielded 42 on rank \d+ at step 2: not an op from policies.ops"),
+        ("ForeignGroup", r"on rank (\d+) at step 0: rank \1 is not a member of the group"),
+        ("NegativeBytes", r"on rank \d+ at step 0: nbytes must be a finite number >= 0"),
+        ("MismatchedSizes", r"but another member enqueued AllReduce"),
     ],
 )
 def test_bad_ops_fail_naming_policy_and_op(policy: str, message: str) -> None:
     result = simulate(synthetic(star(4), [{"name": f"custom_policies:{policy}"}], 10, iterations=4))
     error = result.errors[f"custom_policies:{policy}"]
-    assert error.startswith("PolicyError: policy 'custom_policies:") and message in error
+    assert error.startswith("PolicyError: policy 'custom_policies:") and re.search(message, error)
     assert "AllReduce(" in error or "42" in error
 
 

@@ -7,7 +7,7 @@ import pytest
 
 from sim.config import WorkloadConfig
 from sim.gpus import get_gpu
-from sim.workload import compute_plan, jitter_factors
+from sim.workload import compute_plan
 from sim.zoo import get_model
 
 V100 = get_gpu("V100")
@@ -66,14 +66,3 @@ def test_synthetic_plan() -> None:
 def test_bucket_larger_than_model_gives_one_bucket() -> None:
     plan = compute_plan(WorkloadConfig(model="resnet50", bucket_mb=1000), V100)
     assert len(plan.buckets) == 1
-
-
-def test_jitter_factors() -> None:
-    assert (jitter_factors(0.0, 3, 4, np.random.default_rng(0)) == 1).all()
-    f = jitter_factors(0.1, 2000, 50, np.random.default_rng(5))
-    assert f.shape == (2000, 50) and (f > 0).all()
-    assert f.mean() == pytest.approx(1.0, abs=0.002)
-    assert f.std() / f.mean() == pytest.approx(0.1, rel=0.02)
-    assert (
-        jitter_factors(0.1, 3, 4, np.random.default_rng(5)) == jitter_factors(0.1, 3, 4, np.random.default_rng(5))
-    ).all()

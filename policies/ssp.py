@@ -1,0 +1,27 @@
+"""SSP (stale synchronous parallel): ASP, but no worker runs more than s steps ahead of the slowest."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from policies.ops import Program, WaitForClock
+from policies.ps import AsyncShardedPolicy, PSSettings
+
+
+class SSPSettings(PSSettings):
+    staleness: int = Field(3, ge=0, description="bound s: start step c only once every worker finished step c-s-1")
+
+
+class SSP(AsyncShardedPolicy):
+    """ASP plus the bound of Ho et al. (2013): a worker at clock c may start step c, and read the
+    parameters it will use, only when the slowest worker has finished step c - s - 1, so the read
+    includes every update from those clocks. s = 0 is BSP through the parameter server; a large s
+    approaches ASP. Time blocked on the bound is recorded as wait."""
+
+    name = "ssp"
+    Settings = SSPSettings
+
+    def bound(self, step: int) -> Program:
+        finished = step - self.settings.staleness  # every worker must have finished this many steps
+        if finished > 0:
+            yield WaitForClock(finished)

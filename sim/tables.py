@@ -1,0 +1,170 @@
+"""Result rows to pandas DataFrames (DESIGN.md §5): one builder per table.
+
+iterations: one row per worker per iteration; iteration_s = compute_s + comm_s + wait_s.
+ops: one row per collective (rank -1) and per point-to-point batch or wait.
+summary: one row per policy.
+links: one row per network link per policy; utilization: link utilisation over time.
+staleness: histogram of the staleness of updates applied by asynchronous shards.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from sim.engine import PolicyRun
+from sim.topology import GBPS, Cluster
+from sim.workload import ComputePlan
+
+ITERATION_FIELDS = ("iteration", "rank", "start_s", "begin_end_s", "forward_end_s", "compute_end_s", "end_s", "wait_s")
+# `count` > 1: a rank's concurrent point-to-point ops that travelled as one coupled transfer
+OP_FIELDS = (
+    "step", "rank", "kind", "group", "group_size", "shard", "count", "nbytes", "issued_s", "launched_s", "finished_s"
+)  # fmt: skip
+SUMMARY_COLUMNS = (
+    "policy",
+    "name",
+    "status",
+    "workers",
+    "iterations",
+    "updates",
+    "mean_iteration_s",
+    "p50_iteration_s",
+    "p99_iteration_s",
+    "throughput_samples_s",
+    "mean_compute_s",
+    "mean_comm_s",
+    "mean_wait_s",
+    "scaling_efficiency",
+    "network_bytes_per_iteration",
+    "mean_staleness",
+    "p99_staleness",
+    "max_staleness",
+    "sim_time_s",
+)
+# Utilisation time series are written for every uplink (and custom switch-to-switch link), and for
+# NIC links too when there are no more of them than this.
+MAX_NIC_SERIES = 128
+
+
+def _per_policy(runs: list[PolicyRun], rows_of, columns) -> pd.DataFrame:  # type: ignore[no-untyped-def]
+    frames = []
+    for run in runs:
+        df = pd.DataFrame(rows_of(run), columns=list(columns))
+        df.insert(0, "policy", run.label)
+        frames.append(df)
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["policy", *columns])
+
+
+def iterations_frame(runs: list[PolicyRun], cluster: Cluster, batch_size: int) -> pd.DataFrame:
+    df = _per_policy(runs, lambda run: sorted(run.iterations), ITERATION_FIELDS)
+    df.insert(3, "host", [cluster.view.rank_hosts[r] for r in df["rank"]])
+    df["iteration_s"] = df["end_s"] - df["start_s"]
+    df["compute_s"] = df["compute_end_s"] - df["begin_end_s"]
+    df["comm_s"] = (df["iteration_s"] - df["compute_s"] - df["wait_s"]).clip(lower=0.0)
+    df["samples"] = batch_size
+    return df
+
+
+def ops_frame(runs: list[PolicyRun]) -> pd.DataFrame:
+    df = _per_policy(runs, lambda run: run.ops, OP_FIELDS)
+    df["duration_s"] = df["finished_s"] - df["launched_s"]
+    return df
+
+
+def staleness_frame(runs: list[PolicyRun]) -> pd.DataFrame:
+    rows = []
+    for run in runs:
+        values, counts = np.unique(np.asarray(run.staleness, dtype=np.int64), return_counts=True)
+        rows += [(run.label, int(v), int(c)) for v, c in zip(values, counts)]
+    return pd.DataFrame(rows, columns=["policy", "staleness", "updates"])
+
+
+def summary_frame(runs: list[PolicyRun], iterations: pd.DataFrame, cluster: Cluster, plan: ComputePlan) -> pd.DataFrame:
+    rows = []
+    for run in runs:
+        df = iterations[iterations["policy"] == run.label]
+        status = "ok" if run.error is None else f"failed: {run.error}"
+        row: dict[str, object] = {"policy": run.label, "name": run.name, "status": status}
+        row["workers"] = cluster.world_size
+        counts = df.groupby("rank")["iteration"].count()
+        row["iterations"] = int(counts.min()) if len(counts) == cluster.world_size else 0
+        row["updates"] = len(df)
+        if len(df):
+            span = df["end_s"].max() - df["start_s"].min()
+            throughput = df["samples"].sum() / span if span > 0 else float("inf")
+            ideal = cluster.world_size * plan.batch_size / plan.compute_s if plan.compute_s > 0 else float("inf")
+            times = df["iteration_s"].to_numpy()
+            row.update(
+                mean_iteration_s=float(times.mean()),
+                p50_iteration_s=float(np.percentile(times, 50)),
+                p99_iteration_s=float(np.percentile(times, 99)),
+                throughput_samples_s=float(throughput),
+                mean_compute_s=float(df["compute_s"].mean()),
+                mean_comm_s=float(df["comm_s"].mean()),
+                mean_wait_s=float(df["wait_s"].mean()),
+                scaling_efficiency=float(throughput / ideal) if np.isfinite(ideal) else float("nan"),
+            )
+            row["network_bytes_per_iteration"] = _host_egress(run, cluster) * cluster.world_size / len(df)
+        if run.staleness:
+            stale = np.asarray(run.staleness)
+            row.update(
+                mean_staleness=float(stale.mean()),
+                p99_staleness=float(np.percentile(stale, 99)),
+                max_staleness=int(stale.max()),
+            )
+        row["sim_time_s"] = run.sim_time_s
+        rows.append(row)
+    return pd.DataFrame(rows, columns=list(SUMMARY_COLUMNS))
+
+
+def _host_egress(run: PolicyRun, cluster: Cluster) -> float:
+    """Bytes that left hosts through their NICs (the host-to-network side of each duplex NIC)."""
+    if run.link_bytes is None:
+        return float("nan")
+    kinds = cluster.graph.nodes
+    return float(
+        sum(
+            carried
+            for carried, link in zip(run.link_bytes, cluster.links)
+            if link.kind == "nic" and kinds[link.src]["kind"] in ("host", "server")
+        )
+    )
+
+
+LINK_COLUMNS = ["policy", "link", "kind", "capacity_gbps", "bytes", "mean_utilization", "peak_utilization"]
+
+
+def links_frame(runs: list[PolicyRun], cluster: Cluster) -> pd.DataFrame:
+    """Per network link: bytes carried, mean utilisation over the run, peak over sample intervals."""
+    rows = []
+    for run in runs:
+        if run.sampler is None or run.link_bytes is None:
+            continue
+        _, util = run.sampler.utilization()
+        peaks = util.max(axis=0) if len(util) else np.full(len(run.sampler.links), np.nan)
+        for i, peak in zip(run.sampler.links, peaks):
+            link = cluster.links[i]
+            carried = float(run.link_bytes[i])
+            mean = carried / (run.sim_time_s * link.capacity) if run.sim_time_s > 0 else float("nan")
+            rows.append((run.label, f"{link.src}->{link.dst}", link.kind, link.capacity / GBPS, carried, mean, peak))
+    return pd.DataFrame(rows, columns=LINK_COLUMNS)
+
+
+def utilization_frame(runs: list[PolicyRun], cluster: Cluster) -> pd.DataFrame:
+    frames = []
+    for run in runs:
+        if run.sampler is None:
+            continue
+        times, util = run.sampler.utilization()
+        kinds = np.array([cluster.links[i].kind for i in run.sampler.links])
+        keep = kinds != "nic" if (kinds == "nic").sum() > MAX_NIC_SERIES else np.ones(len(kinds), dtype=bool)
+        names = [f"{cluster.links[i].src}->{cluster.links[i].dst}" for i in run.sampler.links[keep]]
+        df = pd.DataFrame(util[:, keep], columns=names)
+        df.insert(0, "time_s", times)
+        long = df.melt(id_vars="time_s", var_name="link", value_name="utilization")
+        long.insert(0, "policy", run.label)
+        long.insert(3, "kind", long["link"].map(dict(zip(names, kinds[keep]))))
+        frames.append(long)
+    columns = ["policy", "time_s", "link", "kind", "utilization"]
+    return pd.concat(frames, ignore_index=True)[columns] if frames else pd.DataFrame(columns=columns)

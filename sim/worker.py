@@ -1,0 +1,117 @@
+"""A worker's training loop as a SimPy process, and how its iterations are accounted.
+
+Per iteration: the policy's begin_step program, forward, backward in bucket-sized slices (each
+bucket handed to the policy as it becomes ready, so communication overlaps the rest of backward),
+then waiting for the bucket programs and the end_step program.
+
+Budgets: synchronous policies run `iterations` iterations on every worker. Policies with
+`shared_budget` (ASP, SSP) share `iterations x workers` updates, so fast workers do more of them,
+the way Sync-Switch counts ASP steps.
+
+Breakdown: compute is forward + backward. Of the rest, *wait* is time blocked on other workers (a
+collective whose members have not all arrived, a pull whose round is not applied yet, a clock
+bound), and *comm* is the remainder: moving bytes with nothing else to do.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
+from typing import Any
+
+import simpy
+
+from policies.base import Bucket, Policy
+from sim.clocks import ClockBoard
+from sim.compute import ComputeModel
+from sim.executor import Executor
+from sim.workload import ComputePlan
+
+# (step, rank, start, begin_end, forward_end, compute_end, end, wait_s)
+IterationRow = tuple[int, int, float, float, float, float, float, float]
+
+
+class Budget:
+    """Who may start another iteration."""
+
+    def __init__(self, iterations: int, world: int, shared: bool) -> None:
+        self.iterations, self.world, self.shared = iterations, world, shared
+        self.claimed = 0
+
+    @property
+    def total(self) -> int:
+        return self.iterations * self.world
+
+    def claim(self, steps_done: int) -> bool:
+        if self.shared:
+            if self.claimed >= self.total:
+                return False
+        elif steps_done >= self.iterations:
+            return False
+        self.claimed += 1
+        return True
+
+
+@dataclass
+class BlockedTime:
+    """Intervals each (rank, step) spent blocked on others; reported by the executor and communicators."""
+
+    intervals: dict[tuple[int, int], list[tuple[float, float]]] = field(default_factory=lambda: defaultdict(list))
+
+    def add(self, rank: int, step: int, start: float, end: float) -> None:
+        if end > start:
+            self.intervals[(rank, step)].append((start, end))
+
+    def pop_wait(self, rank: int, step: int, windows: list[tuple[float, float]]) -> float:
+        """Blocked time of (rank, step) inside `windows` (the parts of the iteration not computing)."""
+        spans = sorted(self.intervals.pop((rank, step), ()))
+        merged: list[list[float]] = []
+        for a, b in spans:
+            if merged and a <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], b)
+            else:
+                merged.append([a, b])
+        return sum(max(0.0, min(b, hi) - max(a, lo)) for a, b in merged for lo, hi in windows)
+
+
+@dataclass
+class WorkerContext:
+    env: simpy.Environment
+    policy: Policy
+    plan: ComputePlan
+    executor: Executor
+    compute: ComputeModel
+    clocks: ClockBoard
+    budget: Budget
+    blocked: BlockedTime
+    rows: list[IterationRow]
+    on_iteration: Callable[[], None]
+
+
+def worker(ctx: WorkerContext, rank: int) -> Generator[simpy.Event, Any, None]:
+    env, policy, plan, executor = ctx.env, ctx.policy, ctx.plan, ctx.executor
+    n_buckets = len(plan.buckets)
+    step = 0
+    while ctx.budget.claim(step):
+        start = env.now
+        yield executor.run(rank, step, policy.begin_step(rank, step))
+        begin_end = env.now
+        factor = ctx.compute.iteration_factor(rank)
+        yield env.timeout(ctx.compute.segment(rank, plan.forward_s, factor))
+        forward_end = env.now
+        programs = []
+        for b, bucket in enumerate(plan.buckets):
+            yield env.timeout(ctx.compute.segment(rank, bucket.backward_s, factor))
+            ready = Bucket(b, bucket.nbytes, n_buckets)
+            programs.append(executor.run(rank, step, policy.on_gradients(rank, step, ready)))
+        compute_end = env.now
+        yield env.all_of(programs)
+        yield executor.run(rank, step, policy.end_step(rank, step))
+        end = env.now
+        wait = ctx.blocked.pop_wait(rank, step, [(start, begin_end), (compute_end, end)])
+        ctx.rows.append((step, rank, start, begin_end, forward_end, compute_end, end, wait))
+        ctx.clocks.tick(rank)
+        ctx.on_iteration()
+        step += 1
+    ctx.clocks.retire(rank)
