@@ -9,7 +9,11 @@ the same calls give the same ops on every backend.
 Lifecycle per worker and step::
 
     bind(view, model)                   once, before any hook
-    begin_step(rank, step)              before forward (e.g. SSP's clock bound, a pull)
+    begin_step(rank, step)              before forward (e.g. SSP's clock bound)
+    on_forward(rank, step, bucket)      the parameters forward needs: one program per bucket, run one
+                                        after another in forward order (last bucket first); forward
+                                        of a bucket's layers waits for its program (a PS read, an
+                                        FSDP-style all-gather), so reads overlap forward compute
     on_gradients(rank, step, bucket)    as each gradient bucket is ready during backward
     end_step(rank, step)                after backward and the local optimizer step (e.g. averaging)
 """
@@ -74,6 +78,9 @@ class Policy:
         return ()
 
     def begin_step(self, rank: int, step: int) -> Program:
+        return ()
+
+    def on_forward(self, rank: int, step: int, bucket: Bucket) -> Program:
         return ()
 
     def on_gradients(self, rank: int, step: int, bucket: Bucket) -> Program:

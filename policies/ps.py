@@ -77,33 +77,24 @@ class ShardedPolicy(Policy):
 
 
 class ParameterServer(ShardedPolicy):
-    """BSP through k synchronous shards: each bucket's slices are pushed as backward produces them
-    and pulled back once the shard has received that bucket from every worker for this round and
-    applied the sum, so the pulls of early buckets overlap the pushes of later ones."""
+    """BSP through k synchronous shards: each bucket's gradient slices are pushed as backward
+    produces them; the next step reads each bucket's parameters as forward needs them, and a shard
+    answers once it has received that bucket from every worker for the round and applied the sum."""
 
     name = "ps"
 
+    def on_forward(self, rank: int, step: int, bucket: Bucket) -> Program:
+        if step > 0:  # step 0 starts from the initial parameters every worker already holds
+            yield self.pulls(bucket.index, bucket.nbytes)
+
     def on_gradients(self, rank: int, step: int, bucket: Bucket) -> Program:
         yield self.pushes(bucket)
-        yield self.pulls(bucket.index, bucket.nbytes)
 
 
-class AsyncShardedPolicy(ShardedPolicy):
-    """The asynchronous pattern (ASP, SSP): read every bucket's parameters from the shards at the
-    start of a step, push each bucket's gradient as backward produces it, never wait for a round.
-    Shards apply pushes on arrival; workers share the config's iterations x workers updates."""
+class AsyncShardedPolicy(ParameterServer):
+    """The asynchronous pattern (ASP, SSP): the same reads and pushes as BSP, but the shards apply
+    each push on arrival and answer reads at once with whatever they hold. Workers share the
+    config's iterations x workers updates. `begin_step` yields the scheme's bound (none for ASP)."""
 
     sync = False
     shared_budget = True
-
-    def begin_step(self, rank: int, step: int) -> Program:
-        yield from self.bound(step)
-        model = self.bound_model
-        yield tuple(pull for key, nbytes in enumerate(model.bucket_bytes) for pull in self.pulls(key, nbytes))
-
-    def bound(self, step: int) -> Program:
-        """What to wait for before reading (nothing: ASP)."""
-        return ()
-
-    def on_gradients(self, rank: int, step: int, bucket: Bucket) -> Program:
-        yield self.pushes(bucket)

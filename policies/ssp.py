@@ -14,14 +14,14 @@ class SSPSettings(PSSettings):
 
 class SSP(AsyncShardedPolicy):
     """ASP plus the bound of Ho et al. (2013): a worker at clock c may start step c, and read the
-    parameters it will use, only when the slowest worker has finished step c - s - 1, so the read
-    includes every update from those clocks. s = 0 is BSP through the parameter server; a large s
+    parameters it will use, only when the slowest worker has finished step c - s - 1, so its reads
+    include every update from those clocks. s = 0 is BSP through the parameter server; a large s
     approaches ASP. Time blocked on the bound is recorded as wait."""
 
     name = "ssp"
     Settings = SSPSettings
 
-    def bound(self, step: int) -> Program:
+    def begin_step(self, rank: int, step: int) -> Program:
         finished = step - self.settings.staleness  # every worker must have finished this many steps
         if finished > 0:
             yield WaitForClock(finished)

@@ -48,9 +48,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return 130
     result.write(out, plot=not args.no_plot)
     print(_table(result.summary))
-    print(
-        f"\nresults: {out}/ (summary, iterations, ops, links, utilization, staleness .csv; config.yaml; trace.json; plots)"
-    )
+    print(f"\nresults: {out}/ (summary, iterations, ops, links, utilization, staleness: .csv; trace.json; plots)")
     for label, error in result.errors.items():
         print(f"policy {label!r} stopped early: {error}", file=sys.stderr)
     return 1 if result.errors else 0

@@ -58,13 +58,29 @@ class Executor:
 
     def run(self, rank: int, step: int, program: Iterable[Any]) -> simpy.Process:
         """Validate the whole program, enqueue its collectives now, and execute it item by item."""
+        return self.env.process(self._run(rank, step, *self._stage(rank, step, program)))
+
+    def _stage(self, rank: int, step: int, program: Iterable[Any]) -> tuple[list[tuple[Op, ...]], list[list[Any]]]:
         items = [tuple(item) if isinstance(item, (tuple, list)) else (item,) for item in program]
         tickets: list[list[Any]] = []  # per item, per op: the communicator ticket of a collective
         for item in items:
             for op in item:
                 self._validate(rank, step, op)
             tickets.append([self.comms.enqueue(rank, step, op) if isinstance(op, Collective) else None for op in item])
-        return self.env.process(self._run(rank, step, items, tickets))
+        return items, tickets
+
+    def run_in_turn(self, rank: int, step: int, programs: list[Iterable[Any]]) -> list[simpy.Event]:
+        """Run programs one after another (all validated and enqueued now); an event per program."""
+        staged = [self._stage(rank, step, program) for program in programs]
+        done = [self.env.event() for _ in staged]
+
+        def chain() -> Generator[simpy.Event, Any, None]:
+            for (items, tickets), event in zip(staged, done):
+                yield from self._run(rank, step, items, tickets)
+                event.succeed()
+
+        self.env.process(chain())
+        return done
 
     def _run(
         self, rank: int, step: int, items: list[tuple[Op, ...]], tickets: list[list[Any]]

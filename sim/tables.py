@@ -16,7 +16,9 @@ from sim.engine import PolicyRun
 from sim.topology import GBPS, Cluster
 from sim.workload import ComputePlan
 
-ITERATION_FIELDS = ("iteration", "rank", "start_s", "begin_end_s", "forward_end_s", "compute_end_s", "end_s", "wait_s")
+ITERATION_FIELDS = (
+    "iteration", "rank", "start_s", "begin_end_s", "forward_end_s", "compute_end_s", "end_s", "compute_s", "wait_s"
+)  # fmt: skip
 # `count` > 1: a rank's concurrent point-to-point ops that travelled as one coupled transfer
 OP_FIELDS = (
     "step", "rank", "kind", "group", "group_size", "shard", "count", "nbytes", "issued_s", "launched_s", "finished_s"
@@ -60,7 +62,6 @@ def iterations_frame(runs: list[PolicyRun], cluster: Cluster, batch_size: int) -
     df = _per_policy(runs, lambda run: sorted(run.iterations), ITERATION_FIELDS)
     df.insert(3, "host", [cluster.view.rank_hosts[r] for r in df["rank"]])
     df["iteration_s"] = df["end_s"] - df["start_s"]
-    df["compute_s"] = df["compute_end_s"] - df["begin_end_s"]
     df["comm_s"] = (df["iteration_s"] - df["compute_s"] - df["wait_s"]).clip(lower=0.0)
     df["samples"] = batch_size
     return df

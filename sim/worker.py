@@ -1,16 +1,17 @@
 """A worker's training loop as a SimPy process, and how its iterations are accounted.
 
-Per iteration: the policy's begin_step program, forward, backward in bucket-sized slices (each
-bucket handed to the policy as it becomes ready, so communication overlaps the rest of backward),
-then waiting for the bucket programs and the end_step program.
+Per iteration: the policy's begin_step program; forward in bucket-sized slices in forward order,
+each waiting for its bucket's on_forward program (run one after another from the start, so reads
+overlap forward); backward in bucket-sized slices (each bucket handed to the policy as it becomes
+ready, so communication overlaps the rest of backward); then the bucket programs and end_step.
 
 Budgets: synchronous policies run `iterations` iterations on every worker. Policies with
 `shared_budget` (ASP, SSP) share `iterations x workers` updates, so fast workers do more of them,
 the way Sync-Switch counts ASP steps.
 
-Breakdown: compute is forward + backward. Of the rest, *wait* is time blocked on other workers (a
-collective whose members have not all arrived, a pull whose round is not applied yet, a clock
-bound), and *comm* is the remainder: moving bytes with nothing else to do.
+Breakdown: compute is the time spent in forward and backward slices. Of the rest, *wait* is time
+blocked on other workers (a collective whose members have not all arrived, a pull whose round is
+not applied yet, a clock bound), and *comm* is the remainder: moving bytes with nothing else to do.
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ from sim.compute import ComputeModel
 from sim.executor import Executor
 from sim.workload import ComputePlan
 
-# (step, rank, start, begin_end, forward_end, compute_end, end, wait_s)
-IterationRow = tuple[int, int, float, float, float, float, float, float]
+# (step, rank, start, begin_end, forward_end, compute_end, end, compute_s, wait_s)
+IterationRow = tuple[int, int, float, float, float, float, float, float, float]
 
 
 class Budget:
@@ -63,11 +64,17 @@ class BlockedTime:
         if end > start:
             self.intervals[(rank, step)].append((start, end))
 
-    def pop_wait(self, rank: int, step: int, windows: list[tuple[float, float]]) -> float:
-        """Blocked time of (rank, step) inside `windows` (the parts of the iteration not computing)."""
-        spans = sorted(self.intervals.pop((rank, step), ()))
+    def pop_wait(self, rank: int, step: int, start: float, end: float, computing: list[tuple[float, float]]) -> float:
+        """Blocked time of (rank, step) within [start, end] outside the `computing` intervals."""
+        windows, cursor = [], start
+        for a, b in computing:  # the complement of computing inside the iteration
+            if a > cursor:
+                windows.append((cursor, a))
+            cursor = max(cursor, b)
+        if end > cursor:
+            windows.append((cursor, end))
         merged: list[list[float]] = []
-        for a, b in spans:
+        for a, b in sorted(self.intervals.pop((rank, step), ())):
             if merged and a <= merged[-1][1]:
                 merged[-1][1] = max(merged[-1][1], b)
             else:
@@ -90,27 +97,37 @@ class WorkerContext:
 
 
 def worker(ctx: WorkerContext, rank: int) -> Generator[simpy.Event, Any, None]:
-    env, policy, plan, executor = ctx.env, ctx.policy, ctx.plan, ctx.executor
+    env, policy, plan, executor, compute = ctx.env, ctx.policy, ctx.plan, ctx.executor, ctx.compute
     n_buckets = len(plan.buckets)
+    buckets = [Bucket(b, bucket.nbytes, n_buckets) for b, bucket in enumerate(plan.buckets)]
     step = 0
     while ctx.budget.claim(step):
         start = env.now
+        computing: list[tuple[float, float]] = []
         yield executor.run(rank, step, policy.begin_step(rank, step))
         begin_end = env.now
-        factor = ctx.compute.iteration_factor(rank)
-        yield env.timeout(ctx.compute.segment(rank, plan.forward_s, factor))
+        factor = compute.iteration_factor(rank)
+        forward_order = buckets[::-1]  # the first layers sit in the last bucket backward produced
+        reads = executor.run_in_turn(rank, step, [policy.on_forward(rank, step, b) for b in forward_order])
+        for bucket, ready in zip(forward_order, reads):
+            yield ready
+            a = env.now
+            yield env.timeout(compute.segment(rank, plan.buckets[bucket.index].backward_s / 2, factor))
+            computing.append((a, env.now))
         forward_end = env.now
         programs = []
-        for b, bucket in enumerate(plan.buckets):
-            yield env.timeout(ctx.compute.segment(rank, bucket.backward_s, factor))
-            ready = Bucket(b, bucket.nbytes, n_buckets)
-            programs.append(executor.run(rank, step, policy.on_gradients(rank, step, ready)))
+        for bucket in buckets:
+            a = env.now
+            yield env.timeout(compute.segment(rank, plan.buckets[bucket.index].backward_s, factor))
+            computing.append((a, env.now))
+            programs.append(executor.run(rank, step, policy.on_gradients(rank, step, bucket)))
         compute_end = env.now
         yield env.all_of(programs)
         yield executor.run(rank, step, policy.end_step(rank, step))
         end = env.now
-        wait = ctx.blocked.pop_wait(rank, step, [(start, begin_end), (compute_end, end)])
-        ctx.rows.append((step, rank, start, begin_end, forward_end, compute_end, end, wait))
+        compute_s = sum(b - a for a, b in computing)
+        wait = ctx.blocked.pop_wait(rank, step, start, end, computing)
+        ctx.rows.append((step, rank, start, begin_end, forward_end, compute_end, end, compute_s, wait))
         ctx.clocks.tick(rank)
         ctx.on_iteration()
         step += 1

@@ -33,8 +33,9 @@ def test_summary_arithmetic() -> None:
     [
         # ring all-reduce: each of p ranks sends 2(p-1)/p of n
         (star(6), {"name": "ring"}, 2 * 5 * 100 * MB),
-        # one PS shard per host: (p-1)/p of n out of every worker, and as much back out of the servers
-        (star(4), {"name": "ps"}, 2 * 3 * 100 * MB),
+        # one PS shard per host: (p-1)/p of n out of every worker per push, as much back per read;
+        # 3 iterations push 3 times and read 2 times (step 0 starts from the initial parameters)
+        (star(4), {"name": "ps"}, (3 + 2) / 3 * 3 * 100 * MB),
         # host-level hierarchical: only the g cross-host rings of n/g bytes leave hosts
         (star(3, gpus_per_host=4), {"name": "hierarchical", "level": "host"}, 2 * 2 * 100 * MB),
         (star(5), {"name": "no_sync"}, 0.0),
@@ -55,8 +56,9 @@ def test_ops_table_rows() -> None:
     assert (ring["group_size"] == 4).all() and (ring["rank"] == -1).all()
     ps = ops[ops["policy"] == "ps"]
     assert set(ps["kind"]) == {"push", "pull"}
-    assert len(ps) == 2 * 4 * 4 * 2  # iterations x buckets x ranks x (push, pull), coupled per rank
-    assert (ps["count"] == 2).all() and ps["nbytes"].sum() == pytest.approx(2 * 2 * 4 * 40 * MB)
+    # buckets x ranks x (pushes in 2 steps + reads in step 1), each coupled over the 2 shards
+    assert len(ps) == 4 * 4 * (2 + 1)
+    assert (ps["count"] == 2).all() and ps["nbytes"].sum() == pytest.approx((2 + 1) * 4 * 40 * MB)
     assert (ps["duration_s"] > 0).all()
 
 
