@@ -22,7 +22,8 @@ from sim.errors import PolicyError
 
 # Called when a collective finishes: (op, step of the first issuer, first issue time, launch time).
 OnFinish = Callable[[Collective, int, float, float], None]
-# Called at launch for every member that waited: (rank, its step, arrival time, launch time).
+# Called at launch for every member that arrived before the last one: (rank, its step, its arrival,
+# the last member's arrival). Time queued behind the group's previous call is communication, not this.
 OnBlocked = Callable[[int, int, float, float], None]
 
 
@@ -105,9 +106,10 @@ class Communicators:
         comm.busy = True
         launched = self.env.now
         if self.on_blocked is not None:
+            last = max(arrived for _, arrived in call.arrivals.values())
             for rank, (step, arrived) in call.arrivals.items():
-                if arrived < launched:
-                    self.on_blocked(rank, step, arrived, launched)
+                if arrived < last:
+                    self.on_blocked(rank, step, arrived, last)
         done = self.runner.run(call.op)
         done.callbacks.append(lambda _ev: self._finish(comm, call, launched))
 

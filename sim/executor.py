@@ -56,9 +56,14 @@ class Executor:
         self.world = len(rank_nodes)
         self._members: dict[Group, frozenset[int]] = {}  # validated groups -> member sets
 
-    def run(self, rank: int, step: int, program: Iterable[Any]) -> simpy.Process:
+    def run(self, rank: int, step: int, program: Iterable[Any]) -> simpy.Event:
         """Validate the whole program, enqueue its collectives now, and execute it item by item."""
-        return self.env.process(self._run(rank, step, *self._stage(rank, step, program)))
+        items, tickets = self._stage(rank, step, program)
+        if not items:  # most hooks of most policies: no process needed
+            done = self.env.event()
+            done.succeed()
+            return done
+        return self.env.process(self._run(rank, step, items, tickets))
 
     def _stage(self, rank: int, step: int, program: Iterable[Any]) -> tuple[list[tuple[Op, ...]], list[list[Any]]]:
         items = [tuple(item) if isinstance(item, (tuple, list)) else (item,) for item in program]

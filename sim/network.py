@@ -71,7 +71,7 @@ class Network:
         self.env = env
         self.capacity = np.asarray(capacity, dtype=float)
         self.latency = np.asarray(latency, dtype=float)
-        self.link_bytes = np.zeros(len(self.capacity))  # bytes carried per link so far
+        self._folded_bytes = np.zeros(len(self.capacity))  # bytes of classes since forgotten, per link
         self.recomputes = 0
         self.transfers_started = 0
         # transfers, by slot
@@ -82,7 +82,11 @@ class Network:
         self._class_of: dict[tuple, int] = {}
         # count: active transfers per class; rated: how many of them the current rates were computed
         # for (a transfer that joins a class has no rate until the recompute at the same instant)
-        self._c = _Growable(16, count=(float, 0.0), rated=(float, 0.0), rate=(float, 0.0), cap=(float, np.inf))
+        # carried: bytes moved so far per sub-flow, summed over the class's transfers (per-link byte
+        # counts are derived from it on demand, so advancing time costs O(classes), not O(links))
+        self._c = _Growable(
+            16, count=(float, 0.0), rated=(float, 0.0), rate=(float, 0.0), cap=(float, np.inf), carried=(float, 0.0)
+        )
         self._n_classes = 0
         self._e = _Growable(64, link=(np.int64, 0), cls=(np.int64, 0), mult=(float, 0.0))
         self._n_entries = 0
@@ -164,10 +168,17 @@ class Network:
         self.latency[list(links)] = np.broadcast_to(np.asarray(latency, dtype=float), (len(links),))
         self._path_latency.clear()
 
+    @property
+    def link_bytes(self) -> np.ndarray:
+        """Bytes carried per link up to the last time the network advanced."""
+        e, n = self._e, self._n_entries
+        weights = e.mult[:n] * self._c.carried[e.cls[:n]]
+        return self._folded_bytes + np.bincount(e.link[:n], weights=weights, minlength=len(self.capacity))
+
     def carried_bytes(self) -> np.ndarray:
         """Bytes carried per link up to the current time."""
         self._advance()
-        return self.link_bytes.copy()
+        return self.link_bytes
 
     @property
     def active_transfers(self) -> int:
@@ -190,7 +201,8 @@ class Network:
             cls = self._class_of[key] = self._n_classes
             self._n_classes += 1
             self._c.ensure(self._n_classes)
-            self._c.count[cls], self._c.rated[cls], self._c.rate[cls], self._c.cap[cls] = 0.0, 0.0, 0.0, cap
+            c = self._c
+            c.count[cls], c.rated[cls], c.rate[cls], c.cap[cls], c.carried[cls] = 0.0, 0.0, 0.0, cap, 0.0
             n, m = self._n_entries, len(ids)
             self._e.ensure(n + m)
             self._e.link[n : n + m], self._e.cls[n : n + m], self._e.mult[n : n + m] = ids, cls, counts
@@ -234,6 +246,7 @@ class Network:
     def _compact_classes(self) -> None:
         """Forget classes with no active transfer and renumber the rest."""
         c, e = self._c, self._e
+        self._folded_bytes = self.link_bytes  # forgotten classes keep their bytes on their links
         keep = np.flatnonzero(c.count[: self._n_classes] > 0)
         new_of_old = np.full(self._n_classes, -1, dtype=np.int64)
         new_of_old[keep] = np.arange(len(keep))
@@ -245,21 +258,24 @@ class Network:
         self._n_classes = nk = len(keep)
         c.count[:nk], c.rated[:nk], c.rate[:nk], c.cap[:nk] = count, rated, rate, cap
         c.count[nk:], c.rated[nk:] = 0.0, 0.0
+        c.carried[:] = 0.0  # kept classes' bytes so far are in _folded_bytes now
         self._class_of = {k: int(new_of_old[v]) for k, v in self._class_of.items() if new_of_old[v] >= 0}
         n = len(self._slots)
         self._t.cls[:n] = np.where(self._t.active[:n], new_of_old[self._t.cls[:n]], 0)
 
     # ----------------------------------------------------------------------------- dynamics
-    def _advance(self) -> None:
-        """Move every active transfer forward to the current time at its current rate."""
+    def _advance(self, active: np.ndarray | None = None) -> None:
+        """Move every active transfer (slots `active`, if known) forward to now at its current rate."""
         now = self.env.now
         dt = now - self._last_update
         self._last_update = now
         if dt <= 0 or not self._n_active:
             return
-        n, t, c = len(self._slots), self._t, self._c
-        t.remaining[:n] -= np.where(t.active[:n], c.rate[t.cls[:n]] * dt, 0.0)
-        self.link_bytes += self.link_load() * dt
+        t, c, nc = self._t, self._c, self._n_classes
+        if active is None:
+            active = np.flatnonzero(t.active[: len(self._slots)])
+        t.remaining[active] -= c.rate[t.cls[active]] * dt
+        c.carried[:nc] += c.rated[:nc] * c.rate[:nc] * dt
 
     def _schedule_recompute(self) -> None:
         if not self._recompute_pending:
@@ -268,23 +284,19 @@ class Network:
 
     def _recompute(self, _event: object = None) -> None:
         self._recompute_pending = False
-        self._advance()
-        self._finish_due()
+        t, c = self._t, self._c
+        active = np.flatnonzero(t.active[: len(self._slots)])
+        self._advance(active)
+        active = self._finish_due(active)
         nc = self._n_classes
-        self._c.rated[:nc] = self._c.count[:nc]  # the rates below are for exactly these transfers
+        c.rated[:nc] = c.count[:nc]  # the rates below are for exactly these transfers
         self._version += 1
-        if not self._n_active:
+        if not len(active):
             return
         self.recomputes += 1
-        c, e, nc, ne = self._c, self._e, self._n_classes, self._n_entries
-        live = np.flatnonzero(c.count[e.cls[:ne]] > 0)
-        classes = e.cls[live]
-        c.rate[:nc] = max_min_rates(
-            e.link[live], classes, e.mult[live] * c.count[classes], self.capacity, nc, c.cap[:nc]
-        )
-        c.rate[:nc][c.count[:nc] == 0] = 0.0
-        n, t = len(self._slots), self._t
-        active = np.flatnonzero(t.active[:n])
+        e, ne = self._e, self._n_entries
+        # a class stands for its `count` identical transfers; classes with none are idle (rate 0)
+        c.rate[:nc] = max_min_rates(e.link[:ne], e.cls[:ne], e.mult[:ne], self.capacity, nc, c.cap[:nc], c.count[:nc])
         eta = float((t.remaining[active] / c.rate[t.cls[active]]).min())
         if eta == np.inf:  # only open flows are active: nothing will finish by itself
             return
@@ -295,19 +307,23 @@ class Network:
         if version == self._version:  # otherwise a later recompute superseded this timer
             self._recompute()
 
-    def _finish_due(self) -> None:
-        if not self._n_active:
-            return
-        n, t = len(self._slots), self._t
+    def _finish_due(self, active: np.ndarray) -> np.ndarray:
+        """Deliver the active transfers whose bytes are through; return the slots still active."""
+        if not len(active):
+            return active
+        t = self._t
         tol_s = max(FINISH_TOL_S, 8 * float(np.spacing(self.env.now)))
-        remaining, rate = t.remaining[:n], self._c.rate[t.cls[:n]]
-        near = (remaining <= rate * tol_s) | (remaining <= t.nbytes[:n] * FINISH_TOL_REL)
-        due = t.active[:n] & near & np.isfinite(remaining)  # open flows never finish by themselves
-        for slot in np.flatnonzero(due):
+        remaining, rate = t.remaining[active], self._c.rate[t.cls[active]]
+        near = (remaining <= rate * tol_s) | (remaining <= t.nbytes[active] * FINISH_TOL_REL)
+        due = near & np.isfinite(remaining)  # open flows never finish by themselves
+        if not due.any():
+            return active
+        for slot in active[due]:
             transfer = self._slots[slot]
             assert transfer is not None  # an active slot always holds its transfer
             self._release(slot)
             self._deliver(transfer.done, transfer.latency)
+        return active[~due]
 
     def _release(self, slot: int) -> None:
         t = self._t

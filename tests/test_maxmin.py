@@ -371,3 +371,35 @@ def test_raising_a_transfers_own_cap_never_slows_it(instance, data) -> None:
     higher = data.draw(st.one_of(st.just(math.inf), st.floats(lower, 2 * lower)))
     raised = [*caps[:i], higher, *caps[i + 1 :]]
     assert solve(capacity, transfers, raised)[i] >= solve(capacity, transfers, caps)[i] * (1 - REL)
+
+
+@settings(max_examples=300, deadline=None)
+@given(instances(), st.data())
+def test_compiled_and_numpy_solvers_agree(instance, data) -> None:
+    """The numba kernel is the numpy reference's loop compiled: equal rates, idle transfers included."""
+    from sim import maxmin
+
+    if maxmin.progressive_filling is None:
+        pytest.skip("numba is not available; only the numpy solver runs")
+    capacity, transfers, caps = instance
+    links, owners, mult = [], [], []
+    for t, transfer in enumerate(transfers):
+        for link, count in sorted(crossings(transfer).items()):
+            links += [link]
+            owners += [t]
+            mult += [count]
+    scale = np.array(
+        data.draw(st.lists(st.sampled_from([0.0, 1.0, 2.0, 3.0]), min_size=len(transfers), max_size=len(transfers)))
+    )
+    args = (
+        np.array(links, dtype=np.int64),
+        np.array(owners, dtype=np.int64),
+        np.array(mult, dtype=float),
+        np.array(capacity, dtype=float),
+        len(transfers),
+        None if caps is None else np.array(caps, dtype=float),
+    )
+    compiled = maxmin.max_min_rates(*args, scale)
+    reference = maxmin.max_min_rates_numpy(*args, scale)
+    assert compiled == pytest.approx(reference, rel=REL, abs=1e-12 * max(capacity))
+    assert (compiled[scale == 0] == 0).all()
