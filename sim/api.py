@@ -12,6 +12,7 @@ from sim.engine import PolicyRun, bind_policy, run_policy
 from sim.faults import check_faults
 from sim.results import Result
 from sim.tables import (
+    faults_frame,
     iterations_frame,
     links_frame,
     ops_frame,
@@ -80,6 +81,7 @@ def _assemble(cfg: Config, cluster: Cluster, plan: ComputePlan, runs: list[Polic
         links_frame(runs, cluster),
         utilization_frame(runs, cluster),
         staleness_frame(runs),
+        faults_frame(runs),
         list(runs),
     )
 

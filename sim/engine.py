@@ -56,6 +56,7 @@ class PolicyRun:
     iterations: list[IterationRow] = field(default_factory=list)
     ops: list[tuple] = field(default_factory=list)  # see results.OP_FIELDS
     staleness: list[int] = field(default_factory=list)  # one per update an asynchronous shard applied
+    faults: list[tuple] = field(default_factory=list)  # see sim.faults.FaultRow
     error: Optional[str] = None
     traceback: Optional[str] = None
     events: int = 0
@@ -158,7 +159,7 @@ def run_policy(
         if env.now - progress["last"] > config.simulation.stall_timeout_s:
             raise stalled()
 
-    faults = FaultContext(env, net, cluster, router, compute, config.seed, done, check_stall)
+    faults = FaultContext(env, net, cluster, router, compute, config.seed, done, check_stall, run.faults)
     effects = LinkEffects(net)
     for i, spec in enumerate(config.faults.stragglers):
         env.process(straggler(faults, i, spec, effects))

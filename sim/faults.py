@@ -45,6 +45,10 @@ def check_faults(config: Config, cluster: Cluster) -> None:
             raise ConfigError(f"{where}.hosts: unknown hosts {unknown}; allowed: {', '.join(hosts)}")
 
 
+# (what, targets, effect, value, start_s, end_s): one straggler occurrence or background window
+FaultRow = tuple[str, str, str, float, float, float]
+
+
 @dataclass
 class FaultContext:
     env: simpy.Environment
@@ -55,6 +59,7 @@ class FaultContext:
     seed: int
     done: simpy.Event
     check_stall: Callable[[], None]
+    log: list[FaultRow]
 
 
 class LinkEffects:
@@ -82,6 +87,16 @@ def _toggle(active: list[float], value: float, on: bool) -> None:
         active.append(value)
     else:
         active.remove(value)
+
+
+def _open_entry(ctx: FaultContext, row: tuple[str, str, str, float, float]) -> int:
+    """Log an occurrence as it starts (its end stays inf until it ends, or the run does)."""
+    ctx.log.append((*row, np.inf))
+    return len(ctx.log) - 1
+
+
+def _close_entry(ctx: FaultContext, entry: int) -> None:
+    ctx.log[entry] = (*ctx.log[entry][:5], ctx.env.now)
 
 
 def uplink_links(cluster: Cluster, racks: Any) -> list[tuple[int, ...]]:
@@ -138,7 +153,15 @@ def _occurrence(
         effects.delay(links, spec.delay_ms * 1e-3, on=True)
     if spec.bandwidth_factor is not None:
         effects.scale(links, spec.bandwidth_factor, on=True)
+    effect = next(
+        name for name in ("compute_factor", "delay_ms", "bandwidth_factor") if getattr(spec, name) is not None
+    )
+    kind = "ranks" if spec.ranks is not None else "uplinks"
+    entry = _open_entry(
+        ctx, ("straggler", f"{kind} {' '.join(map(str, targets))}", effect, float(getattr(spec, effect)), ctx.env.now)
+    )
     yield ctx.env.timeout(spec.duration_s)
+    _close_entry(ctx, entry)
     if spec.compute_factor is not None:
         ctx.compute.straggle(ranks, spec.compute_factor, on=False)
     if spec.delay_ms is not None:
@@ -161,14 +184,22 @@ def background(ctx: FaultContext, index: int, spec: BackgroundFlow) -> Generator
                     flows.append(([link], float(rate)))
     yield env.timeout(spec.start_s)
     end = spec.start_s + spec.duration_s if spec.duration_s is not None else np.inf
+    where = (
+        f"hosts {' '.join(spec.hosts)}"
+        if spec.hosts is not None
+        else f"uplinks {' '.join(_rack_names(ctx.cluster, spec.uplinks))}"
+    )
+    rate = ("gbps", float(spec.gbps)) if spec.gbps is not None else ("fraction", float(spec.fraction or 0.0))
     while not ctx.done.triggered and env.now < end:
         opened = [net.open_flow([path], cap) for path, cap in flows]
+        entry = _open_entry(ctx, ("background", where, *rate, env.now))
         on = spec.on_s if spec.on_s is not None else end - env.now
         if on == np.inf:
-            return  # on for good: an open flow needs no events
+            return  # on for good: an open flow needs no events, and its row ends with the run
         yield env.timeout(min(on, end - env.now))
         for flow in opened:
             net.close_flow(flow)
+        _close_entry(ctx, entry)
         if spec.off_s is None:
             return
         yield env.timeout(spec.off_s)

@@ -28,6 +28,7 @@ class Result:
     links: pd.DataFrame
     utilization: pd.DataFrame
     staleness: pd.DataFrame
+    faults: pd.DataFrame
     runs: list[PolicyRun] = field(default_factory=list)
 
     @property
@@ -42,7 +43,7 @@ class Result:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         _atomic_write(out / "config.yaml", dump_config(self.config))
-        for name in ("summary", "iterations", "ops", "links", "utilization", "staleness"):
+        for name in ("summary", "iterations", "ops", "links", "utilization", "staleness", "faults"):
             _atomic_write(out / f"{name}.csv", getattr(self, name).to_csv(index=False))
         if self.config.simulation.trace if trace is None else trace:
             _atomic_write(out / "trace.json", chrome_trace(self, self.config.simulation.trace_max_events))

@@ -73,6 +73,18 @@ def ops_frame(runs: list[PolicyRun]) -> pd.DataFrame:
     return df
 
 
+FAULT_FIELDS = ("what", "targets", "effect", "value", "start_s", "end_s")
+
+
+def faults_frame(runs: list[PolicyRun]) -> pd.DataFrame:
+    """Straggler occurrences and background windows as they happened in each run (end inf: to the end)."""
+    df = _per_policy(runs, lambda run: sorted(run.faults, key=lambda row: (row[4], row[1])), FAULT_FIELDS)
+    for run in runs:  # open-ended windows end with the run
+        rows = (df["policy"] == run.label) & ~np.isfinite(df["end_s"].astype(float))
+        df.loc[rows, "end_s"] = run.sim_time_s
+    return df
+
+
 def staleness_frame(runs: list[PolicyRun]) -> pd.DataFrame:
     rows = []
     for run in runs:

@@ -84,6 +84,8 @@ def chrome_trace(result: Result, max_events: int) -> str:
                     issued_s=float(row.issued_s),
                 )
             )
+        for row in result.faults[result.faults["policy"] == label].itertuples(index=False):
+            add(_span(f"{row.what}: {row.targets} {row.effect}={row.value:g}", comm, 99_999, row.start_s, row.end_s))
         util = result.utilization[(result.utilization["policy"] == label) & (result.utilization["kind"] != "nic")]
         for time_s, rows in util.groupby("time_s", sort=True):
             values = {link: round(float(u), 4) for link, u in zip(rows["link"], rows["utilization"])}
