@@ -55,7 +55,7 @@ class PolicyRun:
     name: str
     iterations: list[IterationRow] = field(default_factory=list)
     ops: list[tuple] = field(default_factory=list)  # see results.OP_FIELDS
-    staleness: list[int] = field(default_factory=list)  # one per update an asynchronous shard applied
+    staleness: list[tuple[int, int]] = field(default_factory=list)  # (rank, staleness) per applied async update
     faults: list[tuple] = field(default_factory=list)  # see sim.faults.FaultRow
     error: Optional[str] = None
     traceback: Optional[str] = None
@@ -124,7 +124,7 @@ def run_policy(
     runner = CollectiveRunner(env, net, router, cluster.rank_gpus, model)
     comms = Communicators(env, runner, entry.display, on_collective, blocked.add)
     shards = [
-        Shard(env, spec, tuple(range(world)), lambda rank, key, stale: run.staleness.append(stale))
+        Shard(env, spec, tuple(range(world)), lambda rank, key, stale: run.staleness.append((rank, stale)))
         for spec in policy.servers()
     ]
     clocks = ClockBoard(env, world)

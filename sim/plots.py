@@ -72,8 +72,8 @@ def utilization_plot(utilization: pd.DataFrame, path: Path) -> None:
 def staleness_plot(staleness: pd.DataFrame, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(7, 3.5))
     for label, rows in staleness.groupby("policy", sort=False):
-        share = rows["updates"] / rows["updates"].sum()
-        ax.step(rows["staleness"], share, where="mid", label=label)
+        counts = rows.groupby("staleness")["updates"].sum()
+        ax.step(counts.index, counts / counts.sum(), where="mid", label=label)
     ax.set_xlabel("staleness (updates by others since the worker's last pull)")
     ax.set_ylabel("share of updates")
     ax.legend(fontsize=8)

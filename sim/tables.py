@@ -86,11 +86,16 @@ def faults_frame(runs: list[PolicyRun]) -> pd.DataFrame:
 
 
 def staleness_frame(runs: list[PolicyRun]) -> pd.DataFrame:
-    rows = []
+    """How many applied updates had each staleness, per policy and pushing rank."""
+    frames = []
     for run in runs:
-        values, counts = np.unique(np.asarray(run.staleness, dtype=np.int64), return_counts=True)
-        rows += [(run.label, int(v), int(c)) for v, c in zip(values, counts)]
-    return pd.DataFrame(rows, columns=["policy", "staleness", "updates"])
+        if run.staleness:
+            df = pd.DataFrame(run.staleness, columns=["rank", "staleness"])
+            counts = df.groupby(["rank", "staleness"]).size().rename("updates").reset_index()
+            counts.insert(0, "policy", run.label)
+            frames.append(counts)
+    columns = ["policy", "rank", "staleness", "updates"]
+    return pd.concat(frames, ignore_index=True)[columns] if frames else pd.DataFrame(columns=columns)
 
 
 def summary_frame(runs: list[PolicyRun], iterations: pd.DataFrame, cluster: Cluster, plan: ComputePlan) -> pd.DataFrame:
@@ -120,7 +125,7 @@ def summary_frame(runs: list[PolicyRun], iterations: pd.DataFrame, cluster: Clus
             )
             row["network_bytes_per_iteration"] = _host_egress(run, cluster) * cluster.world_size / len(df)
         if run.staleness:
-            stale = np.asarray(run.staleness)
+            stale = np.asarray([value for _, value in run.staleness])
             row.update(
                 mean_staleness=float(stale.mean()),
                 p99_staleness=float(np.percentile(stale, 99)),

@@ -1,0 +1,136 @@
+"""Slow workers, transient stragglers and background traffic, against hand-computed expectations."""
+
+from __future__ import annotations
+
+import pytest
+from helpers import GBPS, US, star, synthetic, two_tier
+
+from sim.api import prepare, simulate
+from sim.config import parse_config
+from sim.errors import ConfigError
+
+MB = 1e6
+STAR_ALPHA = 12 * US  # GPU-host-switch-host-GPU
+
+
+def allreduces(result, policy: str = "ring"):  # type: ignore[no-untyped-def]
+    ops = result.ops
+    return ops[(ops["policy"] == policy) & (ops["kind"] == "AllReduce")].sort_values("launched_s")
+
+
+def test_compute_straggler_stretches_segments_starting_in_its_window() -> None:
+    """no_sync, one 30 ms iteration per worker (forward 10 ms, backward 20 ms); rank 1 is 3x slower
+    for segments that start in [0.05, 0.10)."""
+    cfg = synthetic(star(2), [{"name": "no_sync"}], 1, compute_ms=30.0, iterations=5)
+    cfg["faults"] = {"stragglers": [{"ranks": [1], "compute_factor": 3.0, "start_s": 0.05, "duration_s": 0.05}]}
+    it = simulate(cfg).iterations.set_index(["rank", "iteration"])
+    t, ends = 0.0, []
+    for _ in range(5):  # walk rank 1's segments by hand
+        for nominal in (0.010, 0.020):
+            t += nominal * (3.0 if 0.05 <= t < 0.10 else 1.0)
+        ends.append(t)
+    assert list(it.loc[1, "end_s"]) == pytest.approx(ends)
+    assert list(it.loc[0, "end_s"]) == pytest.approx([0.03 * (k + 1) for k in range(5)])
+
+
+def test_network_delay_on_one_worker_slows_every_ring_step() -> None:
+    """Sync-Switch's straggler: 10 ms extra on one worker's outgoing link. A ring step waits for its
+    slowest flow, so an all-reduce of p ranks pays the delay 2(p-1) times, in both fidelities."""
+    for model in ("pipelined", "stepwise"):
+        cfg = synthetic(star(4), [{"name": "ring"}], 40, compute_ms=10.0, iterations=4, model=model)
+        cfg["faults"] = {"stragglers": [{"ranks": [2], "delay_ms": 10.0, "start_s": 0.0, "duration_s": 1e3}]}
+        ars = allreduces(simulate(cfg))
+        expected = 2 * 3 * (STAR_ALPHA + 0.010) + 2 * 3 / 4 * 40 * MB / (25 * GBPS)
+        assert ars["duration_s"].to_numpy() == pytest.approx([expected] * 4, rel=1e-9), model
+
+
+def test_uplink_bandwidth_straggler_applies_only_in_its_window() -> None:
+    """Uplinks halved during [0.2, 0.6): ring all-reduces launched inside get 12.5 Gbps cross-rack."""
+    cfg = synthetic(two_tier(2, 2, 25.0), [{"name": "ring"}], 40, compute_ms=60.0, iterations=8)
+    cfg["faults"] = {"stragglers": [{"uplinks": "all", "bandwidth_factor": 0.5, "start_s": 0.2, "duration_s": 0.4}]}
+    ars = allreduces(simulate(cfg))
+    alpha = 22 * US
+    fast = 2 * 3 * alpha + 1.5 * 40 * MB / (25 * GBPS)
+    slow = 2 * 3 * alpha + 1.5 * 40 * MB / (12.5 * GBPS)
+    inside = [r for r in ars.itertuples() if 0.2 <= r.launched_s and r.finished_s <= 0.6]
+    outside = [r for r in ars.itertuples() if r.finished_s <= 0.2 or r.launched_s >= 0.6]
+    assert inside and outside  # the window holds some all-reduces and misses others
+    assert [r.duration_s for r in inside] == pytest.approx([slow] * len(inside), rel=1e-9)
+    assert [r.duration_s for r in outside] == pytest.approx([fast] * len(outside), rel=1e-9)
+
+
+def test_random_stragglers_are_seeded() -> None:
+    cfg = synthetic(star(4), [{"name": "no_sync"}], 1, compute_ms=10.0, iterations=200)
+    cfg["faults"] = {
+        "stragglers": [{"ranks": [0, 1, 2, 3], "count": 1, "compute_factor": 2.0, "every_s": 0.2, "duration_s": 0.05}]
+    }
+    a, b = simulate(cfg), simulate(cfg)
+    assert a.faults.equals(b.faults) and a.iterations.equals(b.iterations)
+    cfg["seed"] = 1
+    c = simulate(cfg)
+    assert not c.faults["start_s"].equals(a.faults["start_s"])
+    # a Poisson process with mean gap 0.2 s over a ~2 s run: a handful of occurrences, one rank each
+    assert 3 <= len(a.faults) <= 25 and a.faults["targets"].str.fullmatch(r"ranks \d").all()
+    gaps = a.faults["start_s"].diff().dropna()
+    assert (gaps > 0).all()
+
+
+def test_background_flow_carries_its_rate_while_on() -> None:
+    """An on/off 5 Gbps flow h0 -> h1 (0.1 s on, 0.1 s off) alone on the network: its bytes are
+    rate x time on; the windows appear in the faults table."""
+    cfg = synthetic(star(2), [{"name": "no_sync"}], 1, compute_ms=100.0, iterations=10)
+    cfg["background"] = [{"hosts": ["h0", "h1"], "gbps": 5.0, "on_s": 0.1, "off_s": 0.1}]
+    result = simulate(cfg)
+    windows = result.faults
+    on_time = float((windows["end_s"] - windows["start_s"]).sum())
+    assert on_time == pytest.approx(0.5, rel=1e-9)  # a 1.0 s run: on at 0, 0.2, 0.4, 0.6, 0.8
+    links = result.links.set_index("link")
+    assert links.loc["h0->switch", "bytes"] == pytest.approx(5 * GBPS * on_time, rel=1e-9)
+    assert links.loc["h1->switch", "bytes"] == 0.0
+
+
+def test_open_ended_background_competes_for_the_whole_run() -> None:
+    cfg = synthetic(two_tier(2, 2, 25.0), [{"name": "ring"}], 40, compute_ms=0.0, iterations=3)
+    cfg["background"] = [{"uplinks": ["rack0"], "gbps": 20.0}]  # capped above half of 25: gets 12.5
+    ars = allreduces(simulate(cfg))
+    expected = 2 * 3 * 22 * US + 1.5 * 40 * MB / (12.5 * GBPS)
+    assert ars["duration_s"].to_numpy() == pytest.approx([expected] * 3, rel=1e-9)
+
+
+@pytest.mark.parametrize(
+    "section, value, message",
+    [
+        (
+            "faults",
+            {"slow_workers": [{"ranks": [7], "compute_factor": 2}]},
+            r"faults.slow_workers\[0\].ranks: ranks \[7\] do not exist",
+        ),
+        (
+            "faults",
+            {"stragglers": [{"uplinks": ["rack9"], "delay_ms": 1, "start_s": 0, "duration_s": 1}]},
+            r"faults.stragglers\[0\].uplinks: unknown racks \['rack9'\]; allowed: all, rack0, rack1",
+        ),
+        ("background", [{"hosts": ["h0", "h99"], "gbps": 1}], r"background\[0\].hosts: unknown hosts \['h99'\]"),
+    ],
+)
+def test_fault_targets_are_checked_against_the_cluster(section: str, value: object, message: str) -> None:
+    cfg = synthetic(two_tier(2, 2, 25.0), [{"name": "ring"}], 10)
+    cfg[section] = value
+    with pytest.raises(ConfigError, match=message):
+        prepare(parse_config(cfg))
+
+
+def test_uplinks_on_a_star_are_an_error() -> None:
+    cfg = synthetic(star(2), [{"name": "ring"}], 10)
+    cfg["background"] = [{"uplinks": "all", "fraction": 0.5}]
+    with pytest.raises(ConfigError, match=r"background\[0\].uplinks: this cluster has no racks"):
+        prepare(parse_config(cfg))
+
+
+def test_a_deadlock_under_periodic_background_is_caught_by_the_stall_timeout() -> None:
+    """An on/off flow keeps producing events, so only the stall timeout can tell the workers are stuck."""
+    cfg = synthetic(star(3), [{"name": "custom_policies:HalfTheRanks"}], 1, compute_ms=1.0, iterations=2)
+    cfg["background"] = [{"hosts": ["h0", "h1"], "gbps": 1.0, "on_s": 0.5, "off_s": 0.5}]
+    cfg["simulation"]["stall_timeout_s"] = 10.0
+    error = simulate(cfg).errors["custom_policies:HalfTheRanks"]
+    assert error.startswith("DeadlockError:") and "never reached it" in error
