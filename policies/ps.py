@@ -60,6 +60,7 @@ class ShardedPolicy(Policy):
             candidates = view.worker_hosts
         shards = len(candidates) if s.shards == "auto" else s.shards
         self.shard_hosts = tuple(candidates[i % len(candidates)] for i in range(shards))
+        self._ops: dict[tuple, tuple] = {}
 
     def servers(self) -> Sequence[ServerSpec]:
         return tuple(
@@ -68,12 +69,21 @@ class ShardedPolicy(Policy):
         )
 
     def pushes(self, bucket: Bucket) -> tuple[Push, ...]:
-        k = len(self.shard_hosts)
-        return tuple(Push(s, bucket.nbytes / k, key=bucket.index) for s in range(k))
+        """The bucket's slices to every shard (ops are immutable: built once per bucket, then reused)."""
+        ops = self._ops.get(("push", bucket.index, bucket.nbytes))
+        if ops is None:
+            k = len(self.shard_hosts)
+            ops = self._ops[("push", bucket.index, bucket.nbytes)] = tuple(
+                Push(s, bucket.nbytes / k, key=bucket.index) for s in range(k)
+            )
+        return ops  # type: ignore[return-value]
 
     def pulls(self, key: int, nbytes: float) -> tuple[Pull, ...]:
-        k = len(self.shard_hosts)
-        return tuple(Pull(s, nbytes / k, key=key) for s in range(k))
+        ops = self._ops.get(("pull", key, nbytes))
+        if ops is None:
+            k = len(self.shard_hosts)
+            ops = self._ops[("pull", key, nbytes)] = tuple(Pull(s, nbytes / k, key=key) for s in range(k))
+        return ops  # type: ignore[return-value]
 
 
 class ParameterServer(ShardedPolicy):

@@ -13,7 +13,8 @@ distinct bottleneck levels, usually a handful.
 The solver runs once per transfer start or finish, so its fixed cost matters as much as its
 scaling. `max_min_rates_numpy` is the vectorised reference; when numba is available the same loop
 runs compiled (`sim/maxmin_jit.py`), several times faster on the few-thousand-entry problems a run
-solves again and again. Set SYNCSIM_NO_JIT=1 to force the numpy path.
+solves again and again, and with bitwise-identical results (tests compare whole runs). Set
+SYNCSIM_NO_JIT=1 to force the numpy path.
 """
 
 from __future__ import annotations
@@ -98,9 +99,11 @@ def max_min_rates(
     n_transfers: int,
     cap: np.ndarray | None = None,
     scale: np.ndarray | None = None,
+    compiled: bool = True,
 ) -> np.ndarray:
-    """Max-min fair rates; see `max_min_rates_numpy` for the arguments. Compiled when numba is present."""
-    if progressive_filling is None:
+    """Max-min fair rates; see `max_min_rates_numpy` for the arguments. `compiled`: use the numba
+    kernel if available (a process's first compiled call loads it: about half a second)."""
+    if progressive_filling is None or not compiled:
         return max_min_rates_numpy(links, transfers, multiplicity, capacity, n_transfers, cap, scale)
     as_float = np.ascontiguousarray
     return progressive_filling(

@@ -24,6 +24,11 @@ import simpy
 
 from sim.maxmin import max_min_rates
 
+# The network solves with numpy until this many recomputes, then with the compiled kernel: a short run
+# never pays the kernel's one-off load (about 0.5 s per process), a long one gains several times over.
+# Both give bitwise-identical rates, so where the switch falls changes no result.
+COMPILE_AFTER = 2_000
+
 # Transfers whose remaining bytes would take under this long (or are under this fraction of their
 # size) finish in the same event; floating-point residue must never schedule a zero-length timer.
 FINISH_TOL_S = 1e-12
@@ -91,6 +96,7 @@ class Network:
         self._e = _Growable(64, link=(np.int64, 0), cls=(np.int64, 0), mult=(float, 0.0))
         self._n_entries = 0
         self._path_latency: dict[tuple[int, ...], float] = {}
+        self._class_by_paths: dict[tuple, int] = {}  # (paths, cap) -> class, until classes are renumbered
         self._last_update = 0.0
         self._version = 0
         self._recompute_pending = False
@@ -127,7 +133,7 @@ class Network:
             self._deliver(done, lat)
             return done
         self._advance()
-        cls = self._class(links, cap)
+        cls = self._class_of_paths(paths, links, cap)
         slot = self._new_slot(nbytes, cls)
         self._slots[slot] = Transfer(slot, nbytes, lat, done, self.env.now)
         self._schedule_recompute()
@@ -191,6 +197,17 @@ class Network:
         return np.bincount(e.link[:n], weights=weights, minlength=len(self.capacity))
 
     # ----------------------------------------------------------------------------- transfers
+    def _class_of_paths(self, paths: Sequence[Sequence[int]], links: list[int], cap: float) -> int:
+        """`_class`, remembered per path set: a worker's transfers reuse the same paths all run long."""
+        key = (tuple(tuple(path) for path in paths), cap)
+        cls = self._class_by_paths.get(key)
+        if cls is None:
+            cls = self._class(links, cap)
+            self._class_by_paths[key] = cls
+        else:
+            self._c.count[cls] += 1
+        return cls
+
     def _class(self, links: list[int], cap: float) -> int:
         ids, counts = np.unique(np.asarray(links, dtype=np.int64), return_counts=True)
         key = (ids.tobytes(), counts.tobytes(), cap)
@@ -260,6 +277,7 @@ class Network:
         c.count[nk:], c.rated[nk:] = 0.0, 0.0
         c.carried[:] = 0.0  # kept classes' bytes so far are in _folded_bytes now
         self._class_of = {k: int(new_of_old[v]) for k, v in self._class_of.items() if new_of_old[v] >= 0}
+        self._class_by_paths.clear()
         n = len(self._slots)
         self._t.cls[:n] = np.where(self._t.active[:n], new_of_old[self._t.cls[:n]], 0)
 
@@ -296,7 +314,10 @@ class Network:
         self.recomputes += 1
         e, ne = self._e, self._n_entries
         # a class stands for its `count` identical transfers; classes with none are idle (rate 0)
-        c.rate[:nc] = max_min_rates(e.link[:ne], e.cls[:ne], e.mult[:ne], self.capacity, nc, c.cap[:nc], c.count[:nc])
+        compiled = self.recomputes > COMPILE_AFTER
+        c.rate[:nc] = max_min_rates(
+            e.link[:ne], e.cls[:ne], e.mult[:ne], self.capacity, nc, c.cap[:nc], c.count[:nc], compiled
+        )
         eta = float((t.remaining[active] / c.rate[t.cls[active]]).min())
         if eta == np.inf:  # only open flows are active: nothing will finish by itself
             return

@@ -122,30 +122,19 @@ class _Builder:
         if not rank_hosts:
             raise ConfigError("cluster: no GPUs; at least one host needs gpus >= 1")
         view = ClusterView(rank_hosts, host_infos, racks, servers)
-        rack_links = {name: self.boundary(self.rack_inside(rack.hosts)) for name, rack in racks.items()}
+        rack_links = self.rack_boundaries(racks)
         return Cluster(self.graph, self.links, tuple(self.rank_gpus), view, self.gpu, rack_links)
 
     def rack_inside(self, rack_hosts: Sequence[str]) -> set[str]:
         """A rack's hosts and its own switches: those whose hosts all sit in the rack (its ToR)."""
         members = set(rack_hosts)
+        switches = {s for h in members for s in self.graph.successors(h) if self.graph.nodes[s]["kind"] == "switch"}
 
-        def own(node: str) -> bool:
-            hosts = {n for n in self.graph.successors(node) if self.graph.nodes[n]["kind"] in ("host", "server")}
-            return self.graph.nodes[node]["kind"] == "switch" and bool(hosts) and hosts <= members
+        def own(switch: str) -> bool:
+            hosts = {n for n in self.graph.successors(switch) if self.graph.nodes[n]["kind"] in ("host", "server")}
+            return hosts <= members
 
-        return members | {n for n in self.graph if own(n)}
-
-    def boundary(self, inside: set[str]) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        """Links leaving and entering `inside`, GPU links aside: a rack's uplinks."""
-        out, into = [], []
-        for src, dst, data in self.graph.edges(data=True):
-            if "gpu" in (self.graph.nodes[src]["kind"], self.graph.nodes[dst]["kind"]):
-                continue
-            if src in inside and dst not in inside:
-                out.append(data["link"])
-            elif dst in inside and src not in inside:
-                into.append(data["link"])
-        return tuple(sorted(out)), tuple(sorted(into))
+        return members | {s for s in switches if own(s)}
 
     def _nic_of(self, host: str) -> float:
         return sum(
@@ -153,6 +142,26 @@ class _Builder:
             for _, dst, d in self.graph.out_edges(host, data=True)
             if self.graph.nodes[dst]["kind"] != "gpu"
         )
+
+    def rack_boundaries(self, racks: dict[str, RackInfo]) -> dict[str, tuple[tuple[int, ...], tuple[int, ...]]]:
+        """Per rack, the links leaving and entering it (its hosts and own switches): its uplinks.
+
+        One pass over the links for all racks, so building a cluster of many racks stays linear."""
+        rack_of: dict[str, str] = {}
+        for name, rack in racks.items():
+            for node in self.rack_inside(rack.hosts):
+                rack_of[node] = name
+        out: dict[str, list[int]] = {name: [] for name in racks}
+        into: dict[str, list[int]] = {name: [] for name in racks}
+        for i, link in enumerate(self.links):
+            a, b = rack_of.get(link.src), rack_of.get(link.dst)
+            if a == b or link.kind == "intra":
+                continue
+            if a is not None:
+                out[a].append(i)
+            if b is not None:
+                into[b].append(i)
+        return {name: (tuple(out[name]), tuple(into[name])) for name in racks}
 
 
 def build_cluster(cfg: ClusterBase, seed: int = 0) -> Cluster:

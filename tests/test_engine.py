@@ -92,3 +92,34 @@ def test_async_server_and_clock_bound() -> None:
     assert len(pushes) == 18 and (pushes["nbytes"] == 1e6).all()
     waits = result.ops[result.ops["kind"] == "wait_clock"]
     assert len(waits) == 18
+
+
+def test_compiled_and_numpy_solvers_give_identical_runs(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Where the network switches to the compiled solver must not change any result, to the bit."""
+    import sim.maxmin
+    import sim.network
+
+    if sim.maxmin.progressive_filling is None:
+        pytest.skip("numba is not available")
+    cfg = synthetic(
+        two_tier(2, 4, 12.5),
+        [{"name": "ps"}, {"name": "ds_sync"}, {"name": "asp"}],
+        40,
+        compute_ms=20.0,
+        iterations=6,
+        bucket_mb=10,
+        layers=8,
+        jitter=0.1,
+        seed=5,
+    )
+    cfg["background"] = [
+        {"uplinks": "all", "fraction": 0.3},
+        {"hosts": ["h0", "h5"], "gbps": 5, "on_s": 0.02, "off_s": 0.03},
+    ]
+    for name, after in (("numpy", 10**9), ("compiled", 0)):
+        monkeypatch.setattr(sim.network, "COMPILE_AFTER", after)
+        simulate(cfg).write(tmp_path / name, plot=False, trace=False)
+    for table in ("summary", "iterations", "ops", "links", "utilization", "staleness", "faults"):
+        assert (tmp_path / "numpy" / f"{table}.csv").read_bytes() == (
+            tmp_path / "compiled" / f"{table}.csv"
+        ).read_bytes()
