@@ -14,9 +14,10 @@ QUICKSTART = Path(__file__).parent.parent / "configs" / "quickstart.yaml"
 
 
 def test_same_seed_same_files_other_seed_other_numbers(tmp_path: Path) -> None:
+    """Everything seeded (jitter, random stragglers, ECMP, placement) gives byte-identical files."""
     cfg = synthetic(
-        two_tier(2, 4, 25.0),
-        [{"name": "ring"}, {"name": "ps", "shards": 2}],
+        two_tier(2, 4, 25.0, placement="random", core_switches=2),
+        [{"name": "ring"}, {"name": "ps", "shards": 2}, {"name": "asp"}, {"name": "ds_sync"}],
         40,
         compute_ms=30.0,
         iterations=5,
@@ -26,9 +27,14 @@ def test_same_seed_same_files_other_seed_other_numbers(tmp_path: Path) -> None:
         seed=11,
     )
     cfg["simulation"]["trace"] = True
+    cfg["faults"] = {
+        "stragglers": [{"ranks": [0, 1, 2, 3], "count": 2, "delay_ms": 2.0, "every_s": 0.05, "duration_s": 0.02}]
+    }
+    cfg["background"] = [{"uplinks": "all", "fraction": 0.2, "on_s": 0.03, "off_s": 0.02}]
     simulate(cfg).write(tmp_path / "a", plot=False)
     simulate(cfg).write(tmp_path / "b", plot=False)
-    for name in ("summary.csv", "iterations.csv", "ops.csv", "config.yaml", "trace.json"):
+    tables = ("summary", "iterations", "ops", "links", "utilization", "staleness", "faults")
+    for name in (*(f"{t}.csv" for t in tables), "config.yaml", "trace.json"):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
     cfg["seed"] = 12
     simulate(cfg).write(tmp_path / "c", plot=False)
