@@ -180,8 +180,8 @@ def background(ctx: FaultContext, index: int, spec: BackgroundFlow) -> Generator
         for up, down in uplink_links(ctx.cluster, spec.uplinks):
             for direction in (up, down):
                 for link in direction:  # parallel links to several core switches share the rate
-                    rate = spec.fraction * net.capacity[link] if spec.fraction else spec.gbps * GBPS / len(direction)
-                    flows.append(([link], float(rate)))
+                    cap = spec.fraction * net.capacity[link] if spec.fraction else spec.gbps * GBPS / len(direction)
+                    flows.append(([link], float(cap)))
     yield env.timeout(spec.start_s)
     end = spec.start_s + spec.duration_s if spec.duration_s is not None else np.inf
     where = (

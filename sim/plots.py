@@ -38,9 +38,7 @@ def comparison_plot(summary: pd.DataFrame, iterations: pd.DataFrame, path: Path)
     ax_iter.set_ylabel("updates / workers")
     ax_iter.set_title("Progress")
     ax_iter.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(fig, path)
 
 
 def utilization_plot(utilization: pd.DataFrame, path: Path) -> None:
@@ -64,9 +62,7 @@ def utilization_plot(utilization: pd.DataFrame, path: Path) -> None:
         if network["link"].nunique() <= 12:
             ax.legend(fontsize=6, ncol=4, loc="upper right")
     axes[-1, 0].set_xlabel("simulated time (s)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(fig, path)
 
 
 def staleness_plot(staleness: pd.DataFrame, path: Path) -> None:
@@ -77,6 +73,10 @@ def staleness_plot(staleness: pd.DataFrame, path: Path) -> None:
     ax.set_xlabel("staleness (updates by others since the worker's last pull)")
     ax.set_ylabel("share of updates")
     ax.legend(fontsize=8)
+    _save(fig, path)
+
+
+def _save(fig: plt.Figure, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -57,13 +57,17 @@ def predicted(plan, uplink_gbps: float, ring_flows_per_uplink: int, background: 
     }
 
 
+def assert_predicted(simulated: dict[str, float], prediction: dict[str, float]) -> None:
+    for label, value in prediction.items():
+        assert simulated[label] == pytest.approx(value, rel=0.01), label
+
+
 def test_static_bottleneck_16to1() -> None:
     """Packed ranks, 6.25 Gbps uplinks: ring and hierarchical push cross-rack bytes through them every
     step; DS-Sync only in its mixing steps, one flow per uplink. Predicted DS-Sync/ring = 0.392."""
     sim, plan, _ = run("dssync_16to1_packed")
     pred = predicted(plan, 6.25, ring_flows_per_uplink=1)
-    for label in pred:
-        assert sim[label] == pytest.approx(pred[label], rel=0.01), label
+    assert_predicted(sim, pred)
     assert pred["ds_sync"] / pred["ring"] == pytest.approx(0.392, abs=0.001)
     assert sim["ds_sync"] <= 0.6 * sim["ring"]
     assert sim["ds_sync"] <= sim["hierarchical"]
@@ -75,8 +79,7 @@ def test_scattered_placement_4to1() -> None:
     so it is unaffected. Predicted DS-Sync/ring = 0.223."""
     sim, plan, _ = run("dssync_4to1_scattered")
     pred = predicted(plan, 25, ring_flows_per_uplink=4)
-    for label in pred:
-        assert sim[label] == pytest.approx(pred[label], rel=0.01), label
+    assert_predicted(sim, pred)
     assert pred["ds_sync"] / pred["ring"] == pytest.approx(0.223, abs=0.001)
     assert sim["ds_sync"] <= 0.5 * sim["ring"]
 
@@ -102,8 +105,7 @@ def test_background_taking_half_of_each_uplink() -> None:
     expected = [ring(16, nbytes, ALPHA_CROSS, 12.5 * GBPS) for nbytes in ops["nbytes"]]
     assert ops["duration_s"].to_numpy() == pytest.approx(expected, rel=0.02)
     pred = predicted(plan, 25, ring_flows_per_uplink=1, background=0.5)
-    for label in pred:
-        assert busy[label] == pytest.approx(pred[label], rel=0.01), label
+    assert_predicted(busy, pred)
     assert busy["ds_sync"] / base["ds_sync"] < busy["ring"] / base["ring"]
 
 
