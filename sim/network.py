@@ -43,7 +43,6 @@ class Transfer:
     nbytes: float
     latency: float
     done: simpy.Event
-    started: float
 
 
 class _Growable:
@@ -135,7 +134,7 @@ class Network:
         self._advance()
         cls = self._class_of_paths(paths, links, cap)
         slot = self._new_slot(nbytes, cls)
-        self._slots[slot] = Transfer(slot, nbytes, lat, done, self.env.now)
+        self._slots[slot] = Transfer(slot, nbytes, lat, done)
         self._schedule_recompute()
         return done
 
@@ -148,7 +147,7 @@ class Network:
             raise ValueError("an open flow needs at least one link")
         self._advance()
         slot = self._new_slot(np.inf, self._class(links, cap))
-        transfer = self._slots[slot] = Transfer(slot, np.inf, 0.0, self.env.event(), self.env.now)
+        transfer = self._slots[slot] = Transfer(slot, np.inf, 0.0, self.env.event())
         self._schedule_recompute()
         return transfer
 
