@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from contextlib import nullcontext
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Optional, Union
@@ -12,6 +13,7 @@ from sim.engine import PolicyRun, bind_policy, run_policy
 from sim.faults import check_faults
 from sim.results import Result
 from sim.tables import (
+    accuracy_frame,
     faults_frame,
     iterations_frame,
     links_frame,
@@ -36,12 +38,22 @@ def as_config(config: ConfigLike) -> Config:
 
 def prepare(config: Config) -> tuple[Cluster, ComputePlan]:
     """Build the cluster and compute plan and bind every policy once: everything `check` validates."""
+    cluster, plan, _ = _prepare(config)
+    return cluster, plan
+
+
+def _prepare(config: Config) -> tuple[Cluster, ComputePlan, Any]:
     cluster = build_cluster(config.cluster, config.seed)
     plan = compute_plan(config.workload, cluster.gpu)
     check_faults(config, cluster)
     for i in range(len(config.policies)):
         bind_policy(config.policies[i], i, cluster, plan)
-    return cluster, plan
+    task = None
+    if config.numerics_on:
+        from sim.numerics.session import check  # torch only when numerics is on
+
+        task = check(config, cluster.world_size)
+    return cluster, plan, task
 
 
 def simulate(
@@ -56,26 +68,37 @@ def simulate(
     A policy that fails keeps the rows it produced; its summary row says why it stopped.
     """
     cfg = as_config(config)
-    cluster, plan = prepare(cfg)
+    cluster, plan, task = _prepare(cfg)
     runs: list[PolicyRun] = []
     result = _assemble(cfg, cluster, plan, runs)
-    for i, entry in enumerate(cfg.policies):
-        bar = _progress_bar(entry.display, cfg.iterations * cluster.world_size) if progress else None
-        run = run_policy(cfg, i, cluster, plan, on_progress=bar.update if bar else None)
-        if bar is not None:
-            bar.close()
-        runs.append(run)
-        result = _assemble(cfg, cluster, plan, runs)
-        if on_policy_done is not None:
-            on_policy_done(result)
+    with _numerics_threads(cfg):
+        for i, entry in enumerate(cfg.policies):
+            bar = _progress_bar(entry.display, cfg.iterations * cluster.world_size) if progress else None
+            run = run_policy(cfg, i, cluster, plan, on_progress=bar.update if bar else None, task=task)
+            if bar is not None:
+                bar.close()
+            runs.append(run)
+            result = _assemble(cfg, cluster, plan, runs)
+            if on_policy_done is not None:
+                on_policy_done(result)
     return result
+
+
+def _numerics_threads(cfg: Config) -> Any:
+    if not cfg.numerics_on:
+        return nullcontext()
+    from sim.numerics.session import torch_threads
+
+    assert cfg.numerics is not None
+    return torch_threads(cfg.numerics.threads)
 
 
 def _assemble(cfg: Config, cluster: Cluster, plan: ComputePlan, runs: list[PolicyRun]) -> Result:
     iterations = iterations_frame(runs, cluster, plan.batch_size)
+    target = cfg.numerics.target_accuracy if cfg.numerics else None
     return Result(
         cfg,
-        summary_frame(runs, iterations, cluster, plan),
+        summary_frame(runs, iterations, cluster, plan, target, cfg.numerics_on),
         iterations,
         ops_frame(runs),
         links_frame(runs, cluster),
@@ -83,6 +106,7 @@ def _assemble(cfg: Config, cluster: Cluster, plan: ComputePlan, runs: list[Polic
         staleness_frame(runs),
         faults_frame(runs),
         list(runs),
+        accuracy_frame(runs) if cfg.numerics_on else None,
     )
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
 import simpy
 
@@ -25,6 +25,9 @@ OnFinish = Callable[[Collective, int, float, float], None]
 # Called at launch for every member that arrived before the last one: (rank, its step, its arrival,
 # the last member's arrival). Time queued behind the group's previous call is communication, not this.
 OnBlocked = Callable[[int, int, float, float], None]
+# Called when a collective completes, before its members resume: (op, each member's context as
+# given to `arrive`). Numerics mode carries out the op on real tensors here.
+OnComplete = Callable[[Collective, dict[int, Any]], None]
 
 
 @dataclass
@@ -34,6 +37,7 @@ class _Call:
     issued: float
     events: dict[int, simpy.Event] = field(default_factory=dict)
     arrivals: dict[int, tuple[int, float]] = field(default_factory=dict)  # rank -> (its step, arrival time)
+    contexts: dict[int, Any] = field(default_factory=dict)  # rank -> what its program acts on
 
 
 @dataclass
@@ -53,9 +57,10 @@ class Communicators:
         policy: str,
         on_finish: Optional[OnFinish] = None,
         on_blocked: Optional[OnBlocked] = None,
+        on_complete: Optional[OnComplete] = None,
     ):
         self.env, self.runner, self.policy = env, runner, policy
-        self.on_finish, self.on_blocked = on_finish, on_blocked
+        self.on_finish, self.on_blocked, self.on_complete = on_finish, on_blocked, on_complete
         self._comms: dict[Group, _Communicator] = {}
 
     def enqueue(self, rank: int, step: int, op: Collective) -> tuple[_Communicator, int]:
@@ -76,13 +81,14 @@ class Communicators:
             )
         return comm, seq
 
-    def arrive(self, rank: int, step: int, ticket: tuple[_Communicator, int]) -> simpy.Event:
+    def arrive(self, rank: int, step: int, ticket: tuple[_Communicator, int], context: Any = None) -> simpy.Event:
         """`rank` reached its enqueued call in its program; the event fires when the call completes."""
         comm, seq = ticket
         call = comm.calls[seq]
         event = self.env.event()
         call.events[rank] = event
         call.arrivals[rank] = (step, self.env.now)
+        call.contexts[rank] = context
         if len(call.events) == len(comm.ranks):
             self._try_launch(comm)
         return event
@@ -117,6 +123,8 @@ class Communicators:
         del comm.calls[comm.next_launch]
         comm.next_launch += 1
         comm.busy = False
+        if self.on_complete is not None:
+            self.on_complete(call.op, call.contexts)
         for event in call.events.values():
             event.succeed()
         if self.on_finish is not None:

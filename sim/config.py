@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from sim.config_errors import describe
 from sim.config_faults import BackgroundFlow, FaultsConfig
+from sim.config_numerics import NumericsConfig
 from sim.errors import ConfigError
 from sim.gpus import GPU_NAMES
 from sim.zoo import MODEL_NAMES
@@ -184,6 +185,13 @@ class Config(Strict):
     faults: FaultsConfig = Field(FaultsConfig(), description="slow workers and transient stragglers")
     background: list[BackgroundFlow] = Field(default_factory=list, description="other jobs' traffic")
     simulation: SimulationConfig = Field(SimulationConfig(), description="simulator fidelity and outputs")
+    numerics: Optional[NumericsConfig] = Field(
+        None, description="train a real model in every worker for time-to-accuracy (off when absent)"
+    )
+
+    @property
+    def numerics_on(self) -> bool:
+        return self.numerics is not None and self.numerics.enabled
 
 
 def check_policies(config: Config) -> None:

@@ -66,6 +66,9 @@ class PolicyRun:
     sim_time_s: float = 0.0
     link_bytes: Optional[np.ndarray] = None
     sampler: Optional[LinkSampler] = None
+    accuracy: list[tuple] = field(default_factory=list)  # see sim.numerics.evaluation.AccuracyRow
+    parameters: Optional[np.ndarray] = None  # numerics: every replica's final flat parameters (workers x n)
+    consensus: Optional[np.ndarray] = None  # numerics: the servers' model, or the replicas' mean
 
 
 def model_info(plan: ComputePlan) -> ModelInfo:
@@ -96,7 +99,9 @@ def run_policy(
     cluster: Cluster,
     plan: ComputePlan,
     on_progress: Optional[Callable[[int], None]] = None,
+    task: Any = None,
 ) -> PolicyRun:
+    """`task` (a `sim.numerics.tasks.Task`, numerics mode) makes every worker train a real replica."""
     entry = config.policies[index]
     policy = bind_policy(entry, index, cluster, plan)
     run = PolicyRun(entry.display, entry.name)
@@ -121,10 +126,24 @@ def run_policy(
         if on_progress is not None:
             on_progress(1)
 
+    replicas = evaluator = None
+    if task is not None:
+        from sim.numerics.session import attach  # torch is imported only when numerics is on
+
+        servers = bool(policy.servers())
+        replicas, evaluator = attach(config, task, world, [b.nbytes for b in plan.buckets], entry.display, servers)
     runner = CollectiveRunner(env, net, router, cluster.rank_gpus, model)
-    comms = Communicators(env, runner, entry.display, on_collective, blocked.add)
+    comms = Communicators(
+        env, runner, entry.display, on_collective, blocked.add, replicas.collective_done if replicas else None
+    )
     shards = [
-        Shard(env, spec, tuple(range(world)), lambda rank, key, stale: run.staleness.append((rank, stale)))
+        Shard(
+            env,
+            spec,
+            tuple(range(world)),
+            lambda rank, key, stale: run.staleness.append((rank, stale)),
+            replicas.server if replicas else None,
+        )
         for spec in policy.servers()
     ]
     clocks = ClockBoard(env, world)
@@ -140,10 +159,13 @@ def run_policy(
         model == "pipelined",
         on_op,
         blocked.add,
+        replicas,
     )
     compute = ComputeModel(config, world)
     budget = Budget(config.iterations, world, shared=getattr(policy, "shared_budget", False))
-    ctx = WorkerContext(env, policy, plan, executor, compute, clocks, budget, blocked, run.iterations, on_iteration)
+    ctx = WorkerContext(
+        env, policy, plan, executor, compute, clocks, budget, blocked, run.iterations, on_iteration, replicas, evaluator
+    )
     workers = [env.process(worker(ctx, rank)) for rank in range(world)]
     done = env.all_of(workers)
 
@@ -186,6 +208,12 @@ def run_policy(
     except Exception as exc:  # keep every row computed so far; the caller reports the error
         run.error = f"{type(exc).__name__}: {exc}"
         run.traceback = traceback.format_exc()
+    if evaluator is not None:
+        if run.error is None:
+            evaluator.evaluate(env.now)  # the final model, whatever eval_every
+        run.accuracy = evaluator.rows
+        run.parameters = replicas.params.numpy().copy()
+        run.consensus = replicas.consensus().numpy().copy()
     run.wall_s = time.perf_counter() - wall
     sampler.finish()
     run.events, run.flows, run.recomputes = env.events_processed, net.transfers_started, net.recomputes

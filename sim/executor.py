@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Generator, Iterable, Sequence
-from typing import Any
+from typing import Any, Optional
 
 import simpy
 
@@ -49,21 +49,26 @@ class Executor:
         coupled_p2p: bool,
         on_op: OnOp,
         on_blocked: Callable[[int, int, float, float], None],
+        numerics: Any = None,
     ) -> None:
+        """`numerics` (a `sim.numerics.replicas.Replicas`) makes ops act on real tensors."""
         self.env, self.policy, self.rank_nodes = env, policy, rank_nodes
         self.net, self.router, self.comms, self.shards, self.clocks = net, router, comms, shards, clocks
         self.coupled_p2p, self.on_op, self.on_blocked = coupled_p2p, on_op, on_blocked
+        self.numerics = numerics
         self.world = len(rank_nodes)
         self._members: dict[Group, frozenset[int]] = {}  # validated groups -> member sets
 
-    def run(self, rank: int, step: int, program: Iterable[Any]) -> simpy.Event:
-        """Validate the whole program, enqueue its collectives now, and execute it item by item."""
+    def run(self, rank: int, step: int, program: Iterable[Any], bucket: Optional[int] = None) -> simpy.Event:
+        """Validate the whole program, enqueue its collectives now, and execute it item by item.
+
+        `bucket`: the gradient bucket the program belongs to (None: a whole-model hook)."""
         items, tickets = self._stage(rank, step, program)
         if not items:  # most hooks of most policies: no process needed
             done = self.env.event()
             done.succeed()
             return done
-        return self.env.process(self._run(rank, step, items, tickets))
+        return self.env.process(self._run(rank, step, items, tickets, bucket))
 
     def _stage(self, rank: int, step: int, program: Iterable[Any]) -> tuple[list[tuple[Op, ...]], list[list[Any]]]:
         items = [tuple(item) if isinstance(item, (tuple, list)) else (item,) for item in program]
@@ -74,24 +79,26 @@ class Executor:
             tickets.append([self.comms.enqueue(rank, step, op) if isinstance(op, Collective) else None for op in item])
         return items, tickets
 
-    def run_in_turn(self, rank: int, step: int, programs: list[Iterable[Any]]) -> list[simpy.Event]:
+    def run_in_turn(
+        self, rank: int, step: int, programs: list[Iterable[Any]], buckets: Sequence[Optional[int]]
+    ) -> list[simpy.Event]:
         """Run programs one after another (all validated and enqueued now); an event per program."""
         staged = [self._stage(rank, step, program) for program in programs]
         done = [self.env.event() for _ in staged]
 
         def chain() -> Generator[simpy.Event, Any, None]:
-            for (items, tickets), event in zip(staged, done):
-                yield from self._run(rank, step, items, tickets)
+            for (items, tickets), event, bucket in zip(staged, done, buckets):
+                yield from self._run(rank, step, items, tickets, bucket)
                 event.succeed()
 
         self.env.process(chain())
         return done
 
     def _run(
-        self, rank: int, step: int, items: list[tuple[Op, ...]], tickets: list[list[Any]]
+        self, rank: int, step: int, items: list[tuple[Op, ...]], tickets: list[list[Any]], bucket: Optional[int]
     ) -> Generator[simpy.Event, Any, None]:
         for ops, item_tickets in zip(items, tickets):
-            events = self._issue(rank, step, ops, item_tickets)
+            events = self._issue(rank, step, ops, item_tickets, bucket)
             if events:
                 yield self.env.all_of(events)
 
@@ -126,32 +133,41 @@ class Executor:
             raise self._fail(rank, step, op, "the simulator has no rule for this op type")
 
     # ----------------------------------------------------------------------------- execution
-    def _issue(self, rank: int, step: int, ops: tuple[Op, ...], tickets: list[Any]) -> list[simpy.Event]:
+    def _issue(
+        self, rank: int, step: int, ops: tuple[Op, ...], tickets: list[Any], bucket: Optional[int]
+    ) -> list[simpy.Event]:
         events: list[simpy.Event] = []
         pushes = [op for op in ops if isinstance(op, Push)]
         pulls = [op for op in ops if isinstance(op, Pull)]
+        numerics = self.numerics
         for op, ticket in zip(ops, tickets):
             if isinstance(op, Collective):
-                events.append(self.comms.arrive(rank, step, ticket))
+                if numerics is not None:
+                    numerics.arrive(rank, op, bucket)
+                events.append(self.comms.arrive(rank, step, ticket, bucket))
             elif isinstance(op, WaitForClock):
                 events.append(
                     self._blocking(
                         rank, step, self._timed(rank, step, "wait_clock", [op], self.clocks.wait(op.min_clock))
                     )
                 )
-        for batch in self._batches(pushes):
-            events.append(self._push(rank, step, batch))
-        for batch in self._batches(pulls):
-            events.append(self._pull(rank, step, batch))
+        # numerics: the pushes (pulls) of one item split the bucket's elements between them
+        updates = numerics.push_updates(rank, bucket, pushes) if numerics and pushes else [None] * len(pushes)
+        ranges = numerics.pull_ranges(rank, bucket, pulls) if numerics and pulls else [None] * len(pulls)
+        for batch in self._batches(list(zip(pushes, updates))):
+            events.append(self._push(rank, step, [op for op, _ in batch], [u for _, u in batch]))
+        for batch in self._batches(list(zip(pulls, ranges))):
+            events.append(self._pull(rank, step, [op for op, _ in batch], [r for _, r in batch if r is not None]))
         return events
 
-    def _batches(self, ops: list[Any]) -> list[list[Any]]:
-        """Ops of equal size travel as one coupled transfer (pipelined model), else one each."""
+    def _batches(self, pairs: list[tuple[Any, Any]]) -> list[list[tuple[Any, Any]]]:
+        """(op, tensor data) pairs: ops of equal size travel as one coupled transfer (pipelined model),
+        else one each."""
         if not self.coupled_p2p:
-            return [[op] for op in ops]
+            return [[pair] for pair in pairs]
         by_size: dict[float, list[Any]] = {}
-        for op in ops:
-            by_size.setdefault(op.nbytes, []).append(op)
+        for pair in pairs:
+            by_size.setdefault(pair[0].nbytes, []).append(pair)
         return list(by_size.values())
 
     def _timed(self, rank: int, step: int, kind: str, ops: Sequence[Any], event: simpy.Event) -> simpy.Event:
@@ -166,14 +182,14 @@ class Executor:
         event.callbacks.append(record)
         return event
 
-    def _push(self, rank: int, step: int, batch: list[Push]) -> simpy.Event:
+    def _push(self, rank: int, step: int, batch: list[Push], updates: list[Any]) -> simpy.Event:
         src = self.rank_nodes[rank]
         paths = [self.router.path(src, self.shards[op.shard].spec.host) for op in batch]
         delivered = self.net.transfer(paths, batch[0].nbytes)
 
         def arrive(_ev: simpy.Event) -> None:
-            for op in batch:
-                self.shards[op.shard].received(rank, op.key, op.nbytes)
+            for op, update in zip(batch, updates):
+                self.shards[op.shard].received(rank, op.key, op.nbytes, update)
 
         delivered.callbacks.insert(0, arrive)  # the shard hears of it before the pusher moves on
         return self._timed(rank, step, "push", batch, delivered)
@@ -184,7 +200,7 @@ class Executor:
         event.callbacks.append(lambda _ev: self.on_blocked(rank, step, start, self.env.now))
         return event
 
-    def _pull(self, rank: int, step: int, batch: list[Pull]) -> simpy.Event:
+    def _pull(self, rank: int, step: int, batch: list[Pull], ranges: list[tuple[int, int]]) -> simpy.Event:
         dst = self.rank_nodes[rank]
         ready = self._blocking(rank, step, self.env.all_of([self.shards[op.shard].ready(rank, op.key) for op in batch]))
         done = self.env.event()
@@ -192,6 +208,8 @@ class Executor:
         def send(_ev: simpy.Event) -> None:
             for op in batch:  # the shard sends its parameters as they are now
                 self.shards[op.shard].reply(rank, op.key)
+            if ranges:
+                self.numerics.pulled(rank, ranges)
             paths = [self.router.path(self.shards[op.shard].spec.host, dst) for op in batch]
             self.net.transfer(paths, batch[0].nbytes).callbacks.append(lambda _e: done.succeed())
 

@@ -76,6 +76,25 @@ def staleness_plot(staleness: pd.DataFrame, path: Path) -> None:
     _save(fig, path)
 
 
+def accuracy_plot(accuracy: pd.DataFrame, path: Path, target: float | None = None) -> None:
+    """Consensus accuracy of every policy against simulated time and against iterations."""
+    consensus = accuracy[accuracy["worker"] < 0]
+    fig, (ax_time, ax_iter) = plt.subplots(1, 2, figsize=(12, 4.2), sharey=True)
+    for label, rows in consensus.groupby("policy", sort=False):
+        ax_time.plot(rows["time_s"], rows["accuracy"], label=label)
+        ax_iter.plot(rows["iteration"], rows["accuracy"], label=label)
+    for ax, xlabel in ((ax_time, "simulated time (s)"), (ax_iter, "iterations (updates / workers)")):
+        if target is not None:
+            ax.axhline(target, color="grey", ls=":", lw=1, label="target")
+        ax.set_xlabel(xlabel)
+        ax.grid(alpha=0.3)
+    ax_time.set_ylabel("held-out accuracy (consensus model)")
+    ax_time.set_title("Time to accuracy")
+    ax_iter.set_title("Accuracy per iteration")
+    ax_iter.legend(fontsize=8)
+    _save(fig, path)
+
+
 def _save(fig: plt.Figure, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -30,6 +30,7 @@ class Result:
     staleness: pd.DataFrame
     faults: pd.DataFrame
     runs: list[PolicyRun] = field(default_factory=list)
+    accuracy: Optional[pd.DataFrame] = None  # numerics mode only
 
     @property
     def errors(self) -> dict[str, str]:
@@ -37,7 +38,7 @@ class Result:
 
     def write(self, out_dir: str | os.PathLike[str], *, plot: bool = True, trace: Optional[bool] = None) -> Path:
         """Write the tables as CSV, config.yaml, trace.json and the plots (see README)."""
-        from sim.plots import comparison_plot, staleness_plot, utilization_plot
+        from sim.plots import accuracy_plot, comparison_plot, staleness_plot, utilization_plot
         from sim.trace import chrome_trace
 
         out = Path(out_dir)
@@ -45,6 +46,8 @@ class Result:
         _atomic_write(out / "config.yaml", dump_config(self.config))
         for name in ("summary", "iterations", "ops", "links", "utilization", "staleness", "faults"):
             _atomic_write(out / f"{name}.csv", getattr(self, name).to_csv(index=False))
+        if self.accuracy is not None:
+            _atomic_write(out / "accuracy.csv", self.accuracy.to_csv(index=False))
         if self.config.simulation.trace if trace is None else trace:
             _atomic_write(out / "trace.json", chrome_trace(self, self.config.simulation.trace_max_events))
         if plot and len(self.summary):
@@ -52,6 +55,8 @@ class Result:
             utilization_plot(self.utilization, out / "utilization.png")
             if len(self.staleness):
                 staleness_plot(self.staleness, out / "staleness.png")
+            if self.accuracy is not None and len(self.accuracy):
+                accuracy_plot(self.accuracy, out / "accuracy.png", self.config.numerics.target_accuracy)
         failed = [run for run in self.runs if run.error is not None]
         if failed:  # the summary says why in one line; the full traceback is for bug reports
             _atomic_write(out / "errors.txt", "\n".join(f"== {run.label}\n{run.traceback}" for run in failed))

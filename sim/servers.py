@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable
-from typing import Optional
+from typing import Any, Optional
 
 import simpy
 
@@ -29,9 +29,15 @@ OnApply = Callable[[int, int, int], None]
 
 class Shard:
     def __init__(
-        self, env: simpy.Environment, spec: ServerSpec, workers: tuple[int, ...], on_apply: Optional[OnApply] = None
+        self,
+        env: simpy.Environment,
+        spec: ServerSpec,
+        workers: tuple[int, ...],
+        on_apply: Optional[OnApply] = None,
+        tensors: Any = None,
     ) -> None:
-        self.env, self.spec, self.on_apply = env, spec, on_apply
+        """`tensors` (numerics mode: a `sim.numerics.servers.ServerTensors`) receives the pushed values."""
+        self.env, self.spec, self.on_apply, self.tensors = env, spec, on_apply, tensors
         self.workers = spec.workers or workers
         self.applied_updates = 0
         self._applied_to: dict[int, int] = defaultdict(int)  # key -> updates applied to it
@@ -43,17 +49,22 @@ class Shard:
         self._applied: dict[tuple[int, int], simpy.Event] = {}
         self._answered: dict[tuple[int, int], int] = defaultdict(int)  # (key, round) -> pulls answered
 
-    def received(self, rank: int, key: int, nbytes: float) -> None:
-        """A push from `rank` has arrived."""
+    def received(self, rank: int, key: int, nbytes: float, update: Any = None) -> None:
+        """A push from `rank` has arrived (`update`: its values, in numerics mode)."""
         rnd = self._pushed_rounds[(rank, key)]
         self._pushed_rounds[(rank, key)] = rnd + 1
+        tensors, shard = self.tensors, self.spec.shard
         if not self.spec.sync:
-            self._apply(nbytes, rank=rank, key=key)
+            apply = (lambda: tensors.apply_async(update)) if update is not None else None
+            self._apply(nbytes, rank=rank, key=key, update=apply)
             return
+        if update is not None:
+            tensors.add(shard, key, rnd, update)
         self._pushes[(key, rnd)] += 1
         if self._pushes[(key, rnd)] == len(self.workers):
             del self._pushes[(key, rnd)]
-            self._apply(nbytes, then=self._applied_event(key, rnd), key=key)
+            apply = (lambda: tensors.apply_round(shard, key, rnd)) if update is not None else None
+            self._apply(nbytes, then=self._applied_event(key, rnd), key=key, update=apply)
 
     def ready(self, rank: int, key: int) -> simpy.Event:
         """When `rank`'s next pull of `key` may be answered."""
@@ -79,7 +90,15 @@ class Shard:
             event = self._applied[(key, rnd)] = self.env.event()
         return event
 
-    def _apply(self, nbytes: float, *, key: int, then: simpy.Event | None = None, rank: int = -1) -> None:
+    def _apply(
+        self,
+        nbytes: float,
+        *,
+        key: int,
+        then: simpy.Event | None = None,
+        rank: int = -1,
+        update: Optional[Callable[[], None]] = None,
+    ) -> None:
         """Apply one update, after any the shard is still busy with (one at a time)."""
         cost = self.spec.apply_s_per_mb * nbytes / MB
         start = max(self.env.now, self._busy_until)
@@ -88,6 +107,8 @@ class Shard:
         def applied(_ev: object = None) -> None:
             if rank >= 0 and self.on_apply is not None:
                 self.on_apply(rank, key, self._applied_to[key] - self._sent_version[(rank, key)])
+            if update is not None:
+                update()
             self._applied_to[key] += 1
             self.applied_updates += 1
             if then is not None:

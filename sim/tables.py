@@ -5,6 +5,8 @@ ops: one row per collective (rank -1) and per point-to-point batch or wait.
 summary: one row per policy.
 links: one row per network link per policy; utilization: link utilisation over time.
 staleness: histogram of the staleness of updates applied by asynchronous shards.
+accuracy (numerics mode): held-out loss and accuracy of the consensus model (worker -1) and of each
+replica over iterations and simulated time.
 """
 
 from __future__ import annotations
@@ -44,6 +46,9 @@ SUMMARY_COLUMNS = (
     "max_staleness",
     "sim_time_s",
 )
+ACCURACY_FIELDS = ("iteration", "time_s", "worker", "train_loss", "loss", "accuracy")
+# summary columns added when the config has numerics
+ACCURACY_SUMMARY = ("final_accuracy", "best_accuracy", "target_accuracy", "time_to_target_s", "iterations_to_target")
 # Utilisation time series are written for every uplink (and custom switch-to-switch link), and for
 # NIC links too when there are no more of them than this.
 MAX_NIC_SERIES = 128
@@ -98,7 +103,36 @@ def staleness_frame(runs: list[PolicyRun]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)[columns] if frames else pd.DataFrame(columns=columns)
 
 
-def summary_frame(runs: list[PolicyRun], iterations: pd.DataFrame, cluster: Cluster, plan: ComputePlan) -> pd.DataFrame:
+def accuracy_frame(runs: list[PolicyRun]) -> pd.DataFrame:
+    df = _per_policy(runs, lambda run: run.accuracy, ACCURACY_FIELDS)
+    df.insert(3, "model", np.where(df["worker"] < 0, "consensus", "worker"))
+    return df
+
+
+def accuracy_summary(run: PolicyRun, target: float | None) -> dict[str, float]:
+    """Final and best consensus accuracy, and the first evaluation that reached `target`."""
+    rows = [row for row in run.accuracy if row[2] < 0]
+    out = dict.fromkeys(ACCURACY_SUMMARY, float("nan"))
+    if not rows:
+        return out
+    out["final_accuracy"] = rows[-1][5]
+    out["best_accuracy"] = max(row[5] for row in rows)
+    if target is not None:
+        out["target_accuracy"] = target
+        hit = next((row for row in rows if row[5] >= target), None)
+        if hit is not None:
+            out["iterations_to_target"], out["time_to_target_s"] = hit[0], hit[1]
+    return out
+
+
+def summary_frame(
+    runs: list[PolicyRun],
+    iterations: pd.DataFrame,
+    cluster: Cluster,
+    plan: ComputePlan,
+    target_accuracy: float | None = None,
+    numerics: bool = False,
+) -> pd.DataFrame:
     rows = []
     for run in runs:
         df = iterations[iterations["policy"] == run.label]
@@ -132,8 +166,10 @@ def summary_frame(runs: list[PolicyRun], iterations: pd.DataFrame, cluster: Clus
                 max_staleness=int(stale.max()),
             )
         row["sim_time_s"] = run.sim_time_s
+        if numerics:
+            row.update(accuracy_summary(run, target_accuracy))
         rows.append(row)
-    return pd.DataFrame(rows, columns=list(SUMMARY_COLUMNS))
+    return pd.DataFrame(rows, columns=list(SUMMARY_COLUMNS) + (list(ACCURACY_SUMMARY) if numerics else []))
 
 
 def _host_egress(run: PolicyRun, cluster: Cluster) -> float:

@@ -94,10 +94,13 @@ class WorkerContext:
     blocked: BlockedTime
     rows: list[IterationRow]
     on_iteration: Callable[[], None]
+    numerics: Any = None  # sim.numerics.replicas.Replicas: real tensors (numerics mode)
+    evaluator: Any = None  # sim.numerics.evaluation.Evaluator
 
 
 def worker(ctx: WorkerContext, rank: int) -> Generator[simpy.Event, Any, None]:
     env, policy, plan, executor, compute = ctx.env, ctx.policy, ctx.plan, ctx.executor, ctx.compute
+    numerics = ctx.numerics
     n_buckets = len(plan.buckets)
     buckets = [Bucket(b, bucket.nbytes, n_buckets) for b, bucket in enumerate(plan.buckets)]
     step = 0
@@ -108,27 +111,35 @@ def worker(ctx: WorkerContext, rank: int) -> Generator[simpy.Event, Any, None]:
         begin_end = env.now
         factor = compute.iteration_factor(rank)
         forward_order = buckets[::-1]  # the first layers sit in the last bucket backward produced
-        reads = executor.run_in_turn(rank, step, [policy.on_forward(rank, step, b) for b in forward_order])
+        reads = executor.run_in_turn(
+            rank, step, [policy.on_forward(rank, step, b) for b in forward_order], [b.index for b in forward_order]
+        )
         for bucket, ready in zip(forward_order, reads):
             yield ready
             a = env.now
             yield env.timeout(compute.segment(rank, plan.buckets[bucket.index].backward_s / 2, factor))
             computing.append((a, env.now))
         forward_end = env.now
+        if numerics is not None:  # the parameters forward used are settled: the real gradient
+            numerics.forward_done(rank, step)
         programs = []
         for bucket in buckets:
             a = env.now
             yield env.timeout(compute.segment(rank, plan.buckets[bucket.index].backward_s, factor))
             computing.append((a, env.now))
-            programs.append(executor.run(rank, step, policy.on_gradients(rank, step, bucket)))
+            programs.append(executor.run(rank, step, policy.on_gradients(rank, step, bucket), bucket.index))
         compute_end = env.now
         yield env.all_of(programs)
+        if numerics is not None:
+            numerics.step_done(rank, step)
         yield executor.run(rank, step, policy.end_step(rank, step))
         end = env.now
         compute_s = sum(b - a for a, b in computing)
         wait = ctx.blocked.pop_wait(rank, step, start, end, computing)
         ctx.rows.append((step, rank, start, begin_end, forward_end, compute_end, end, compute_s, wait))
         ctx.clocks.tick(rank)
+        if ctx.evaluator is not None:
+            ctx.evaluator.iteration_done(env.now)
         ctx.on_iteration()
         step += 1
     ctx.clocks.retire(rank)

@@ -1,0 +1,111 @@
+"""The `numerics:` config section: a small real model every simulated worker trains (off by default).
+
+The workload (`workload:`) still sets the clock: compute times and gradient bucket sizes. The numerics
+task is the proxy whose accuracy is tracked against that clock, so a scheme is judged on time-to-
+accuracy. See docs/numerics.md for what every op does to the tensors.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+PosFloat = Annotated[float, Field(gt=0)]
+NonNegFloat = Annotated[float, Field(ge=0)]
+PosInt = Annotated[int, Field(ge=1)]
+Fraction = Annotated[float, Field(gt=0, lt=1)]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SyntheticData(Strict):
+    """A seeded classification set (sklearn's make_classification), drawn from the config's seed."""
+
+    samples: PosInt = Field(4000, description="samples in total, before the held-out split")
+    features: PosInt = Field(32, description="input features")
+    informative: PosInt = Field(16, description="features that carry the class (<= features)")
+    classes: Annotated[int, Field(ge=2)] = Field(4, description="number of classes")
+    class_sep: PosFloat = Field(1.0, description="how far apart the classes sit (smaller = harder)")
+
+    @model_validator(mode="after")
+    def _informative_fits(self) -> SyntheticData:
+        if self.informative > self.features:
+            raise ValueError(f"informative: {self.informative} exceeds features ({self.features})")
+        return self
+
+
+class OptimizerConfig(Strict):
+    """The optimizer every replica (and every server shard) runs; `lr` is for the global batch."""
+
+    name: Literal["sgd", "adam"] = Field("sgd", description="sgd (with optional momentum) or adam")
+    lr: PosFloat = Field(0.1, description="learning rate of one update on the global batch's mean gradient")
+    momentum: Annotated[float, Field(ge=0, lt=1)] = Field(0.9, description="sgd: heavy-ball momentum")
+    nesterov: bool = Field(False, description="sgd: Nesterov momentum")
+    betas: tuple[Fraction, Fraction] = Field((0.9, 0.999), description="adam: moment decay rates")
+    eps: PosFloat = Field(1e-8, description="adam: denominator term")
+    weight_decay: NonNegFloat = Field(0.0, description="L2 penalty added to the gradient")
+
+    @model_validator(mode="after")
+    def _nesterov_needs_momentum(self) -> OptimizerConfig:
+        if self.nesterov and (self.name != "sgd" or self.momentum == 0):
+            raise ValueError("nesterov: needs name: sgd and momentum > 0")
+        return self
+
+
+class ScheduleConfig(Strict):
+    """Learning rate over iterations: linear warm-up, then constant, step decay or cosine to zero."""
+
+    kind: Literal["constant", "step", "cosine"] = Field("constant", description="constant, step or cosine")
+    warmup_iterations: Annotated[int, Field(ge=0)] = Field(
+        0, description="ramp the rate linearly from lr/warmup to lr over this many iterations (Goyal et al.)"
+    )
+    milestones: list[PosInt] = Field(default_factory=list, description="step: iterations where lr is multiplied")
+    gamma: PosFloat = Field(0.1, description="step: the multiplier at each milestone")
+
+
+class AsyncConfig(Strict):
+    """How asynchronous shards (ASP, SSP) scale a single worker's update (docs/numerics.md)."""
+
+    lr_scale: Union[Literal["linear", "none"], PosFloat] = Field(
+        "linear",
+        description="linear: lr x (per-worker batch / global batch), the linear scaling rule for a one-worker "
+        "update; none: lr unchanged; or a factor",
+    )
+    momentum: Literal["scaled", "same", "zero"] = Field(
+        "scaled",
+        description="server momentum for asynchronous updates: scaled = momentum / workers (asynchrony adds "
+        "implicit momentum; Sync-Switch's best setting), same, or zero",
+    )
+
+
+class NumericsConfig(Strict):
+    """Train a real model in every simulated worker, on the simulator's clock."""
+
+    enabled: bool = Field(True, description="set false to keep the section but run timing only")
+    dataset: Literal["digits", "synthetic"] = Field(
+        "digits", description="digits: sklearn's bundled 8x8 digits (1797 samples); synthetic: see `synthetic`"
+    )
+    model: Literal["logreg", "mlp", "cnn"] = Field("mlp", description="logreg, mlp or cnn (cnn: digits only)")
+    hidden: list[PosInt] = Field([64], description="mlp: hidden layer widths")
+    channels: list[PosInt] = Field([8, 16], description="cnn: channels of its two 3x3 conv layers")
+    synthetic: SyntheticData = Field(SyntheticData(), description="the synthetic data set")
+    test_fraction: Fraction = Field(0.2, description="held-out share of the samples, used for evaluation")
+    global_batch: PosInt = Field(128, description="samples per iteration over all workers (divisible by workers)")
+    optimizer: OptimizerConfig = Field(OptimizerConfig(), description="optimizer and learning rate")
+    schedule: ScheduleConfig = Field(ScheduleConfig(), description="learning-rate schedule")
+    asynchronous: AsyncConfig = Field(AsyncConfig(), description="update scaling on asynchronous shards")
+    eval_every: PosInt = Field(10, description="evaluate every this many iterations (updates / workers)")
+    eval_workers: bool = Field(True, description="also evaluate every worker's replica, not only the consensus")
+    target_accuracy: Optional[Annotated[float, Field(gt=0, le=1)]] = Field(
+        None, description="held-out accuracy whose first crossing sets time_to_target_s in summary.csv"
+    )
+    threads: PosInt = Field(1, description="torch threads while training (tiny models run fastest on one)")
+
+    @model_validator(mode="after")
+    def _cnn_needs_images(self) -> NumericsConfig:
+        if self.model == "cnn" and self.dataset != "digits":
+            raise ValueError("model: cnn needs dataset: digits (images); allowed for synthetic: logreg, mlp")
+        return self

@@ -1,0 +1,52 @@
+"""Numerics mode for one policy run: the replicas, the evaluator, and torch's thread setting."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+import torch
+
+from sim.config import Config
+from sim.numerics.evaluation import Evaluator
+from sim.numerics.replicas import Replicas
+from sim.numerics.tasks import Task
+
+
+def load_task(config: Config) -> Task:
+    """The data set and model of `config.numerics`, built once and shared by every policy."""
+    assert config.numerics is not None
+    return Task(config.numerics, config.seed)
+
+
+def attach(
+    config: Config, task: Task, world: int, bucket_bytes: Sequence[float], policy: str, servers: bool
+) -> tuple[Replicas, Evaluator]:
+    cfg = config.numerics
+    assert cfg is not None
+    replicas = Replicas(cfg, task, world, bucket_bytes, config.iterations, config.seed, policy, servers)
+    evaluator = Evaluator(replicas, cfg.eval_every, cfg.eval_workers)
+    evaluator.evaluate(0.0)
+    return replicas, evaluator
+
+
+@contextmanager
+def torch_threads(n: int) -> Iterator[None]:
+    """Run tiny models on `n` threads (thread hand-offs cost more than they save), then restore."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def check(config: Config, world: int) -> Task:
+    """Build the task and check the batch fits the workers (a ConfigError names the field)."""
+    from sim.numerics.batches import ShardSampler, per_worker_batch
+
+    task = load_task(config)
+    assert config.numerics is not None
+    batch = per_worker_batch(config.numerics.global_batch, world)
+    ShardSampler(len(task.data.y_train), world, 0, batch, config.seed)
+    return task

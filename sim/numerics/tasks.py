@@ -1,0 +1,127 @@
+"""Data sets and models of numerics mode: sklearn's bundled digits or a seeded synthetic set, and a
+logistic regression, MLP or small CNN whose parameters live in one flat vector.
+
+Nothing is downloaded: `load_digits` reads the copy that ships with scikit-learn.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+from torch.func import functional_call, grad_and_value
+
+from sim.config_numerics import NumericsConfig
+
+
+@dataclass(frozen=True)
+class Dataset:
+    x_train: torch.Tensor
+    y_train: torch.Tensor
+    x_test: torch.Tensor
+    y_test: torch.Tensor
+    classes: int
+
+
+def load_dataset(cfg: NumericsConfig, seed: int) -> Dataset:
+    """The samples, split into train and held-out by a permutation drawn from `seed`."""
+    from sklearn.datasets import load_digits, make_classification
+
+    if cfg.dataset == "digits":
+        digits = load_digits()
+        x = digits.data.astype(np.float32) / 16.0  # pixel intensities 0..16
+        y = digits.target.astype(np.int64)
+        if cfg.model == "cnn":
+            x = x.reshape(-1, 1, 8, 8)
+    else:
+        s = cfg.synthetic
+        x, y = make_classification(
+            n_samples=s.samples,
+            n_features=s.features,
+            n_informative=s.informative,
+            n_redundant=0,
+            n_classes=s.classes,
+            class_sep=s.class_sep,
+            random_state=seed,
+        )
+        x, y = x.astype(np.float32), y.astype(np.int64)
+    order = np.random.default_rng([seed, 0x5EED]).permutation(len(y))
+    n_test = max(1, int(round(cfg.test_fraction * len(y))))
+    test, train = order[:n_test], order[n_test:]
+    x_train, x_test = x[train], x[test]
+    if cfg.dataset == "synthetic":  # standardise with the training statistics only
+        mean, std = x_train.mean(axis=0), x_train.std(axis=0) + 1e-6
+        x_train, x_test = (x_train - mean) / std, (x_test - mean) / std
+    return Dataset(
+        torch.from_numpy(np.ascontiguousarray(x_train)),
+        torch.from_numpy(y[train]),
+        torch.from_numpy(np.ascontiguousarray(x_test)),
+        torch.from_numpy(y[test]),
+        int(y.max()) + 1,
+    )
+
+
+def build_model(cfg: NumericsConfig, data: Dataset) -> nn.Module:
+    features = int(data.x_train[0].numel())
+    if cfg.model == "logreg":
+        return nn.Linear(features, data.classes)
+    if cfg.model == "mlp":
+        layers: list[nn.Module] = []
+        width = features
+        for h in cfg.hidden:
+            layers += [nn.Linear(width, h), nn.ReLU()]
+            width = h
+        return nn.Sequential(*layers, nn.Linear(width, data.classes))
+    c1, c2 = (cfg.channels + cfg.channels[-1:])[:2]  # one width given: both convs use it
+    return nn.Sequential(
+        nn.Conv2d(1, c1, 3, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(c1, c2, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(c2 * 16, data.classes),
+    )
+
+
+class Task:
+    """A model with flat parameters: losses, gradients and accuracy as functions of a 1-D tensor."""
+
+    def __init__(self, cfg: NumericsConfig, seed: int) -> None:
+        self.cfg = cfg
+        self.data = load_dataset(cfg, seed)
+        with torch.random.fork_rng(devices=[]):  # seeded init without touching the caller's RNG
+            torch.manual_seed(seed)
+            self.module = build_model(cfg, self.data)
+        self.names = [name for name, _ in self.module.named_parameters()]
+        self.shapes = [p.shape for _, p in self.module.named_parameters()]
+        self.sizes = [p.numel() for _, p in self.module.named_parameters()]
+        self.initial = torch.cat([p.detach().reshape(-1) for p in self.module.parameters()]).clone()
+        self.size = int(self.initial.numel())
+        self._grad = grad_and_value(self._loss)
+
+    def unflatten(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
+        out, offset = {}, 0
+        for name, shape, n in zip(self.names, self.shapes, self.sizes):
+            out[name] = flat[offset : offset + n].view(shape)
+            offset += n
+        return out
+
+    def _loss(self, flat: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        logits = functional_call(self.module, self.unflatten(flat), (x,))
+        return nn.functional.cross_entropy(logits, y)
+
+    def gradient(self, flat: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, float]:
+        """The mean cross-entropy gradient over the batch, and the loss."""
+        grad, loss = self._grad(flat, x, y)
+        return grad, float(loss)
+
+    @torch.no_grad()
+    def evaluate(self, flat: torch.Tensor) -> tuple[float, float]:
+        """(loss, accuracy) on the held-out split."""
+        logits = functional_call(self.module, self.unflatten(flat), (self.data.x_test,))
+        loss = nn.functional.cross_entropy(logits, self.data.y_test)
+        accuracy = (logits.argmax(dim=1) == self.data.y_test).float().mean()
+        return float(loss), float(accuracy)
