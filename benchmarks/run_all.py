@@ -6,7 +6,8 @@
 Each run is a fresh subprocess, so peak memory (max RSS) belongs to that scenario alone. Targets
 from the project's issues: one 100 MB ring all-reduce iteration over 1,024 GPUs in <= 10 s; a
 100-iteration ps/ring/hierarchical comparison on 64 GPUs in <= 30 s; 100 iterations of ASP with 256
-workers and 8 PS shards in <= 60 s.
+workers and 8 PS shards in <= 60 s; numerics mode, 16 workers x 500 iterations of the digits MLP
+in <= 60 s.
 """
 
 from __future__ import annotations
@@ -73,6 +74,21 @@ def asp_256() -> dict[str, Any]:
     }
 
 
+def numerics_16(policy: str, numerics: bool = True) -> dict[str, Any]:
+    """16 workers x 500 iterations training the digits MLP on the DS-Sync 16:1 cluster (ResNet-50 clock)."""
+    cfg: dict[str, Any] = {
+        "name": f"numerics-{policy}-16",
+        "iterations": 500,
+        "cluster": {"topology": "two_tier", "racks": 4, "hosts_per_rack": 4, "nic_gbps": 25, "uplink_gbps": 6.25},
+        "workload": {"model": "resnet50", "batch_size": 32, "compute_jitter": 0.02},
+        "policies": [{"name": policy}],
+        "simulation": {"trace": False},
+    }
+    if numerics:
+        cfg["numerics"] = {"model": "mlp", "global_batch": 256, "eval_every": 25, "target_accuracy": 0.95}
+    return cfg
+
+
 SCENARIOS: dict[str, tuple[str, Callable[[], Any]]] = {
     "ring_1024": ("ring all-reduce 100 MB, 1,024 GPUs (32x32, 4:1), pipelined", lambda: ring_config(32, 32)),
     "compare_64": ("ps + ring + hierarchical, 64 GPUs (8x8 NVLink), 100 iterations", comparison_64),
@@ -81,6 +97,11 @@ SCENARIOS: dict[str, tuple[str, Callable[[], Any]]] = {
     "ring_4096": ("scaling: ring 100 MB, 4,096 GPUs (64x64), pipelined", lambda: ring_config(64, 64)),
     "ring_64_stepwise": ("fidelity cost: ring 100 MB, 64 GPUs, stepwise", lambda: ring_config(2, 32, "stepwise")),
     "ring_256_stepwise": ("fidelity cost: ring 100 MB, 256 GPUs, stepwise", lambda: ring_config(8, 32, "stepwise")),
+    "numerics_ring_16": ("numerics: ring, 16 workers x 500 it, MLP on digits", lambda: numerics_16("ring")),
+    "timing_ring_16": ("  the same, timing only", lambda: numerics_16("ring", numerics=False)),
+    "numerics_ds_sync_16": ("numerics: DS-Sync, 16 workers x 500 it, MLP on digits", lambda: numerics_16("ds_sync")),
+    "numerics_asp_16": ("numerics: ASP (16 shards), 16 workers x 500 it, MLP on digits", lambda: numerics_16("asp")),
+    "timing_asp_16": ("  the same, timing only", lambda: numerics_16("asp", numerics=False)),
 }
 
 

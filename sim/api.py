@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
-from contextlib import nullcontext
 from collections.abc import Callable, Mapping
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Optional, Union
 
 from sim.config import Config, load_config, parse_config
 from sim.engine import PolicyRun, bind_policy, run_policy
+from sim.errors import ConfigError
 from sim.faults import check_faults
 from sim.results import Result
 from sim.tables import (
@@ -50,6 +51,7 @@ def _prepare(config: Config) -> tuple[Cluster, ComputePlan, Any]:
         bind_policy(config.policies[i], i, cluster, plan)
     task = None
     if config.numerics_on:
+        _require_numerics_packages()
         from sim.numerics.session import check  # torch only when numerics is on
 
         task = check(config, cluster.world_size)
@@ -82,6 +84,17 @@ def simulate(
             if on_policy_done is not None:
                 on_policy_done(result)
     return result
+
+
+def _require_numerics_packages() -> None:
+    for module in ("torch", "sklearn"):
+        try:
+            __import__(module)
+        except ImportError:
+            raise ConfigError(
+                f"numerics: needs torch and scikit-learn ({module} is missing); "
+                "install them with: pip install -c constraints.txt -e '.[numerics]'"
+            ) from None
 
 
 def _numerics_threads(cfg: Config) -> Any:

@@ -25,10 +25,18 @@ TABLE_COLUMNS = {
 }
 
 
+# numerics mode adds these (the time to the target only when the config sets one)
+ACCURACY_COLUMNS = {"final_accuracy": "final acc.", "time_to_target_s": "to target (s)"}
+
+
 def _table(summary) -> str:  # type: ignore[no-untyped-def]
-    df = summary[list(TABLE_COLUMNS)].rename(columns=TABLE_COLUMNS).copy()
+    columns = dict(TABLE_COLUMNS)
+    columns.update({k: v for k, v in ACCURACY_COLUMNS.items() if k in summary and summary[k].notna().any()})
+    df = summary[list(columns)].rename(columns=columns).copy()
     for col in ("mean iter (ms)", "p50 (ms)", "p99 (ms)", "comm (ms)", "wait (ms)"):
         df[col] = df[col] * 1e3
+    if "final acc." in df:
+        df["final acc."] = df["final acc."].map(lambda v: f"{v:.3f}")
     return df.to_string(index=False, float_format=lambda v: f"{v:,.2f}")
 
 
@@ -48,7 +56,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return 130
     result.write(out, plot=not args.no_plot)
     print(_table(result.summary))
-    print(f"\nresults: {out}/ (summary, iterations, ops, links, utilization, staleness: .csv; trace.json; plots)")
+    tables = "summary, iterations, ops, links, utilization, staleness" + (", accuracy" if config.numerics_on else "")
+    print(f"\nresults: {out}/ ({tables}: .csv; trace.json; plots)")
     for label, error in result.errors.items():
         print(f"policy {label!r} stopped early: {error}", file=sys.stderr)
     return 1 if result.errors else 0

@@ -26,6 +26,7 @@ from sim.config import (
     WorkloadConfig,
 )
 from sim.config_faults import BackgroundFlow, FaultsConfig, SlowWorker, Straggler
+from sim.config_numerics import AsyncConfig, NumericsConfig, OptimizerConfig, ScheduleConfig, SyntheticData
 
 _BOUNDS = ((at.Gt, ">"), (at.Ge, ">="), (at.Lt, "<"), (at.Le, "<="))
 
@@ -118,6 +119,22 @@ def render() -> str:
         "",
         table(BackgroundFlow),
     ]
+    parts += [
+        "",
+        "## `numerics`",
+        "",
+        "Off unless present. The workload still sets the clock; this small model is what every worker trains",
+        "(docs/numerics.md).",
+        "",
+        table(NumericsConfig),
+    ]
+    for key, model in (
+        ("optimizer", OptimizerConfig),
+        ("schedule", ScheduleConfig),
+        ("asynchronous", AsyncConfig),
+        ("synthetic", SyntheticData),
+    ):
+        parts += ["", f"### `numerics.{key}`", "", table(model)]
     parts += [
         "",
         "## `policies`",

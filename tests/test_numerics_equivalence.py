@@ -14,9 +14,10 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("sklearn")
 
+from helpers import star, synthetic, two_tier  # noqa: E402
+
 from sim.api import simulate  # noqa: E402
 from sim.numerics.reference import train_reference  # noqa: E402
-from tests.helpers import star, synthetic, two_tier  # noqa: E402
 
 ITERATIONS = 20
 
@@ -93,8 +94,8 @@ def test_no_sync_on_one_worker_is_plain_training() -> None:
 
 def test_training_moves_the_parameters() -> None:
     """Guards the tests above against comparing two barely trained models."""
-    from sim.numerics.tasks import Task
     from sim.config_numerics import NumericsConfig
+    from sim.numerics.tasks import Task
 
     result = simulate(numerics_config(star(1), [{"name": "no_sync"}], SGD))
     rows = result.accuracy[result.accuracy["worker"] < 0]

@@ -22,6 +22,7 @@ whole vector. Rules, applied when the simulator completes the op:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from functools import lru_cache
 from typing import Optional
 
 import numpy as np
@@ -52,6 +53,11 @@ def bucket_ranges(n: int, bucket_bytes: Sequence[float]) -> list[Range]:
 
 def partition(a: int, b: int, weights: Sequence[float]) -> list[Range]:
     """Split [a, b) into consecutive ranges in proportion to `weights` (equal if they are all zero)."""
+    return _partition(a, b, tuple(weights))
+
+
+@lru_cache(maxsize=4096)
+def _partition(a: int, b: int, weights: tuple[float, ...]) -> list[Range]:
     w = np.asarray(weights, dtype=float)
     if w.sum() <= 0:
         w = np.ones(len(w))
@@ -165,7 +171,7 @@ class Replicas:
     ) -> None:
         p = len(ranks)
         whole = []
-        for i, (r, (a, b)) in enumerate(zip(ranks, ranges)):
+        for r, (a, b) in zip(ranks, ranges):
             nested = self._slices.get((r, buckets[r]))
             if nested:  # gathering the slices a reduce-scatter left: back to the enclosing range
                 nested.pop()
@@ -196,9 +202,9 @@ class Replicas:
                 raise PolicyError(f"policy {self.policy!r}: numerics mode pushes gradients only, got {op!r}")
         a, b = self._range(rank, bucket)
         self._settled[rank].update(range(len(self.ranges)) if bucket is None else (bucket,))
+        values = self.grads[rank, a:b].clone()  # as they are now; the slices below are views of this copy
         return [
-            Update(rank, lo, hi, self.grads[rank, lo:hi].clone())
-            for lo, hi in partition(a, b, [op.nbytes for op in pushes])
+            Update(rank, lo, hi, values[lo - a : hi - a]) for lo, hi in partition(a, b, [op.nbytes for op in pushes])
         ]
 
     def pull_ranges(self, rank: int, bucket: Optional[int], pulls: Sequence[Pull]) -> list[Range]:
@@ -211,6 +217,10 @@ class Replicas:
     def pulled(self, rank: int, ranges: Sequence[Range]) -> None:
         """The servers' reply arrived: overwrite those elements with the servers' values."""
         assert self.server is not None
+        lo, hi = min(a for a, _ in ranges), max(b for _, b in ranges)
+        if sum(b - a for a, b in ranges) == hi - lo:  # one item's pulls: contiguous, one copy
+            self.params[rank, lo:hi] = self.server.params[lo:hi]
+            return
         for a, b in ranges:
             self.params[rank, a:b] = self.server.params[a:b]
 
