@@ -91,7 +91,8 @@ class Replicas:
         self.steps = [0] * world  # the step each worker is in
         self.losses: list[list[float]] = [[] for _ in range(world)]  # minibatch losses since the last evaluation
         self._settled: list[set[Optional[int]]] = [set() for _ in range(world)]  # buckets stepped or pushed
-        self._slices: dict[tuple[int, Optional[int]], list[Range]] = {}  # (rank, bucket) -> nested slices
+        # per rank: bucket -> the nested slices reduce-scatters left (reset every step)
+        self._slices: list[dict[Optional[int], list[Range]]] = [{} for _ in range(world)]
 
     # ----------------------------------------------------------------------------- worker timeline
     def forward_done(self, rank: int, step: int) -> None:
@@ -102,8 +103,7 @@ class Replicas:
         self.losses[rank].append(loss)
         self.steps[rank] = step
         self._settled[rank].clear()
-        for key in [k for k in self._slices if k[0] == rank]:
-            del self._slices[key]
+        self._slices[rank].clear()
 
     def step_done(self, rank: int, step: int) -> None:
         """All bucket programs finished: step the local optimizer on every bucket nobody else updates."""
@@ -118,7 +118,7 @@ class Replicas:
         self._settled[rank].add(bucket)
 
     def _range(self, rank: int, bucket: Optional[int]) -> Range:
-        nested = self._slices.get((rank, bucket))
+        nested = self._slices[rank].get(bucket)
         if nested:
             return nested[-1]
         return (0, self.task.size) if bucket is None else self.ranges[bucket]
@@ -154,7 +154,7 @@ class Replicas:
                 mean = torch.stack([data[q, parts[j][i][0] : parts[j][i][1]] for j, q in enumerate(ranks)]).mean(0)
                 lo, hi = parts[i][i]
                 data[r, lo:hi] = mean
-                self._slices.setdefault((r, buckets[r]), []).append((lo, hi))
+                self._slices[r].setdefault(buckets[r], []).append((lo, hi))
         else:
             raise PolicyError(
                 f"policy {self.policy!r}: numerics mode has no tensor rule for {type(op).__name__}; "
@@ -172,7 +172,7 @@ class Replicas:
         p = len(ranks)
         whole = []
         for r, (a, b) in zip(ranks, ranges):
-            nested = self._slices.get((r, buckets[r]))
+            nested = self._slices[r].get(buckets[r])
             if nested:  # gathering the slices a reduce-scatter left: back to the enclosing range
                 nested.pop()
                 whole.append(self._range(r, buckets[r]))
