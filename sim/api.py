@@ -72,7 +72,7 @@ def simulate(
     cfg = as_config(config)
     cluster, plan, task = _prepare(cfg)
     runs: list[PolicyRun] = []
-    result = _assemble(cfg, cluster, plan, runs)
+    result = result_of(cfg, cluster, plan, runs)
     with _numerics_threads(cfg):
         for i, entry in enumerate(cfg.policies):
             bar = _progress_bar(entry.display, cfg.iterations * cluster.world_size) if progress else None
@@ -80,7 +80,7 @@ def simulate(
             if bar is not None:
                 bar.close()
             runs.append(run)
-            result = _assemble(cfg, cluster, plan, runs)
+            result = result_of(cfg, cluster, plan, runs)
             if on_policy_done is not None:
                 on_policy_done(result)
     return result
@@ -106,7 +106,8 @@ def _numerics_threads(cfg: Config) -> Any:
     return torch_threads(cfg.numerics.threads)
 
 
-def _assemble(cfg: Config, cluster: Cluster, plan: ComputePlan, runs: list[PolicyRun]) -> Result:
+def result_of(cfg: Config, cluster: Cluster, plan: ComputePlan, runs: list[PolicyRun]) -> Result:
+    """The tables of the runs so far (the real backend builds its results with it too)."""
     iterations = iterations_frame(runs, cluster, plan.batch_size)
     target = cfg.numerics.target_accuracy if cfg.numerics else None
     return Result(

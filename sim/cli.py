@@ -1,4 +1,4 @@
-"""`syncsim` command line: run, check, list.
+"""`syncsim` command line: run, real, check, list.
 
 Exit codes: 0 success; 1 a policy failed mid-run (results so far are written); 2 invalid config.
 """
@@ -63,6 +63,34 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 1 if result.errors else 0
 
 
+def _cmd_real(args: argparse.Namespace) -> int:
+    from real.launch import launch
+    from real.session import placement, require_numerics
+    from sim.api import as_config
+
+    config = as_config(args.config)
+    require_numerics(config)
+    out = Path(args.out) if args.out else Path("results") / f"{config.name}-real"
+    need = placement(config)
+    print(
+        f"starting {need.workers} workers"
+        + (f" + {need.servers} parameter-server shards" if need.servers else "")
+        + f" (gloo/NCCL: {args.backend}); a silent peer counts as dead after {args.timeout:g} s",
+        file=sys.stderr,
+    )
+    outcome = launch(Path(args.config), out, args.nproc, args.timeout, args.backend, emulation=args.emulate)
+    summary = out / "summary.csv"
+    if summary.exists():
+        import pandas as pd
+
+        print(_table(pd.read_csv(summary)))
+        print(f"\nresults: {out}/ (summary, iterations, ops, accuracy: .csv; parameters.npz)")
+    if not outcome.ok:
+        print(f"real run failed: {outcome.failed}; results measured so far are in {out}/", file=sys.stderr)
+        return 1
+    return 0
+
+
 def _cmd_check(args: argparse.Namespace) -> int:
     from sim.api import as_config, prepare
 
@@ -99,6 +127,17 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     run.add_argument("--no-plot", action="store_true", help="skip comparison.png")
     run.set_defaults(func=_cmd_run)
+    real = sub.add_parser("real", help="run every policy of a config on real torch.distributed processes")
+    real.add_argument("config", help="YAML config file (with a numerics: section: the model to train)")
+    real.add_argument("--nproc", type=int, help="worker processes (must equal the cluster's GPUs; servers are added)")
+    real.add_argument("--out", help="output folder (default: results/<config name>-real)")
+    real.add_argument("--timeout", type=float, default=60.0, help="seconds before a silent peer counts as dead")
+    real.add_argument("--backend", choices=["auto", "gloo", "nccl"], default="auto", help="auto: nccl with GPUs")
+    real.add_argument("--emulate", metavar="TAG", help="run each rank in its host's namespace of `syncsim emulate up`")
+    real.set_defaults(func=_cmd_real)
+    from real.emulate.cli import add_parser as add_emulate
+
+    add_emulate(sub)
     check = sub.add_parser("check", help="validate a config without running it")
     check.add_argument("config")
     check.set_defaults(func=_cmd_check)

@@ -7,28 +7,18 @@ coupled transfer, the point-to-point counterpart of a pipelined collective.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Generator, Iterable, Sequence
 from typing import Any, Optional
 
 import simpy
 
-from policies.ops import (
-    ALLREDUCE_ALGORITHMS,
-    AllReduce,
-    Collective,
-    Group,
-    Op,
-    Pull,
-    Push,
-    WaitForClock,
-)
+from policies.ops import Collective, Op, Pull, Push, WaitForClock
 from sim.clocks import ClockBoard
 from sim.communicators import Communicators
-from sim.errors import PolicyError
 from sim.network import Network
 from sim.routing import Router
 from sim.servers import Shard
+from sim.validation import OpValidator
 
 # (rank, step, op kind, shard (-1 for several), ops in the batch, total nbytes, start, end):
 # one finished point-to-point batch or wait
@@ -57,7 +47,7 @@ class Executor:
         self.coupled_p2p, self.on_op, self.on_blocked = coupled_p2p, on_op, on_blocked
         self.numerics = numerics
         self.world = len(rank_nodes)
-        self._members: dict[Group, frozenset[int]] = {}  # validated groups -> member sets
+        self.validator = OpValidator(policy, self.world, len(shards))
 
     def run(self, rank: int, step: int, program: Iterable[Any], bucket: Optional[int] = None) -> simpy.Event:
         """Validate the whole program, enqueue its collectives now, and execute it item by item.
@@ -75,7 +65,7 @@ class Executor:
         tickets: list[list[Any]] = []  # per item, per op: the communicator ticket of a collective
         for item in items:
             for op in item:
-                self._validate(rank, step, op)
+                self.validator.check(rank, step, op)
             tickets.append([self.comms.enqueue(rank, step, op) if isinstance(op, Collective) else None for op in item])
         return items, tickets
 
@@ -101,36 +91,6 @@ class Executor:
             events = self._issue(rank, step, ops, item_tickets, bucket)
             if events:
                 yield self.env.all_of(events)
-
-    # ----------------------------------------------------------------------------- validation
-    def _fail(self, rank: int, step: int, op: object, why: str) -> PolicyError:
-        return PolicyError(f"policy {self.policy!r} yielded {op!r} on rank {rank} at step {step}: {why}")
-
-    def _validate(self, rank: int, step: int, op: object) -> None:
-        if not isinstance(op, Op):
-            raise self._fail(rank, step, op, "not an op from policies.ops")
-        nbytes = getattr(op, "nbytes", 0.0)
-        if not (isinstance(nbytes, (int, float)) and math.isfinite(nbytes) and nbytes >= 0):
-            raise self._fail(rank, step, op, "nbytes must be a finite number >= 0")
-        if isinstance(op, Collective):
-            members = self._members.get(op.group)
-            if members is None:  # check each distinct group once: every rank issues the same ones
-                bad = [r for r in op.group.ranks if not (isinstance(r, int) and 0 <= r < self.world)]
-                if bad:
-                    raise self._fail(rank, step, op, f"ranks {bad} do not exist (world size {self.world})")
-                members = self._members[op.group] = frozenset(op.group.ranks)
-            if rank not in members:
-                raise self._fail(rank, step, op, f"rank {rank} is not a member of the group")
-            if isinstance(op, AllReduce) and op.algorithm not in ALLREDUCE_ALGORITHMS:
-                raise self._fail(rank, step, op, f"unknown algorithm; allowed: {', '.join(ALLREDUCE_ALGORITHMS)}")
-        elif isinstance(op, (Push, Pull)):
-            if not 0 <= op.shard < len(self.shards):
-                raise self._fail(rank, step, op, f"no shard {op.shard}; the policy declared {len(self.shards)} shards")
-        elif isinstance(op, WaitForClock):
-            if not isinstance(op.min_clock, int):
-                raise self._fail(rank, step, op, "min_clock must be an int")
-        else:
-            raise self._fail(rank, step, op, "the simulator has no rule for this op type")
 
     # ----------------------------------------------------------------------------- execution
     def _issue(

@@ -22,7 +22,8 @@ def test_configs_exist() -> None:
 def test_bundled_config_is_valid(path: Path) -> None:
     cfg = load_config(path)
     cluster, plan = prepare(cfg)
-    assert cluster.world_size >= 8 and plan.compute_s > 0
+    # real_* configs are sized for processes on one machine; the rest are simulated clusters
+    assert cluster.world_size >= (4 if path.stem.startswith("real_") else 8) and plan.compute_s > 0
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=[p.stem for p in CONFIGS])

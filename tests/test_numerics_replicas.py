@@ -23,7 +23,7 @@ def task() -> Task:
 
 def replicas(task: Task, world: int = 4, buckets: tuple[float, ...] = (3.0, 1.0), servers: bool = False) -> Replicas:
     reps = Replicas(CFG, task, world, buckets, 10, 0, "test", servers)
-    reps.grads = torch.arange(world, dtype=torch.float32)[:, None] + torch.zeros(world, task.size)
+    reps.grads.copy_(torch.arange(world, dtype=torch.float32)[:, None] + torch.zeros(world, task.size))
     return reps
 
 
@@ -59,7 +59,6 @@ def test_two_d_all_reduce_nests_to_the_global_mean(task: Task) -> None:
 
 def test_parameter_collective_takes_the_local_step_first(task: Task) -> None:
     reps = replicas(task, world=2, buckets=(1.0,))
-    reps.steps = [0, 0]
     before = reps.params.clone()
     for r in range(2):
         reps.arrive(r, AllReduce(Group.of([0, 1]), 1.0, payload=Payload.PARAMETERS), 0)

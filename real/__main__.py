@@ -1,0 +1,29 @@
+"""`python -m real CONFIG --out DIR`: one process of a real run (what torchrun and `syncsim real` start)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from real.session import main
+from sim.config import load_config
+from sim.errors import ConfigError
+
+
+def run(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m real", description=__doc__)
+    parser.add_argument("config")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--timeout", type=float, default=60.0, help="seconds before a silent peer counts as dead")
+    parser.add_argument("--backend", choices=["auto", "gloo", "nccl"], default="auto")
+    args = parser.parse_args(argv)
+    try:
+        return main(load_config(args.config), Path(args.out), args.timeout, args.backend)
+    except ConfigError as exc:
+        print(f"config error in {args.config}: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(run())

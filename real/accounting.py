@@ -1,0 +1,62 @@
+"""From every rank's raw timings to the simulator's result rows (DESIGN.md §5), on rank 0.
+
+Wait vs comm follows the simulator's definition: *wait* is time a rank was blocked on other workers,
+i.e. from its own issue of a collective until the last member issued it, plus the time servers held
+its pulls and clock waits; *comm* is the rest of the non-compute time. Ranks report times relative
+to their own start of the policy, taken right after a barrier, so on one machine (or with
+synchronized clocks) member issue times compare directly.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from sim.worker import BlockedTime, IterationRow
+
+
+@dataclass
+class RankReport:
+    """What one worker process measured in one policy (times in seconds from its policy start)."""
+
+    rank: int
+    rows: list[IterationRow] = field(default_factory=list)
+    collectives: list[tuple] = field(default_factory=list)  # real.executor.CollectiveRecord
+    p2p: list[tuple] = field(default_factory=list)  # real.executor.P2PRecord
+    blocked: list[tuple[int, float, float]] = field(default_factory=list)
+    losses: list[float] = field(default_factory=list)
+    parameters: object = None  # final flat parameters (a tensor)
+    error: str | None = None
+
+
+def account(reports: Sequence[RankReport]) -> tuple[list[IterationRow], list[tuple]]:
+    """Iteration rows with wait_s filled in, and op rows (sim/tables.py OP_FIELDS)."""
+    blocked = BlockedTime()
+    calls: dict[tuple, list[tuple]] = defaultdict(list)
+    for report in reports:
+        for step, start, end in report.blocked:
+            blocked.add(report.rank, step, start, end)
+        for record in report.collectives:
+            step, rank, key, seq = record[:4]
+            calls[(key, seq)].append(record)
+    groups: dict[tuple[int, ...], int] = {}
+    ops: list[tuple] = []
+    for (key, _seq), members in sorted(calls.items(), key=lambda kv: min(r[6] for r in kv[1])):
+        last = max(r[6] for r in members)
+        for step, rank, *_rest, issued, _finished in members:
+            blocked.add(rank, step, issued, last)
+        first = min(members, key=lambda r: r[6])
+        gid = groups.setdefault(key, len(groups))
+        ops.append(
+            (first[0], -1, first[4], gid, len(key), -1, 1, float(first[5]), first[6], last, max(r[7] for r in members))
+        )
+    for report in reports:
+        for step, rank, kind, shard, count, nbytes, issued, finished in report.p2p:
+            ops.append((step, rank, kind, -1, 1, shard, count, float(nbytes), issued, issued, finished))
+    rows: list[IterationRow] = []
+    for report in reports:
+        for step, rank, start, begin_end, forward_end, compute_end, end, compute_s, _ in report.rows:
+            wait = blocked.pop_wait(rank, step, start, end, [(forward_end, compute_end)])
+            rows.append((step, rank, start, begin_end, forward_end, compute_end, end, compute_s, wait))
+    return rows, ops

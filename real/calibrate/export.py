@@ -1,0 +1,44 @@
+"""A calibrated syncsim config: the base config with the report's `cluster:` and `workload:`."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Union
+
+import yaml
+
+from real.calibrate.report import CalibrationReport
+from sim.config import parse_config
+
+# base settings calibration does not measure, kept when the topology changes
+KEEP_CLUSTER = ("gpu", "intra_host_gbps", "intra_host_latency_us", "placement")
+KEEP_WORKLOAD = ("bucket_mb", "synthetic_layers")
+
+
+def calibrated_config(report: CalibrationReport, base_config: Mapping[str, Any]) -> dict[str, Any]:
+    """`base_config` (name, policies, iterations, ...) with calibrated `cluster:` and, when a model
+    was measured, `workload:`; validated with `sim.config.parse_config` (raises ConfigError)."""
+    if not isinstance(base_config, Mapping):
+        raise ValueError(f"base_config: expected a mapping, got {type(base_config).__name__}")
+    data = copy.deepcopy(dict(base_config))
+    base_cluster = data.get("cluster") or {}
+    data["cluster"] = {k: base_cluster[k] for k in KEEP_CLUSTER if k in base_cluster} | report.cluster
+    if report.workload is not None:
+        base_workload = data.get("workload") or {}
+        data["workload"] = {k: base_workload[k] for k in KEEP_WORKLOAD if k in base_workload} | report.workload
+    elif "workload" not in data:
+        raise ValueError("base_config.workload: required when the calibration measured no model")
+    parse_config(data)
+    return data
+
+
+def write_calibrated_config(report: CalibrationReport, base_config: Mapping[str, Any], path: Union[str, Path]) -> Path:
+    """Write the calibrated config as YAML, headed by the report's summary as comments."""
+    data = calibrated_config(report, base_config)
+    header = "".join(f"# {line}\n" for line in ["calibrated by real.calibrate", *report.summary().splitlines()])
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(header + yaml.safe_dump(data, sort_keys=False))
+    return path

@@ -1,0 +1,88 @@
+"""What each collective op does to one rank's replica, carried out with torch.distributed.
+
+The rules are the simulator's (`sim/numerics/replicas.py`): AllReduce leaves the group mean,
+ReduceScatter leaves member i the mean of the i-th slice (and narrows the bucket's later ops to it),
+AllGather gathers the slices back. Every call is asynchronous (`async_op=True`); `Started.finish`
+runs once the work completes (averaging, copying gathered slices into place).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import torch
+import torch.distributed as dist
+
+from policies.ops import AllGather, AllReduce, Barrier, Collective, Payload, ReduceScatter
+from real.groups import group_order
+from sim.errors import PolicyError
+from sim.numerics.replica import Replica, partition
+
+
+@dataclass
+class Started:
+    """An issued torch.distributed call: wait on `work`, then call `finish`."""
+
+    work: Any
+    finish: Optional[Callable[[], None]]
+    nbytes: int  # what this rank contributed
+
+
+def start(op: Collective, replica: Replica, bucket: Optional[int], pg: Any) -> Started:
+    """Issue `op` for `replica` on process group `pg` (the op's group, created up front; None for a
+    group of one, where the op's rule applies locally and nothing is sent)."""
+    p = op.group.size
+    if p == 1:
+        pg = None
+    if isinstance(op, Barrier) or op.payload is Payload.CONTROL:
+        token = torch.zeros(1, device=replica.data(op).device)
+        return Started(_call(dist.all_reduce, token, pg), None, 4)
+    data = replica.data(op)
+    if isinstance(op, AllReduce):
+        a, b = replica.range(bucket)
+        view = data[a:b]
+        return Started(_call(dist.all_reduce, view, pg), lambda: view.div_(p), 4 * (b - a))
+    order = group_order(op.group)  # torch's member j is the op's member order[j]
+    me = op.group.ranks.index(replica.rank)
+    if isinstance(op, ReduceScatter):
+        a, b = replica.range(bucket)
+        parts = partition(a, b, [1.0] * p)
+        inputs = [data[parts[i][0] : parts[i][1]].clone() for i in order]
+        lo, hi = parts[me]
+        out = data[lo:hi]
+
+        def scattered() -> None:
+            out.div_(p)
+            replica.push_slice(bucket, (lo, hi))
+
+        return Started(_call(dist.reduce_scatter, out, pg, inputs), scattered, 4 * (b - a))
+    if isinstance(op, AllGather):
+        enclosing = replica.pop_slice(bucket)
+        a, b = enclosing if enclosing is not None else replica.range(bucket)
+        parts = partition(a, b, [1.0] * p)
+        width = max(hi - lo for lo, hi in parts)  # gloo gathers equal sizes: pad the short slices
+        lo, hi = parts[me]
+        mine = data.new_zeros(width)
+        mine[: hi - lo] = data[lo:hi]
+        outs = [data.new_zeros(width) for _ in range(p)]
+
+        def gathered() -> None:
+            for j, i in enumerate(order):
+                x, y = parts[i]
+                if i != me:
+                    data[x:y] = outs[j][: y - x]
+
+        return Started(_call(dist.all_gather, outs, pg, mine), gathered, 4 * width)
+    raise PolicyError(
+        f"the real backend has no tensor rule for {type(op).__name__} (yielded by {replica.policy!r}); "
+        "it needs index/value semantics that are not defined yet"
+    )
+
+
+def _call(fn: Callable[..., Any], first: Any, pg: Any, *rest: Any) -> Any:
+    """`fn(first, *rest, group=pg, async_op=True)`, or no work at all for a group of one."""
+    if pg is None:
+        return None
+    return fn(first, *rest, group=pg, async_op=True)

@@ -1,0 +1,274 @@
+"""Runs policy programs on one rank with torch.distributed: the real counterpart of `sim/executor.py`.
+
+Semantics match the simulator's. A program is a list of items run one after another; the ops of an
+item run concurrently. Programs handed over together run concurrently (gradient buckets), or one
+after another (`chained`, the forward reads). Collectives are enqueued per group in program order
+when the programs are handed over, and a rank issues a group's next collective to torch only after
+it issued the group's previous one, so every member issues the same calls in the same order whatever
+the timing (as on one NCCL communicator). Every call is asynchronous; a waiter thread per call
+reports completion, so one slow group never holds back another's progress.
+
+Timing: every collective records (step, group, sequence number, issue and finish time) for the
+wait/comm split computed after the run (`real/accounting.py`); pulls and clock waits report the
+seconds the server held them, which is time blocked on other workers.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import torch
+import torch.distributed as dist
+
+from policies.ops import Collective, Op, Pull, Push, WaitForClock
+from real import protocol as wire
+from real.collectives import Started, start
+from real.groups import ProcessGroups
+from sim.numerics.replica import Replica
+from sim.validation import OpValidator
+
+# (step, rank, group key, sequence on the group, op kind, nbytes, issued, finished)
+CollectiveRecord = tuple[int, int, tuple[int, ...], int, str, int, float, float]
+# (step, rank, kind, shard, count, nbytes, issued, finished)
+P2PRecord = tuple[int, int, str, int, int, int, float, float]
+
+
+class RankTimeout(RuntimeError):
+    """No communication of this rank completed within the configured timeout."""
+
+
+@dataclass
+class _Slot:
+    """One op of one program item on this rank."""
+
+    op: Op
+    program: int
+    item: int
+    bucket: Optional[int]
+    issued: float = -1.0
+    seq: int = -1  # collectives: position among this rank's calls on the group
+    done: bool = False
+
+
+@dataclass
+class _Program:
+    items: list[list[_Slot]]
+    bucket: Optional[int]
+    at: int = 0  # the item running
+    started: bool = False  # the current item's point-to-point ops are issued
+
+    @property
+    def finished(self) -> bool:
+        return self.at >= len(self.items)
+
+
+@dataclass
+class _Flight:
+    slot: _Slot
+    works: list[Any]
+    finish: Optional[Callable[[], None]]
+    nbytes: int
+    error: Optional[BaseException] = None
+    finished: float = 0.0
+
+
+@dataclass
+class RankExecutor:
+    rank: int
+    policy: str
+    groups: ProcessGroups
+    replica: Replica
+    shard_ranks: Sequence[int]  # global rank of each server shard
+    clock_rank: Optional[int]  # the shard that keeps clocks
+    timeout_s: float
+    validator: OpValidator
+    collectives: list[CollectiveRecord] = field(default_factory=list)
+    p2p: list[P2PRecord] = field(default_factory=list)
+    blocked: list[tuple[int, float, float]] = field(default_factory=list)  # (step, start, end)
+    _sequence: dict[tuple[int, ...], int] = field(default_factory=dict)
+    _done: deque = field(default_factory=deque)
+    _cv: threading.Condition = field(default_factory=threading.Condition)
+
+    def run(self, step: int, programs: Sequence[tuple[Iterable[Any], Optional[int]]], chained: bool = False) -> None:
+        """Run `(program, bucket)` pairs to completion (concurrently, or one after another)."""
+        staged: list[_Program] = []
+        queues: dict[tuple[int, ...], deque[_Slot]] = {}
+        for p, (program, bucket) in enumerate(programs):
+            items = []
+            for i, item in enumerate(program):
+                ops = tuple(item) if isinstance(item, (tuple, list)) else (item,)
+                slots = []
+                for op in ops:
+                    self.validator.check(self.rank, step, op)
+                    slot = _Slot(op, p, i, bucket)
+                    slots.append(slot)
+                    if isinstance(op, Collective):
+                        queues.setdefault(tuple(sorted(op.group.ranks)), deque()).append(slot)
+                items.append(slots)
+            if items:
+                staged.append(_Program(items, bucket))
+        if not staged:
+            return
+        in_flight = 0
+        while True:
+            active = [prog for prog in staged if not prog.finished]
+            if not active:
+                return
+            if chained:
+                active = active[:1]
+            in_flight += self._issue(step, active, queues)
+            if in_flight == 0:
+                raise RuntimeError(f"rank {self.rank}: programs of {self.policy!r} cannot proceed (a bug)")
+            for flight in self._wait():
+                in_flight -= 1
+                self._complete(step, flight)
+            for prog in staged:
+                while not prog.finished and all(s.done for s in prog.items[prog.at]):
+                    prog.at += 1
+                    prog.started = False
+
+    # ----------------------------------------------------------------------------- issuing
+    def _issue(self, step: int, active: list[_Program], queues: dict[tuple[int, ...], deque[_Slot]]) -> int:
+        issued = 0
+        progress = True
+        while progress:
+            progress = False
+            for prog in active:
+                if prog.finished:
+                    continue
+                slots = prog.items[prog.at]
+                if not prog.started:
+                    prog.started = True
+                    issued += self._issue_p2p(step, prog.bucket, slots)
+                    progress = True
+                for slot in slots:
+                    if slot.issued >= 0 or not isinstance(slot.op, Collective):
+                        continue
+                    key = tuple(sorted(slot.op.group.ranks))
+                    if queues[key][0] is slot:
+                        queues[key].popleft()
+                        self._issue_collective(step, slot, key)
+                        issued += 1
+                        progress = True
+        return issued
+
+    def _issue_collective(self, step: int, slot: _Slot, key: tuple[int, ...]) -> None:
+        op = slot.op
+        assert isinstance(op, Collective)
+        self.replica.arrive(op, slot.bucket)
+        slot.seq = self._sequence.get(key, 0)
+        self._sequence[key] = slot.seq + 1
+        slot.issued = time.perf_counter()
+        pg = self.groups.get(op.group) if op.group.size > 1 else None
+        started: Started = start(op, self.replica, slot.bucket, pg)
+        self._launch(_Flight(slot, [started.work] if started.work is not None else [], started.finish, started.nbytes))
+
+    def _issue_p2p(self, step: int, bucket: Optional[int], slots: list[_Slot]) -> int:
+        replica, now = self.replica, time.perf_counter()
+        pushes = [s for s in slots if isinstance(s.op, Push)]
+        pulls = [s for s in slots if isinstance(s.op, Pull)]
+        clocks = [s for s in slots if isinstance(s.op, WaitForClock)]
+        if pushes:
+            updates = replica.push_updates(bucket, [s.op for s in pushes], servers=bool(self.shard_ranks))
+            for slot, update in zip(pushes, updates):
+                dst = self.shard_ranks[slot.op.shard]  # type: ignore[attr-defined]
+                head = wire.header(wire.Kind.PUSH, slot.op.key, update.a, update.b)  # type: ignore[attr-defined]
+                values = update.values.contiguous()
+                works = [dist.isend(head, dst, tag=wire.HEADER), dist.isend(values, dst, tag=wire.PAYLOAD)]
+                slot.issued = now
+                self._launch(_Flight(slot, works, None, 4 * values.numel()))
+        if pulls:
+            ranges = replica.pull_ranges(bucket, [s.op for s in pulls])
+            for slot, (a, b) in zip(pulls, ranges):
+                op = slot.op
+                assert isinstance(op, Pull)
+                src = self.shard_ranks[op.shard]
+                reply = torch.empty(b - a + 1)
+                works = [
+                    dist.isend(wire.header(wire.Kind.PULL, op.key, a, b), src, tag=wire.HEADER),
+                    dist.irecv(reply, src, tag=wire.REPLY_BASE + op.key),
+                ]
+                slot.issued = now
+                self._launch(_Flight(slot, works, self._pulled(step, slot, a, b, reply), 4 * (b - a)))
+        for slot in clocks:
+            if self.clock_rank is None:
+                raise RuntimeError(
+                    f"policy {self.policy!r}: WaitForClock needs parameter-server shards on the real backend "
+                    "(shard 0 keeps the clocks)"
+                )
+            held = torch.empty(1)
+            op = slot.op
+            assert isinstance(op, WaitForClock)
+            head = wire.header(wire.Kind.WAIT_CLOCK, value=op.min_clock)
+            works = [
+                dist.isend(head, self.clock_rank, tag=wire.HEADER),
+                dist.irecv(held, self.clock_rank, tag=wire.CLOCK_REPLY),
+            ]
+            slot.issued = now
+            self._launch(_Flight(slot, works, lambda s=slot: self._blocked_for(step, s.issued), 0))
+        return len(pushes) + len(pulls) + len(clocks)
+
+    def _pulled(self, step: int, slot: _Slot, a: int, b: int, reply: torch.Tensor) -> Callable[[], None]:
+        def finish() -> None:
+            self.replica.params[a:b] = reply[:-1]
+            held = float(reply[-1])
+            if held > 0:
+                self.blocked.append((step, slot.issued, slot.issued + held))
+
+        return finish
+
+    def _blocked_for(self, step: int, since: float) -> None:
+        self.blocked.append((step, since, time.perf_counter()))
+
+    # ----------------------------------------------------------------------------- completion
+    def _launch(self, flight: _Flight) -> None:
+        if not flight.works:
+            flight.finished = time.perf_counter()
+            with self._cv:
+                self._done.append(flight)
+            return
+
+        def wait() -> None:
+            try:
+                for work in flight.works:
+                    work.wait()
+            except BaseException as exc:  # noqa: BLE001 - handed to the main thread
+                flight.error = exc
+            flight.finished = time.perf_counter()
+            with self._cv:
+                self._done.append(flight)
+                self._cv.notify()
+
+        threading.Thread(target=wait, daemon=True, name=f"syncsim-wait-{self.rank}").start()
+
+    def _wait(self) -> list[_Flight]:
+        with self._cv:
+            if not self._cv.wait_for(lambda: bool(self._done), timeout=self.timeout_s):
+                raise RankTimeout(
+                    f"rank {self.rank}: no communication of policy {self.policy!r} completed in {self.timeout_s:g} s"
+                )
+            out = list(self._done)
+            self._done.clear()
+        return out
+
+    def _complete(self, step: int, flight: _Flight) -> None:
+        if flight.error is not None:
+            raise flight.error
+        if flight.finish is not None:
+            flight.finish()
+        slot = flight.slot
+        slot.done = True
+        op = slot.op
+        if isinstance(op, Collective):
+            key = tuple(sorted(op.group.ranks))
+            kind = type(op).__name__
+            self.collectives.append((step, self.rank, key, slot.seq, kind, flight.nbytes, slot.issued, flight.finished))
+        else:
+            kind = {Push: "push", Pull: "pull", WaitForClock: "wait_clock"}[type(op)]
+            shard = getattr(op, "shard", -1)
+            self.p2p.append((step, self.rank, kind, shard, 1, flight.nbytes, slot.issued, flight.finished))

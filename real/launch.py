@@ -1,0 +1,146 @@
+"""`syncsim real CONFIG --nproc N`: start one process per worker plus the server shards, watch them.
+
+Each process runs `python -m real` with RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT set, exactly what
+`torchrun` gives it on a multi-node cluster. A `prefix` per rank (e.g. `ip netns exec <host>`) and
+extra environment (GLOO_SOCKET_IFNAME) place ranks on emulated hosts. When a process dies, the
+others notice through their own timeouts and exit naming it; anything still running `timeout_s`
+later is killed, so nothing hangs.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import zlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from real.session import PEER_FAILED, placement
+from sim.config import load_config
+from sim.errors import ConfigError
+
+Prefix = Callable[[int], Sequence[str]]
+Env = Callable[[int], dict[str, str]]
+
+
+@dataclass
+class Outcome:
+    codes: dict[int, Optional[int]] = field(default_factory=dict)  # rank -> exit code (None: killed by us)
+
+    @property
+    def ok(self) -> bool:
+        return all(code == 0 for code in self.codes.values())
+
+    @property
+    def failed(self) -> Optional[str]:
+        """What went wrong, naming the rank that caused it: one that died or exited on its own, else
+        one that never stopped (frozen: killed by the launcher), else the first that gave up."""
+        if self.ok:
+            return None
+        culprits = [f"rank {r} {_describe(c)}" for r, c in self.codes.items() if c not in (0, PEER_FAILED, None)]
+        culprits += [
+            f"rank {r} stopped responding (killed after the timeout)" for r, c in self.codes.items() if c is None
+        ]
+        if not culprits:
+            culprits = [f"rank {r} gave up waiting for its peers" for r, c in self.codes.items() if c]
+        return "; ".join(culprits)
+
+
+def on_emulation(tag: str, hosts: Sequence[str]) -> tuple[Prefix, Env, str]:
+    """Place rank r in the namespace of emulated host `hosts[r]`; gloo talks over its shaped interface."""
+    from real.emulate import Emulation
+
+    emu = Emulation.load(tag)
+
+    def prefix(rank: int) -> Sequence[str]:
+        return emu.exec_prefix(hosts[rank])
+
+    def env(rank: int) -> dict[str, str]:
+        return {"GLOO_SOCKET_IFNAME": emu.interface(hosts[rank]), "NCCL_SOCKET_IFNAME": emu.interface(hosts[rank])}
+
+    return prefix, env, emu.address(hosts[0])
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def launch(
+    config_path: Path,
+    out: Path,
+    nproc: Optional[int] = None,
+    timeout_s: float = 60.0,
+    backend: str = "auto",
+    prefix: Optional[Prefix] = None,
+    env_for: Optional[Env] = None,
+    master_addr: str = "127.0.0.1",
+    port: Optional[int] = None,
+    emulation: Optional[str] = None,
+) -> Outcome:
+    """Start every process of a real run of `config_path` and wait for them (`emulation`: the tag of
+    a running `syncsim emulate up`, whose namespaces the ranks run in)."""
+    config = load_config(config_path)
+    need = placement(config)
+    if emulation is not None:
+        prefix, env_for, master_addr = on_emulation(emulation, need.hosts)
+        port = port or 29500 + zlib.crc32(emulation.encode()) % 1000  # no probing from the root namespace
+    if nproc is not None and nproc != need.workers:
+        raise ConfigError(
+            f"--nproc: the config's cluster has {need.workers} GPUs (one worker process each), got {nproc}"
+        )
+    port = port or free_port(master_addr)
+    procs: dict[int, subprocess.Popen] = {}
+    for rank in range(need.world):
+        env = dict(os.environ)
+        env.update(RANK=str(rank), WORLD_SIZE=str(need.world), LOCAL_RANK=str(rank))
+        env.update(MASTER_ADDR=master_addr, MASTER_PORT=str(port))
+        if env_for is not None:
+            env.update(env_for(rank))
+        cmd = [*(prefix(rank) if prefix else ()), sys.executable, "-m", "real", str(config_path), "--out", str(out)]
+        cmd += ["--timeout", str(timeout_s), "--backend", backend]
+        procs[rank] = subprocess.Popen(cmd, env=env)
+    return watch(procs, timeout_s)
+
+
+def watch(procs: dict[int, subprocess.Popen], timeout_s: float) -> Outcome:
+    """Wait for every process; after the first failure give the rest `timeout_s` to stop, then kill."""
+    outcome = Outcome()
+    deadline: Optional[float] = None
+    try:
+        while len(outcome.codes) < len(procs):
+            for rank, proc in procs.items():
+                if rank in outcome.codes:
+                    continue
+                code = proc.poll()
+                if code is None:
+                    continue
+                outcome.codes[rank] = code
+                if code != 0 and deadline is None:
+                    deadline = time.monotonic() + timeout_s + 5.0
+            if deadline is not None and time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+    finally:
+        for rank, proc in procs.items():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+                outcome.codes[rank] = None
+    return outcome
+
+
+def _describe(code: int) -> str:
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with code {code}"

@@ -1,0 +1,128 @@
+"""A parameter-server shard as a process: receives pushes, applies them, answers pulls.
+
+The rules are the simulator's (`sim/servers.py`): a synchronous shard sums one push per worker for
+each (key, round) and applies the mean once, answering a worker's k-th pull of a key after round k
+is applied; an asynchronous shard applies every push on arrival and answers pulls at once, recording
+each update's staleness. Shard 0 also keeps the workers' clocks (SSP's bound) and, for policies with
+a shared budget (ASP, SSP), hands out the iterations x workers updates one claim at a time.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from typing import Any, Optional
+
+import torch
+import torch.distributed as dist
+
+from policies.ops import ServerSpec
+from real import protocol as wire
+from sim.numerics.servers import ServerTensors, Update
+
+
+class ShardServer:
+    def __init__(
+        self, spec: ServerSpec, workers: int, tensors: ServerTensors, coordinator: bool, budget: Optional[int]
+    ) -> None:
+        self.spec, self.workers, self.tensors = spec, workers, tensors
+        self.coordinator, self.budget = coordinator, budget
+        self.claimed = 0
+        self.touched = torch.zeros(tensors.params.numel(), dtype=torch.bool)  # elements pushed to this shard
+        self.staleness: list[tuple[int, int]] = []  # (rank, staleness) per applied asynchronous update
+        self.applied = 0
+        self._sends: list[Any] = []  # reply works in flight (their tensors must outlive them)
+        self._pushed: dict[tuple[int, int], int] = defaultdict(int)  # (rank, key) -> rounds pushed
+        self._pulled: dict[tuple[int, int], int] = defaultdict(int)  # (rank, key) -> rounds pulled
+        self._count: dict[tuple[int, int], int] = defaultdict(int)  # (key, round) -> pushes received
+        self._done_rounds: set[tuple[int, int]] = set()
+        self._waiting: dict[tuple[int, int], list[tuple[int, int, int, float]]] = defaultdict(list)
+        self._applied_to: dict[int, int] = defaultdict(int)  # key -> updates applied
+        self._sent_version: dict[tuple[int, int], int] = defaultdict(int)  # (rank, key) -> version last sent
+        self._clock = [0] * workers
+        self._clock_waiters: list[tuple[int, int, float]] = []  # (rank, min clock, arrival)
+        self._finished = 0
+
+    def serve(self) -> None:
+        """Answer messages until every worker has said it finished the policy."""
+        head = wire.empty_header()
+        while self._finished < self.workers:
+            src = dist.recv(head, src=None, tag=wire.HEADER)
+            kind, key, a, b, value = (int(v) for v in head[:5])
+            if kind == wire.Kind.PUSH:
+                values = torch.empty(b - a)
+                dist.recv(values, src=src, tag=wire.PAYLOAD)
+                self._push(src, key, a, b, values)
+            elif kind == wire.Kind.PULL:
+                self._pull(src, key, a, b)
+            elif kind == wire.Kind.CLAIM:
+                granted = self.budget is None or self.claimed < self.budget
+                self.claimed += int(granted)
+                self._send(torch.tensor([int(granted)]), src, wire.CLAIM_REPLY)
+            elif kind == wire.Kind.TICK:
+                self._clock[src] += 1
+                self._answer_clocks()
+            elif kind == wire.Kind.WAIT_CLOCK:
+                self._clock_waiters.append((src, value, time.perf_counter()))
+                self._answer_clocks()
+            elif kind == wire.Kind.DONE:
+                self._finished += 1
+                self._clock[src] = 2**62  # a finished worker holds nobody back
+                self._answer_clocks()
+            else:
+                raise RuntimeError(f"shard {self.spec.shard}: unknown message kind {kind} from rank {src}")
+            self._sends = [w for w in self._sends if not w.is_completed()]
+        for work in self._sends:
+            work.wait()
+
+    def _push(self, rank: int, key: int, a: int, b: int, values: torch.Tensor) -> None:
+        rnd = self._pushed[(rank, key)]
+        self._pushed[(rank, key)] = rnd + 1
+        update = Update(rank, a, b, values)
+        self.touched[a:b] = True
+        if not self.spec.sync:
+            self.staleness.append((rank, self._applied_to[key] - self._sent_version[(rank, key)]))
+            self.tensors.apply_async(update)
+            self._applied_to[key] += 1
+            self.applied += 1
+            return
+        self.tensors.add(self.spec.shard, key, rnd, update)
+        self._count[(key, rnd)] += 1
+        if self._count[(key, rnd)] == self.workers:
+            del self._count[(key, rnd)]
+            self.tensors.apply_round(self.spec.shard, key, rnd)
+            self._applied_to[key] += 1
+            self.applied += 1
+            self._done_rounds.add((key, rnd))
+            for pull in self._waiting.pop((key, rnd), ()):
+                self._reply(*pull)
+
+    def _pull(self, rank: int, key: int, a: int, b: int) -> None:
+        rnd = self._pulled[(rank, key)]
+        self._pulled[(rank, key)] = rnd + 1
+        arrival = time.perf_counter()
+        if self.spec.sync and (key, rnd) not in self._done_rounds:
+            self._waiting[(key, rnd)].append((rank, key, a, b, arrival))  # type: ignore[arg-type]
+            return
+        self._reply(rank, key, a, b, arrival)
+
+    def _reply(self, rank: int, key: int, a: int, b: int, arrival: float) -> None:
+        """Send params[a:b] and, last, the seconds the request waited for its round."""
+        self._sent_version[(rank, key)] = self._applied_to[key]
+        out = torch.empty(b - a + 1)
+        out[:-1] = self.tensors.params[a:b]
+        out[-1] = time.perf_counter() - arrival
+        self._send(out, rank, wire.REPLY_BASE + key)
+
+    def _answer_clocks(self) -> None:
+        slowest = min(self._clock)
+        keep = []
+        for rank, wanted, arrival in self._clock_waiters:
+            if wanted <= slowest:
+                self._send(torch.tensor([time.perf_counter() - arrival]), rank, wire.CLOCK_REPLY)
+            else:
+                keep.append((rank, wanted, arrival))
+        self._clock_waiters = keep
+
+    def _send(self, tensor: torch.Tensor, dst: int, tag: int) -> None:
+        self._sends.append(dist.isend(tensor, dst, tag=tag))

@@ -1,0 +1,111 @@
+"""A worker process's training loop for one policy: the real counterpart of `sim/worker.py`.
+
+Per iteration: the begin_step program; the on_forward programs one after another (reads); forward
+and backward of the real model on this worker's batch; the on_gradients programs of every bucket
+concurrently; the local optimizer step on buckets nobody else updates; the end_step program.
+Unlike the simulator, backward is one autograd call, so bucket programs start when the whole
+gradient is ready rather than overlapping backward (the models here are small; docs/real.md).
+
+Budgets: synchronous policies run `iterations` on every worker; with `shared_budget` (ASP, SSP)
+workers claim each iteration from shard 0, which hands out iterations x workers in all.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+import torch.distributed as dist
+
+from policies.base import Bucket, Policy
+from real import protocol as wire
+from real.accounting import RankReport
+from real.executor import RankExecutor
+
+
+@dataclass
+class WorkerSetup:
+    rank: int
+    policy: Policy
+    executor: RankExecutor
+    buckets: Sequence[Bucket]
+    iterations: int
+    shard_ranks: Sequence[int]
+    clock_rank: Optional[int]
+    t0: float
+
+
+def train(setup: WorkerSetup, report: RankReport) -> None:
+    """Run the policy's iterations, appending a row per iteration to `report` as it goes."""
+    s, ex = setup, setup.executor
+    policy, rank, replica = s.policy, s.rank, ex.replica
+    forward_order = list(s.buckets)[::-1]  # the first layers sit in the last bucket backward produced
+    shared = getattr(policy, "shared_budget", False) and s.clock_rank is not None
+    ticks: list = []
+    crash = _crash_step(rank)
+    step = 0
+    while _claim(s, step, shared):
+        if step == crash:
+            _fail_now()
+        start = time.perf_counter()
+        ex.run(step, [(policy.begin_step(rank, step), None)])
+        begin_end = time.perf_counter()
+        ex.run(step, [(policy.on_forward(rank, step, b), b.index) for b in forward_order], chained=True)
+        reads_end = time.perf_counter()
+        replica.forward_done(step)
+        compute_end = time.perf_counter()
+        ex.run(step, [(policy.on_gradients(rank, step, b), b.index) for b in s.buckets])
+        replica.step_done()
+        ex.run(step, [(policy.end_step(rank, step), None)])
+        end = time.perf_counter()
+        if s.clock_rank is not None:
+            ticks.append(dist.isend(wire.header(wire.Kind.TICK), s.clock_rank, tag=wire.HEADER))
+        t = s.t0
+        report.rows.append(
+            (
+                step,
+                rank,
+                start - t,
+                begin_end - t,
+                reads_end - t,
+                compute_end - t,
+                end - t,
+                compute_end - reads_end,
+                0.0,
+            )
+        )
+        step += 1
+    for shard in s.shard_ranks:
+        ticks.append(dist.isend(wire.header(wire.Kind.DONE), shard, tag=wire.HEADER))
+    for work in ticks:
+        work.wait()
+
+
+def _claim(s: WorkerSetup, step: int, shared: bool) -> bool:
+    if not shared:
+        return step < s.iterations
+    assert s.clock_rank is not None
+    dist.send(wire.header(wire.Kind.CLAIM), s.clock_rank, tag=wire.HEADER)
+    granted = torch.zeros(1, dtype=torch.int64)
+    dist.recv(granted, s.clock_rank, tag=wire.CLAIM_REPLY)
+    return bool(granted.item())
+
+
+def _crash_step(rank: int) -> int:
+    """`SYNCSIM_REAL_CRASH=rank:step[:hang]` makes that rank die (or freeze) at that step, to rehearse
+    failures."""
+    parts = os.environ.get("SYNCSIM_REAL_CRASH", "").split(":")
+    if len(parts) < 2:
+        return -1
+    return int(parts[1]) if int(parts[0]) == rank else -1
+
+
+def _fail_now() -> None:
+    if os.environ.get("SYNCSIM_REAL_CRASH", "").endswith(":hang"):
+        os.kill(os.getpid(), signal.SIGSTOP)  # frozen, heartbeat included, until someone kills it
+    os._exit(17)  # dies without a word

@@ -1,0 +1,164 @@
+"""One worker's model replica and the rules that need no other worker: its batches, its gradient,
+its local optimizer step, and which element range an op of a bucket acts on.
+
+Both backends use it: the simulator's `Replicas` keeps one per simulated worker (rows of shared
+tensors), and the real backend keeps one per process. What a collective does across workers is the
+backend's part (in-process arithmetic in `replicas.py`, torch.distributed in `real/`).
+
+Rules (the same on both backends):
+- A policy's gradient buckets map onto element ranges in proportion to their bytes (`bucket_ranges`).
+- An op in an `on_forward` / `on_gradients` program acts on its bucket's range, narrowed to the
+  slice the last unmatched ReduceScatter left (`push_slice` / `pop_slice`); a whole-model hook
+  (bucket None) acts on the whole vector.
+- The local optimizer steps a bucket right before the worker enters a parameter collective on it,
+  or else after all bucket programs finish, unless the bucket's gradient was pushed to servers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import lru_cache
+from typing import Optional
+
+import numpy as np
+import torch
+
+from policies.ops import Collective, Payload, Pull, Push
+from sim.config_numerics import NumericsConfig
+from sim.errors import PolicyError
+from sim.numerics.batches import ShardSampler
+from sim.numerics.optim import FlatOptimizer, learning_rate
+from sim.numerics.servers import Update
+from sim.numerics.tasks import Task
+
+Range = tuple[int, int]
+
+
+def bucket_ranges(n: int, bucket_bytes: Sequence[float]) -> list[Range]:
+    """Element ranges of the buckets: proportional to their bytes, bucket 0 at the end of the vector."""
+    total = float(sum(bucket_bytes)) or 1.0
+    cuts = [0]
+    acc = 0.0
+    for nbytes in bucket_bytes:
+        acc += nbytes
+        cuts.append(int(round(n * acc / total)))
+    cuts[-1] = n
+    return [(n - cuts[k + 1], n - cuts[k]) for k in range(len(bucket_bytes))]
+
+
+def partition(a: int, b: int, weights: Sequence[float]) -> list[Range]:
+    """Split [a, b) into consecutive ranges in proportion to `weights` (equal if they are all zero)."""
+    return _partition(a, b, tuple(weights))
+
+
+@lru_cache(maxsize=4096)
+def _partition(a: int, b: int, weights: tuple[float, ...]) -> list[Range]:
+    w = np.asarray(weights, dtype=float)
+    if w.sum() <= 0:
+        w = np.ones(len(w))
+    cuts = a + np.rint(np.concatenate(([0.0], np.cumsum(w) / w.sum())) * (b - a)).astype(int)
+    cuts[-1] = b
+    return [(int(cuts[i]), int(cuts[i + 1])) for i in range(len(w))]
+
+
+class Replica:
+    """Worker `rank`'s parameters and gradient (1-D views), optimizer row, batches and op ranges."""
+
+    def __init__(
+        self,
+        cfg: NumericsConfig,
+        task: Task,
+        rank: int,
+        params: torch.Tensor,
+        grads: torch.Tensor,
+        optimizer: FlatOptimizer,
+        row: int,
+        ranges: Sequence[Range],
+        sampler: ShardSampler,
+        iterations: int,
+        policy: str,
+    ) -> None:
+        self.cfg, self.task, self.rank, self.iterations, self.policy = cfg, task, rank, iterations, policy
+        self.params, self.grads, self.optimizer, self.row = params, grads, optimizer, row
+        self.ranges, self.sampler = list(ranges), sampler
+        self.step = 0  # the step this worker is in
+        self.losses: list[float] = []  # minibatch losses since the last evaluation
+        self._settled: set[Optional[int]] = set()  # buckets stepped or pushed this step
+        self._slices: dict[Optional[int], list[Range]] = {}  # bucket -> nested reduce-scatter slices
+
+    # ----------------------------------------------------------------------------- timeline
+    def forward_done(self, step: int) -> None:
+        """Forward has read its parameters: the gradient on this worker's next batch."""
+        idx = torch.from_numpy(self.sampler.next())
+        data = self.task.data
+        grad, loss = self.task.gradient(self.params, data.x_train[idx], data.y_train[idx])
+        self.grads.copy_(grad)
+        self.losses.append(loss)
+        self.step = step
+        self._settled.clear()
+        self._slices.clear()
+
+    def step_done(self) -> None:
+        """All bucket programs finished: step the local optimizer on every bucket nobody else updates."""
+        for bucket in range(len(self.ranges)):
+            if bucket not in self._settled:
+                self.local_step(bucket)
+
+    def local_step(self, bucket: int) -> None:
+        a, b = self.ranges[bucket]
+        lr = learning_rate(self.cfg.optimizer.lr, self.cfg.schedule, self.step, self.iterations)
+        self.optimizer.step(self.params, self.row, a, b, self.grads[a:b], lr)
+        self._settled.add(bucket)
+
+    # ----------------------------------------------------------------------------- ranges
+    def range(self, bucket: Optional[int]) -> Range:
+        nested = self._slices.get(bucket)
+        if nested:
+            return nested[-1]
+        return (0, self.task.size) if bucket is None else self.ranges[bucket]
+
+    def push_slice(self, bucket: Optional[int], part: Range) -> None:
+        """A ReduceScatter left this worker `part`: later ops of the bucket act on it."""
+        self._slices.setdefault(bucket, []).append(part)
+
+    def pop_slice(self, bucket: Optional[int]) -> Optional[Range]:
+        """An AllGather gathers the last slice back: the enclosing range (None: nothing was scattered)."""
+        nested = self._slices.get(bucket)
+        if not nested:
+            return None
+        nested.pop()
+        return self.range(bucket)
+
+    def data(self, op: Collective) -> torch.Tensor:
+        return self.params if op.payload is Payload.PARAMETERS else self.grads
+
+    # ----------------------------------------------------------------------------- ops
+    def arrive(self, op: Collective, bucket: Optional[int]) -> None:
+        """This worker reached `op`: a parameter collective first takes the local optimizer step."""
+        if op.payload is not Payload.PARAMETERS:
+            return
+        for b in range(len(self.ranges)) if bucket is None else (bucket,):
+            if b not in self._settled:
+                self.local_step(b)
+
+    def push_updates(self, bucket: Optional[int], pushes: Sequence[Push], servers: bool) -> list[Update]:
+        """The gradient values each push of one program item carries (they split the range by bytes)."""
+        if not servers:
+            raise PolicyError(f"policy {self.policy!r} pushes but declares no server shards")
+        for op in pushes:
+            if op.payload is not Payload.GRADIENTS:
+                raise PolicyError(f"policy {self.policy!r}: numerics mode pushes gradients only, got {op!r}")
+        a, b = self.range(bucket)
+        self._settled.update(range(len(self.ranges)) if bucket is None else (bucket,))
+        values = self.grads[a:b].clone()  # as they are now; the slices below are views of this copy
+        return [
+            Update(self.rank, lo, hi, values[lo - a : hi - a])
+            for lo, hi in partition(a, b, [op.nbytes for op in pushes])
+        ]
+
+    def pull_ranges(self, bucket: Optional[int], pulls: Sequence[Pull]) -> list[Range]:
+        for op in pulls:
+            if op.payload is not Payload.PARAMETERS:
+                raise PolicyError(f"policy {self.policy!r}: numerics mode pulls parameters only, got {op!r}")
+        a, b = self.range(bucket)
+        return partition(a, b, [op.nbytes for op in pulls])
