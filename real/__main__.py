@@ -14,12 +14,18 @@ from sim.errors import ConfigError
 def run(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m real", description=__doc__)
     parser.add_argument("config")
-    parser.add_argument("--out", required=True)
+    parser.add_argument("--out", required=True, help="results folder (with --calibrate: the calibrated YAML)")
+    parser.add_argument("--calibrate", action="store_true", help="measure the cluster instead of training")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds before a silent peer counts as dead")
     parser.add_argument("--backend", choices=["auto", "gloo", "nccl"], default="auto")
     args = parser.parse_args(argv)
     try:
-        return main(load_config(args.config), Path(args.out), args.timeout, args.backend)
+        config = load_config(args.config)
+        if args.calibrate:
+            from real.calibrate.session import main as calibrate
+
+            return calibrate(config, Path(args.out), args.timeout, args.backend)
+        return main(config, Path(args.out), args.timeout, args.backend)
     except ConfigError as exc:
         print(f"config error in {args.config}: {exc}", file=sys.stderr)
         return 2

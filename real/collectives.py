@@ -49,15 +49,14 @@ def start(op: Collective, replica: Replica, bucket: Optional[int], pg: Any) -> S
     if isinstance(op, ReduceScatter):
         a, b = replica.range(bucket)
         parts = partition(a, b, [1.0] * p)
-        inputs = [data[parts[i][0] : parts[i][1]].clone() for i in order]
         lo, hi = parts[me]
-        out = data[lo:hi]
+        ring = RingReduceScatter(data, parts, op.group.ranks, me, pg)
 
         def scattered() -> None:
-            out.div_(p)
+            data[lo:hi] = ring.result.div_(p)
             replica.push_slice(bucket, (lo, hi))
 
-        return Started(_call(dist.reduce_scatter, out, pg, inputs), scattered, 4 * (b - a))
+        return Started(ring if pg is not None else None, scattered, 4 * (b - a))
     if isinstance(op, AllGather):
         enclosing = replica.pop_slice(bucket)
         a, b = enclosing if enclosing is not None else replica.range(bucket)
@@ -86,3 +85,31 @@ def _call(fn: Callable[..., Any], first: Any, pg: Any, *rest: Any) -> Any:
     if pg is None:
         return None
     return fn(first, *rest, group=pg, async_op=True)
+
+
+class RingReduceScatter:
+    """Reduce-scatter as p - 1 ring steps of point-to-point messages, run by whoever calls `wait`.
+
+    gloo's own reduce_scatter moves more than the (p-1)/p of the data a ring does (measured on a
+    shaped 2-rank link: 34 ms against 13 ms for the all-gather of the same bytes), which would make
+    hierarchical all-reduce look worse than it is. Step s: send the partial sum of chunk i-s-1 to the
+    next member, add the previous member's partial sum of chunk i-s-2; member i ends with chunk i.
+    """
+
+    def __init__(self, data: torch.Tensor, parts: list, ranks: tuple[int, ...], me: int, pg: Any) -> None:
+        self.parts, self.ranks, self.me, self.pg = parts, ranks, me, pg
+        self.acc = [data[x:y].clone() for x, y in parts]
+        self.result = self.acc[me] if len(ranks) == 1 else data.new_empty(0)
+
+    def wait(self) -> bool:
+        p, i, acc = len(self.ranks), self.me, self.acc
+        right, left = self.ranks[(i + 1) % p], self.ranks[(i - 1) % p]
+        for step in range(p - 1):
+            out, into = (i - step - 1) % p, (i - step - 2) % p
+            incoming = torch.empty_like(acc[into])
+            sent = dist.isend(acc[out], right, group=self.pg)
+            dist.recv(incoming, left, group=self.pg)
+            sent.wait()
+            acc[into].add_(incoming)
+        self.result = acc[i]
+        return True

@@ -4,9 +4,11 @@ Semantics match the simulator's. A program is a list of items run one after anot
 item run concurrently. Programs handed over together run concurrently (gradient buckets), or one
 after another (`chained`, the forward reads). Collectives are enqueued per group in program order
 when the programs are handed over, and a rank issues a group's next collective to torch only after
-it issued the group's previous one, so every member issues the same calls in the same order whatever
-the timing (as on one NCCL communicator). Every call is asynchronous; a waiter thread per call
-reports completion, so one slow group never holds back another's progress.
+the group's previous one completed, so every member issues the same calls in the same order whatever
+the timing, and one group runs one collective at a time (as on one NCCL communicator, and as the
+simulator models it; gloo alone would run them side by side on its worker threads). Every call is
+asynchronous; a waiter thread per call reports completion, so one slow group never holds back
+another's progress.
 
 Timing: every collective records (step, group, sequence number, issue and finish time) for the
 wait/comm split computed after the run (`real/accounting.py`); pulls and clock waits report the
@@ -91,6 +93,7 @@ class RankExecutor:
     p2p: list[P2PRecord] = field(default_factory=list)
     blocked: list[tuple[int, float, float]] = field(default_factory=list)  # (step, start, end)
     _sequence: dict[tuple[int, ...], int] = field(default_factory=dict)
+    _busy: set[tuple[int, ...]] = field(default_factory=set)  # groups with a call in flight
     _done: deque = field(default_factory=deque)
     _cv: threading.Condition = field(default_factory=threading.Condition)
 
@@ -150,7 +153,7 @@ class RankExecutor:
                     if slot.issued >= 0 or not isinstance(slot.op, Collective):
                         continue
                     key = tuple(sorted(slot.op.group.ranks))
-                    if queues[key][0] is slot:
+                    if queues[key][0] is slot and key not in self._busy:
                         queues[key].popleft()
                         self._issue_collective(step, slot, key)
                         issued += 1
@@ -164,6 +167,7 @@ class RankExecutor:
         slot.seq = self._sequence.get(key, 0)
         self._sequence[key] = slot.seq + 1
         slot.issued = time.perf_counter()
+        self._busy.add(key)
         pg = self.groups.get(op.group) if op.group.size > 1 else None
         started: Started = start(op, self.replica, slot.bucket, pg)
         self._launch(_Flight(slot, [started.work] if started.work is not None else [], started.finish, started.nbytes))
@@ -266,6 +270,7 @@ class RankExecutor:
         op = slot.op
         if isinstance(op, Collective):
             key = tuple(sorted(op.group.ranks))
+            self._busy.discard(key)
             kind = type(op).__name__
             self.collectives.append((step, self.rank, key, slot.seq, kind, flight.nbytes, slot.issued, flight.finished))
         else:

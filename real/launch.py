@@ -17,7 +17,7 @@ import sys
 import time
 import zlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Optional
 
@@ -84,11 +84,15 @@ def launch(
     master_addr: str = "127.0.0.1",
     port: Optional[int] = None,
     emulation: Optional[str] = None,
+    calibrate: bool = False,
 ) -> Outcome:
     """Start every process of a real run of `config_path` and wait for them (`emulation`: the tag of
-    a running `syncsim emulate up`, whose namespaces the ranks run in)."""
+    a running `syncsim emulate up`, whose namespaces the ranks run in; `calibrate`: measure the
+    cluster with one process per GPU and write the calibrated config to `out`)."""
     config = load_config(config_path)
     need = placement(config)
+    if calibrate:
+        need = replace(need, hosts=need.hosts[: need.workers])
     if emulation is not None:
         prefix, env_for, master_addr = on_emulation(emulation, need.hosts)
         port = port or 29500 + zlib.crc32(emulation.encode()) % 1000  # no probing from the root namespace
@@ -105,7 +109,7 @@ def launch(
         if env_for is not None:
             env.update(env_for(rank))
         cmd = [*(prefix(rank) if prefix else ()), sys.executable, "-m", "real", str(config_path), "--out", str(out)]
-        cmd += ["--timeout", str(timeout_s), "--backend", backend]
+        cmd += ["--timeout", str(timeout_s), "--backend", backend] + (["--calibrate"] if calibrate else [])
         procs[rank] = subprocess.Popen(cmd, env=env)
     return watch(procs, timeout_s)
 

@@ -9,6 +9,8 @@ a shared budget (ASP, SSP), hands out the iterations x workers updates one claim
 
 from __future__ import annotations
 
+import queue
+import threading
 import time
 from collections import defaultdict
 from typing import Any, Optional
@@ -44,17 +46,26 @@ class ShardServer:
         self._finished = 0
 
     def serve(self) -> None:
-        """Answer messages until every worker has said it finished the policy."""
-        head = wire.empty_header()
+        """Answer messages until every worker has said it finished the policy.
+
+        One receiving thread per worker keeps every worker's pushes flowing at once (a single loop
+        receiving one payload at a time would hold the others' pull requests behind it); the
+        main thread applies and replies in arrival order."""
+        inbox: queue.Queue = queue.Queue()
+        threads = [
+            threading.Thread(target=self._receive, args=(w, inbox), daemon=True, name=f"syncsim-shard-rx-{w}")
+            for w in range(self.workers)
+        ]
+        for thread in threads:
+            thread.start()
         while self._finished < self.workers:
-            src = dist.recv(head, src=None, tag=wire.HEADER)
-            kind, key, a, b, value = (int(v) for v in head[:5])
+            src, kind, key, a, b, value, values, arrival = inbox.get()
+            if isinstance(kind, BaseException):
+                raise kind
             if kind == wire.Kind.PUSH:
-                values = torch.empty(b - a)
-                dist.recv(values, src=src, tag=wire.PAYLOAD)
                 self._push(src, key, a, b, values)
             elif kind == wire.Kind.PULL:
-                self._pull(src, key, a, b)
+                self._pull(src, key, a, b, arrival)
             elif kind == wire.Kind.CLAIM:
                 granted = self.budget is None or self.claimed < self.budget
                 self.claimed += int(granted)
@@ -63,7 +74,7 @@ class ShardServer:
                 self._clock[src] += 1
                 self._answer_clocks()
             elif kind == wire.Kind.WAIT_CLOCK:
-                self._clock_waiters.append((src, value, time.perf_counter()))
+                self._clock_waiters.append((src, value, arrival))
                 self._answer_clocks()
             elif kind == wire.Kind.DONE:
                 self._finished += 1
@@ -74,6 +85,23 @@ class ShardServer:
             self._sends = [w for w in self._sends if not w.is_completed()]
         for work in self._sends:
             work.wait()
+
+    def _receive(self, src: int, inbox: queue.Queue) -> None:
+        """Worker `src`'s messages, in its order, into `inbox` (its payloads received here too)."""
+        try:
+            while True:
+                head = wire.empty_header()
+                dist.recv(head, src=src, tag=wire.HEADER)
+                kind, key, a, b, value = (int(v) for v in head[:5])
+                values = None
+                if kind == wire.Kind.PUSH:
+                    values = torch.empty(b - a)
+                    dist.recv(values, src=src, tag=wire.PAYLOAD)
+                inbox.put((src, kind, key, a, b, value, values, time.perf_counter()))
+                if kind == wire.Kind.DONE:
+                    return
+        except BaseException as exc:  # noqa: BLE001 - handed to the main thread
+            inbox.put((src, exc, 0, 0, 0, 0, None, 0.0))
 
     def _push(self, rank: int, key: int, a: int, b: int, values: torch.Tensor) -> None:
         rnd = self._pushed[(rank, key)]
@@ -97,10 +125,9 @@ class ShardServer:
             for pull in self._waiting.pop((key, rnd), ()):
                 self._reply(*pull)
 
-    def _pull(self, rank: int, key: int, a: int, b: int) -> None:
+    def _pull(self, rank: int, key: int, a: int, b: int, arrival: float) -> None:
         rnd = self._pulled[(rank, key)]
         self._pulled[(rank, key)] = rnd + 1
-        arrival = time.perf_counter()
         if self.spec.sync and (key, rnd) not in self._done_rounds:
             self._waiting[(key, rnd)].append((rank, key, a, b, arrival))  # type: ignore[arg-type]
             return

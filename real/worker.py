@@ -7,7 +7,8 @@ Unlike the simulator, backward is one autograd call, so bucket programs start wh
 gradient is ready rather than overlapping backward (the models here are small; docs/real.md).
 
 Budgets: synchronous policies run `iterations` on every worker; with `shared_budget` (ASP, SSP)
-workers claim each iteration from shard 0, which hands out iterations x workers in all.
+workers claim each iteration from shard 0, which hands out iterations x workers in all (claims go
+out one iteration ahead, so a shard busy with pushes never stalls a worker between iterations).
 """
 
 from __future__ import annotations
@@ -48,8 +49,9 @@ def train(setup: WorkerSetup, report: RankReport) -> None:
     shared = getattr(policy, "shared_budget", False) and s.clock_rank is not None
     ticks: list = []
     crash = _crash_step(rank)
+    claims = _Claims(s.clock_rank) if shared else None
     step = 0
-    while _claim(s, step, shared):
+    while claims.next() if claims is not None else step < s.iterations:
         if step == crash:
             _fail_now()
         start = time.perf_counter()
@@ -86,14 +88,28 @@ def train(setup: WorkerSetup, report: RankReport) -> None:
         work.wait()
 
 
-def _claim(s: WorkerSetup, step: int, shared: bool) -> bool:
-    if not shared:
-        return step < s.iterations
-    assert s.clock_rank is not None
-    dist.send(wire.header(wire.Kind.CLAIM), s.clock_rank, tag=wire.HEADER)
-    granted = torch.zeros(1, dtype=torch.int64)
-    dist.recv(granted, s.clock_rank, tag=wire.CLAIM_REPLY)
-    return bool(granted.item())
+class _Claims:
+    """Shared-budget claims, one iteration ahead: the reply to the next claim travels while this
+    iteration runs, so asking costs no round trip to a shard that may be busy with pushes."""
+
+    def __init__(self, server: int) -> None:
+        self.server = server
+        self._ask()
+
+    def _ask(self) -> None:
+        self._head = wire.header(wire.Kind.CLAIM)
+        self._reply = torch.zeros(1, dtype=torch.int64)
+        self._sent = dist.isend(self._head, self.server, tag=wire.HEADER)
+        self._answer = dist.irecv(self._reply, self.server, tag=wire.CLAIM_REPLY)
+
+    def next(self) -> bool:
+        """May this worker run another iteration? (If so, the claim after it is already asked.)"""
+        self._sent.wait()
+        self._answer.wait()
+        granted = bool(self._reply.item())
+        if granted:
+            self._ask()
+        return granted
 
 
 def _crash_step(rank: int) -> int:

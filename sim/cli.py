@@ -91,6 +91,28 @@ def _cmd_real(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_calibrate(args: argparse.Namespace) -> int:
+    from real.launch import launch
+
+    outcome = launch(
+        Path(args.config), Path(args.out), None, args.timeout, args.backend, emulation=args.emulate, calibrate=True
+    )
+    if not outcome.ok:
+        print(f"calibration failed: {outcome.failed}", file=sys.stderr)
+        return 1
+    print(f"calibrated config: {args.out} (raw measurements beside it: .csv)")
+    return 0
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    from real.validate import validate
+
+    result = validate(Path(args.config), Path(args.out), args.emulate, args.timeout, args.warmup)
+    print(result.table.to_string(index=False, float_format=lambda v: f"{v:,.3f}"))
+    print(f"\nvalidation: {result.out}/ (validation.md, validation.csv, validation.png; sim/, real/, calibrated.yaml)")
+    return 0 if result.passed else 1
+
+
 def _cmd_check(args: argparse.Namespace) -> int:
     from sim.api import as_config, prepare
 
@@ -135,6 +157,20 @@ def build_parser() -> argparse.ArgumentParser:
     real.add_argument("--backend", choices=["auto", "gloo", "nccl"], default="auto", help="auto: nccl with GPUs")
     real.add_argument("--emulate", metavar="TAG", help="run each rank in its host's namespace of `syncsim emulate up`")
     real.set_defaults(func=_cmd_real)
+    cal = sub.add_parser("calibrate", help="measure a cluster with real processes and write a calibrated config")
+    cal.add_argument("config", help="YAML config (its cluster: shape and numerics: model are measured)")
+    cal.add_argument("--out", required=True, help="the calibrated YAML to write")
+    cal.add_argument("--emulate", metavar="TAG", help="measure the emulated cluster `syncsim emulate up` built")
+    cal.add_argument("--timeout", type=float, default=120.0)
+    cal.add_argument("--backend", choices=["auto", "gloo", "nccl"], default="auto")
+    cal.set_defaults(func=_cmd_calibrate)
+    val = sub.add_parser("validate", help="calibrate, run each policy real and simulated, compare (root: emulates)")
+    val.add_argument("config")
+    val.add_argument("--out", required=True, help="output folder")
+    val.add_argument("--emulate", metavar="TAG", help="use this running emulation (default: build one from the config)")
+    val.add_argument("--timeout", type=float, default=120.0)
+    val.add_argument("--warmup", type=int, default=3, help="iterations dropped on both sides before comparing")
+    val.set_defaults(func=_cmd_validate)
     from real.emulate.cli import add_parser as add_emulate
 
     add_emulate(sub)

@@ -254,3 +254,13 @@ def test_errors_name_the_field() -> None:
         fit_report(uneven)
     with pytest.raises(CalibrationError, match="rank_hosts: one host"):
         fit_report(Measurements(("h0",), None))
+
+
+def test_a_token_bucket_burst_does_not_pass_for_bandwidth() -> None:
+    """tbf lets messages under its bucket (64 KiB here) through at line rate; gradients see the rate."""
+    sizes = [8, 1 << 10, 1 << 14, 1 << 17, 1 << 20, 1 << 22]
+    rate, line, bucket, alpha = 25e6, 1.25e9, 65536, 60e-6
+    seconds = [alpha + min(n, bucket) / line + max(0, n - bucket) / rate for n in sizes]
+    fit = fit_line(sizes, seconds)
+    assert 1 / fit.slope == pytest.approx(rate, rel=0.03)
+    assert fit.intercept == pytest.approx(alpha, rel=0.05)

@@ -158,13 +158,14 @@ def test_tags_and_namespace_ownership() -> None:
     assert not owned("x1", "x1-h0") and not owned("x1", "ssim-x1-../h0")
 
 
-def test_tbf_holds_a_gso_segment_and_queues_a_few_ms() -> None:
-    slow, fast = tbf_for(100e6), tbf_for(10e9)
-    assert slow.burst_bytes == GSO_MAX and slow.limit_bytes == 2 * GSO_MAX  # the floors at Mbit/s rates
-    assert fast.burst_bytes == int(10e9 / 8 * 0.002) and fast.limit_bytes == int(10e9 / 8 * 0.010)
+def test_tbf_holds_a_gso_segment_and_queues_50_ms() -> None:
+    slow, fast, tiny = tbf_for(100e6), tbf_for(10e9), tbf_for(1e6)
+    assert slow.burst_bytes == GSO_MAX and slow.limit_bytes == int(100e6 / 8 * 0.050)  # the burst's floor
+    assert fast.burst_bytes == int(10e9 / 8 * 0.002) and fast.limit_bytes == int(10e9 / 8 * 0.050)
+    assert tiny.limit_bytes == 2 * GSO_MAX  # the queue's floor: two full buckets
     assert slow.tc_args("ns", "eth0") == [
         "tc", "-n", "ns", "qdisc", "replace", "dev", "eth0", "root", "tbf",
-        "rate", "100000000bit", "burst", str(GSO_MAX), "limit", str(2 * GSO_MAX),
+        "rate", "100000000bit", "burst", str(GSO_MAX), "limit", str(625000),
     ]  # fmt: skip
     with pytest.raises(ValueError, match="rate_bps"):
         tbf_for(0)

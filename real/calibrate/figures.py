@@ -1,7 +1,7 @@
 """Pure fits from measurement rows to single figures (no torch.distributed); `fit` assembles them.
 
-* Per host pair, α and B by least squares on (nbytes, seconds), weighted by relative error so the
-  small sizes pin α and the large ones B.
+* Per host pair, α and B regime by regime (`fit_line`): B from the sizes within 16x of the largest,
+  α from the two smallest, so a token-bucket shaper's burst does not pass for bandwidth.
 * NIC bandwidth and latency: medians over same-rack pairs (over all pairs where no rack holds two
   hosts), robust to a slow pair.
 * Uplink: the egress of a rack whose hosts all send out at once (bytes over the time less the
@@ -38,20 +38,33 @@ RACK_GAP = 1.5  # pair bandwidths this many times apart split hosts into racks
 
 
 def fit_line(nbytes: Sequence[float], seconds: Sequence[float]) -> LineFit:
-    """seconds ≈ intercept + slope·nbytes minimising relative error; intercept clamped at 0."""
+    """seconds ≈ intercept + slope·nbytes, fitted regime by regime: the slope is a least-squares fit
+    over the sizes within 16x of the largest (the asymptotic rate), the intercept the lesser time of the two smallest
+    sizes (tiny messages: latency only; a stray slow sample is dropped). One least-squares
+    line over all sizes is pulled off by a token-bucket shaper, whose burst lets messages below the
+    bucket size pass at line rate while large ones see the shaped rate that gradients will see."""
     x, y = np.asarray(nbytes, dtype=float), np.asarray(seconds, dtype=float)
     if len(set(x.tolist())) < 2:
         raise CalibrationError(f"sizes: need two distinct message sizes to fit a line, got {sorted(set(x))}")
     if np.any(y <= 0):
         raise CalibrationError(f"seconds: times must be positive, got {y[y <= 0].tolist()}")
-    a = np.column_stack([1 / y, x / y])  # rows: (a + b·x) / y ≈ 1
-    (intercept, slope), *_ = np.linalg.lstsq(a, np.ones_like(y), rcond=None)
-    if intercept < 0:  # below measurement noise: fit through the origin
-        intercept, slope = 0.0, float(np.sum(x / y) / np.sum((x / y) ** 2))
+    sizes = np.unique(x)
+    at = {float(n): float(np.median(y[x == n])) for n in sizes}
+    bulk = x >= min(float(sizes[-2]), float(sizes[-1]) / 16)  # sizes within 16x of the largest
+    slope = _relative_slope(x[bulk], y[bulk])
+    if slope <= 0:  # too noisy to read the large sizes alone: one line over every size
+        slope = _relative_slope(x, y)
     if slope <= 0:
         raise CalibrationError(f"seconds: do not grow with nbytes (slope {slope:.3g} s/B); use larger sizes")
+    intercept = max(0.0, min(at[float(n)] for n in sizes[:2]) - slope * float(sizes[0]))
     rel = (intercept + slope * x - y) / y
     return LineFit(float(intercept), float(slope), float(np.sqrt(np.mean(rel**2))), len(y))
+
+
+def _relative_slope(x: np.ndarray, y: np.ndarray) -> float:
+    """The slope of intercept + slope·x fitted by least relative error."""
+    (_, slope), *_ = np.linalg.lstsq(np.column_stack([1 / y, x / y]), np.ones_like(y), rcond=None)
+    return float(slope)
 
 
 def fit_pairs(samples: Iterable[PairSample]) -> tuple[PairFit, ...]:

@@ -1,0 +1,127 @@
+"""In-process tests of the real backend's pieces that need no process group: group planning,
+accounting of waits, the launcher's verdict, and the validation table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+pytest.importorskip("torch")
+
+from helpers import two_tier  # noqa: E402
+
+from policies.base import Bucket  # noqa: E402
+from policies.ops import Group  # noqa: E402
+from real.accounting import RankReport, account  # noqa: E402
+from real.groups import group_order, planned_groups  # noqa: E402
+from real.launch import Outcome  # noqa: E402
+from real.session import _first_sentence  # noqa: E402
+from real.validate import compare, markdown  # noqa: E402
+from sim.api import prepare  # noqa: E402
+from sim.config import parse_config  # noqa: E402
+from sim.engine import bind_policy  # noqa: E402
+
+
+def bound(policy: dict, racks: int = 2, hosts: int = 2, gpus: int = 1):  # type: ignore[no-untyped-def]
+    config = parse_config(
+        {
+            "cluster": two_tier(racks, hosts, 12.5, 25, gpus_per_host=gpus),  # 4:1 uplinks
+            "workload": {
+                "model": "synthetic",
+                "gradient_mb": 8,
+                "compute_ms": 1,
+                "synthetic_layers": 2,
+                "bucket_mb": 4,
+            },
+            "policies": [policy],
+        }
+    )
+    cluster, plan = prepare(config)
+    buckets = [Bucket(i, b.nbytes, len(plan.buckets)) for i, b in enumerate(plan.buckets)]
+    return bind_policy(config.policies[0], 0, cluster, plan), buckets
+
+
+def test_planned_groups_list_every_group_once_in_first_use_order() -> None:
+    policy, buckets = bound({"name": "hierarchical", "level": "rack"})
+    assert planned_groups(policy, 4, 3, buckets) == [Group((0, 1)), Group((0, 2)), Group((1, 3)), Group((2, 3))]
+    ring, buckets = bound({"name": "ring"})
+    assert planned_groups(ring, 4, 5, buckets) == [Group((0, 1, 2, 3))]
+    ds, buckets = bound({"name": "ds_sync"})
+    groups = {g.ranks for g in planned_groups(ds, 4, ds.cycle_length, buckets)}
+    expected = {tuple(sorted(g.ranks)) for step in range(ds.cycle_length) for g in ds.pattern(step) if g.size > 1}
+    assert groups == expected and len(groups) >= 3  # rack pairs plus the mixing pairs
+    ps, buckets = bound({"name": "ps"})
+    assert planned_groups(ps, 4, 3, buckets) == []
+
+
+def test_group_order_maps_torch_member_order_to_the_policy_order() -> None:
+    assert group_order(Group((2, 0, 1))) == [1, 2, 0]  # torch member j is global rank sorted[j]
+    assert group_order(Group((0, 1))) == [0, 1]
+
+
+def test_wait_is_the_time_until_the_last_member_issued() -> None:
+    early, late = RankReport(0), RankReport(1)
+    # one all-reduce: rank 0 issues at 1.0, rank 1 at 1.3, both finish at 1.5
+    early.collectives = [(0, 0, (0, 1), 0, "AllReduce", 400, 1.0, 1.5)]
+    late.collectives = [(0, 1, (0, 1), 0, "AllReduce", 400, 1.3, 1.5)]
+    early.blocked = [(0, 1.6, 1.7)]  # a pull the server held
+    early.rows = [(0, 0, 0.0, 0.1, 0.5, 1.0, 2.0, 0.5, 0.0)]
+    late.rows = [(0, 1, 0.0, 0.1, 0.8, 1.3, 2.0, 0.5, 0.0)]
+    rows, ops = account([early, late])
+    waits = {row[1]: row[8] for row in rows}
+    assert waits[0] == pytest.approx(0.3 + 0.1) and waits[1] == 0.0
+    (op,) = ops
+    assert op[2] == "AllReduce" and op[8:] == (1.0, 1.3, 1.5)  # issued by the first, launched by the last
+
+
+def test_the_verdict_names_the_rank_that_caused_the_failure() -> None:
+    assert Outcome({0: 0, 1: 0}).ok and Outcome({0: 0, 1: 0}).failed is None
+    assert Outcome({0: 3, 1: -9, 2: 3}).failed == "rank 1 was killed by SIGKILL"
+    assert Outcome({0: 3, 1: None, 2: 3}).failed == "rank 1 stopped responding (killed after the timeout)"
+    assert Outcome({0: 3, 1: 0}).failed == "rank 0 gave up waiting for its peers"
+
+
+def test_gloo_messages_are_cut_to_what_happened() -> None:
+    exc = RuntimeError(
+        "[/__w/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer "
+        "[127.0.0.1]:35005. This is typically caused by a remote worker crashing."
+    )
+    assert _first_sentence(exc) == "Connection closed by peer [127.0.0.1]:35005"
+
+
+def _iterations(policy: str, seconds: float, ranks: int = 2, n: int = 6) -> pd.DataFrame:
+    rows = [
+        {"policy": policy, "iteration": i, "rank": r, "start_s": i * seconds, "end_s": (i + 1) * seconds,
+         "iteration_s": seconds, "samples": 16}
+        for i in range(n) for r in range(ranks)
+    ]  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def test_validation_compares_steady_iterations_and_throughput(tmp_path: Path) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "cluster": {"topology": "star", "hosts": 2},
+                "workload": {"model": "synthetic", "gradient_mb": 1, "compute_ms": 1},
+                "policies": [{"name": "ring"}, {"name": "asp"}],
+            }
+        )
+    )
+    for side, ring_s, asp_s in (("sim", 0.105, 0.2), ("real", 0.1, 0.25)):
+        (tmp_path / side).mkdir()
+        frame = pd.concat([_iterations("ring", ring_s), _iterations("asp", asp_s)])
+        frame.loc[frame["iteration"] == 0, "iteration_s"] = 9.0  # warm-up: dropped on both sides
+        frame.to_csv(tmp_path / side / "iterations.csv", index=False)
+    table = compare(config, tmp_path / "sim", tmp_path / "real", warmup=1).set_index("policy")
+    assert table.loc["ring", "error"] == pytest.approx(0.05)  # iteration time: 105 vs 100 ms
+    assert table.loc["ring", "within"]
+    assert table.loc["asp", "compared"] == "throughput"
+    assert table.loc["asp", "error"] == pytest.approx(0.25 / 0.2 - 1)  # samples/s: 1/0.2 vs 1/0.25
+    assert not table.loc["asp", "within"] and table.loc["asp", "tolerance"] == 0.15
+    text = markdown(table.reset_index())
+    assert "| ring | iteration time | 105.0 | 100.0 |" in text and "+25.0%" in text
