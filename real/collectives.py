@@ -107,8 +107,9 @@ class RingReduceScatter:
         for step in range(p - 1):
             out, into = (i - step - 1) % p, (i - step - 2) % p
             incoming = torch.empty_like(acc[into])
+            received = dist.irecv(incoming, left, group=self.pg)  # posted first: the data never waits
             sent = dist.isend(acc[out], right, group=self.pg)
-            dist.recv(incoming, left, group=self.pg)
+            received.wait()
             sent.wait()
             acc[into].add_(incoming)
         self.result = acc[i]
