@@ -157,9 +157,17 @@ def collective_curve(
 
 
 def compute(task: Any, batch: int, repeats: int, *, statistic: Statistic = "median") -> Optional[list[ComputeSample]]:
-    """Seconds (`statistic` over repeats) of `task.gradient(task.initial, x, y)` on the first `batch`
-    training samples, on every rank at once (as in training; the numerics Task lives on the CPU);
-    rows gathered to rank 0. Without a process group it measures this process alone: its one row."""
+    """Seconds of compute per iteration as synchronous training sees it, one row per rank gathered
+    to rank 0 (without a process group: this process alone, one row).
+
+    With a process group the ranks rehearse in lockstep: forward+backward of the numerics model on
+    the first `batch` training samples, then a one-element all-reduce, `repeats` times; a second
+    loop times the all-reduce alone, and a step's compute is the difference of the two `statistic`s.
+    Every rank thus reports the time until the *slowest* rank is done, which is what holds up the
+    next collective: on a machine whose ranks share cores (or are descheduled), that is far from one
+    rank's own compute time (8 ranks on 2 cores here: each rank alone 1.5-8 ms, lockstep more), and
+    the spread across ranks is already inside it, so the rows' `jitter` is 0.
+    """
     _check_repeats(repeats, statistic)
     if batch < 1:
         raise ValueError(f"batch: must be >= 1, got {batch}")
@@ -167,16 +175,29 @@ def compute(task: Any, batch: int, repeats: int, *, statistic: Statistic = "medi
     if len(y) < batch:
         raise ValueError(f"batch: {batch} exceeds the {len(y)} training samples")
     task.gradient(task.initial, x, y)  # warm-up: allocator, autograd graph caches
-    times = []
+    distributed = dist.is_available() and dist.is_initialized()
+    if not distributed:
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            task.gradient(task.initial, x, y)
+            times.append(time.perf_counter() - t0)
+        jitter = statistics.pstdev(times) / statistics.fmean(times) if len(times) > 1 else 0.0
+        return [ComputeSample(0, int(batch), summarise(times, statistic), jitter)]
+    token = torch.zeros(1)
+    dist.all_reduce(token)
+    steps, syncs = [], []
     for _ in range(repeats):
         t0 = time.perf_counter()
         task.gradient(task.initial, x, y)
-        times.append(time.perf_counter() - t0)
-    seconds = summarise(times, statistic)
-    jitter = statistics.pstdev(times) / statistics.fmean(times) if len(times) > 1 else 0.0
-    distributed = dist.is_available() and dist.is_initialized()
-    row = ComputeSample(dist.get_rank() if distributed else 0, int(batch), seconds, jitter)
-    return _gather([row]) if distributed else [row]
+        dist.all_reduce(token)
+        steps.append(time.perf_counter() - t0)
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        dist.all_reduce(token)
+        syncs.append(time.perf_counter() - t0)
+    seconds = max(1e-9, summarise(steps, statistic) - summarise(syncs, statistic))
+    return _gather([ComputeSample(dist.get_rank(), int(batch), seconds, 0.0)])
 
 
 def egress_matching(racks: Mapping[str, Sequence[str]], rack: str) -> dict[str, str]:

@@ -60,7 +60,7 @@ def calibrate(
     if task_or_none is not None:
         if batch is None:
             batch = max(1, task_or_none.cfg.global_batch // world)
-        computes = measure.compute(task_or_none, batch, repeats, statistic=statistic)
+        computes = measure.compute(task_or_none, batch, max(repeats, 20), statistic=statistic)  # cheap; noisy
         gradient_bytes = int(task_or_none.initial.numel() * task_or_none.initial.element_size())
     pairs = measure.p2p(rank_hosts, sizes, repeats, device=device, statistic=statistic)
 
