@@ -163,5 +163,11 @@ class ServerSpec:
 Step = Union[Op, "tuple[Op, ...]", "list[Op]"]
 Program = Iterable[Step]
 
+
+def step_ops(step: Step) -> tuple[Op, ...]:
+    """The ops of one program item (one op, or a tuple/list of concurrent ops)."""
+    return tuple(step) if isinstance(step, (tuple, list)) else (step,)
+
+
 COLLECTIVES: tuple[type[Collective], ...] = (AllReduce, ReduceScatter, AllGather, AllToAll, Barrier)
 ALLREDUCE_ALGORITHMS: tuple[str, ...] = ("ring",)

@@ -27,7 +27,7 @@ from typing import Any, Optional
 import torch
 import torch.distributed as dist
 
-from policies.ops import Collective, Op, Pull, Push, WaitForClock
+from policies.ops import Collective, Op, Pull, Push, WaitForClock, step_ops
 from real import protocol as wire
 from real.collectives import Started, start
 from real.groups import ProcessGroups
@@ -104,7 +104,7 @@ class RankExecutor:
         for p, (program, bucket) in enumerate(programs):
             items = []
             for i, item in enumerate(program):
-                ops = tuple(item) if isinstance(item, (tuple, list)) else (item,)
+                ops = step_ops(item)
                 slots = []
                 for op in ops:
                     self.validator.check(self.rank, step, op)

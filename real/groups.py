@@ -9,22 +9,17 @@ process.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import torch.distributed as dist
 
 from policies.base import Bucket, Policy
-from policies.ops import Collective, Group
+from policies.ops import Collective, Group, step_ops
 
 # more distinct groups than this (e.g. a random shuffle schedule over many steps) would spend minutes
 # in rendezvous; such a run should use a cyclic schedule
 MAX_GROUPS = 1024
-
-
-def _ops(program: Iterable[Any]) -> Iterator[Any]:
-    for item in program:
-        yield from item if isinstance(item, (tuple, list)) else (item,)
 
 
 def planned_groups(policy: Policy, workers: int, steps: int, buckets: Sequence[Bucket]) -> list[Group]:
@@ -38,7 +33,7 @@ def planned_groups(policy: Policy, workers: int, steps: int, buckets: Sequence[B
             programs += [policy.on_gradients(rank, step, b) for b in buckets]
             programs.append(policy.end_step(rank, step))
             for program in programs:
-                for op in _ops(program):
+                for op in (op for item in program for op in step_ops(item)):
                     if isinstance(op, Collective) and op.group.size > 1:
                         key = tuple(sorted(op.group.ranks))
                         if key not in seen:

@@ -29,7 +29,7 @@ import torch.distributed as dist
 from pydantic import TypeAdapter, ValidationError
 
 from policies.base import Bucket, Policy
-from policies.ops import AllGather, AllReduce, Barrier, Collective, Group, Op, Payload, Program, ReduceScatter
+from policies.ops import AllGather, AllReduce, Barrier, Collective, Group, Op, Payload, Program, ReduceScatter, step_ops
 from policies.registry import create
 from policies.view import ClusterView, ModelInfo
 from real.collectives import start
@@ -90,10 +90,6 @@ class FlatReplica:
 
 
 # ----------------------------------------------------------------------------------------- programs
-def _ops(item: Any) -> tuple[Op, ...]:
-    return tuple(item) if isinstance(item, (tuple, list)) else (item,)
-
-
 def check_op(policy: Policy, hook: str, op: Op, payload: Payload) -> None:
     """Raise `PolicyError` naming the policy, the hook and the op when `op` cannot act on `payload`."""
     where = f"policy {policy.name!r} yields {op!r} in {hook}"
@@ -115,7 +111,7 @@ def run_program(
     ran = False
     for item in program:
         started = []
-        for op in _ops(item):
+        for op in step_ops(item):
             check_op(policy, hook, op, target.payload)
             assert isinstance(op, Collective)  # check_op allows collectives only
             pg = _process_group(groups, op.group, policy, step) if op.group.size > 1 else None
@@ -154,7 +150,7 @@ def plan(
         for rank in range(workers):
             for hook, program in _programs(policy, rank, step, buckets):
                 for item in program:
-                    for op in _ops(item):
+                    for op in step_ops(item):
                         if hook in run:
                             check_op(policy, hook, op, payload)
                         elif hook in ("begin_step", "on_forward"):

@@ -210,7 +210,6 @@ def _run_policy(
             try:
                 train(setup, report)
             finally:
-                report.collectives, report.p2p = executor.collectives, executor.p2p
                 report.blocked = [(s, a - t0, b - t0) for s, a, b in executor.blocked]
                 report.collectives = [(*r[:6], r[6] - t0, r[7] - t0) for r in executor.collectives]
                 report.p2p = [(*r[:6], r[6] - t0, r[7] - t0) for r in executor.p2p]

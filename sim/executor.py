@@ -12,7 +12,7 @@ from typing import Any, Optional
 
 import simpy
 
-from policies.ops import Collective, Op, Pull, Push, WaitForClock
+from policies.ops import Collective, Op, Pull, Push, WaitForClock, step_ops
 from sim.clocks import ClockBoard
 from sim.communicators import Communicators
 from sim.network import Network
@@ -61,7 +61,7 @@ class Executor:
         return self.env.process(self._run(rank, step, items, tickets, bucket))
 
     def _stage(self, rank: int, step: int, program: Iterable[Any]) -> tuple[list[tuple[Op, ...]], list[list[Any]]]:
-        items = [tuple(item) if isinstance(item, (tuple, list)) else (item,) for item in program]
+        items = [step_ops(item) for item in program]
         tickets: list[list[Any]] = []  # per item, per op: the communicator ticket of a collective
         for item in items:
             for op in item:
