@@ -181,11 +181,10 @@ class RankExecutor:
             updates = replica.push_updates(bucket, [s.op for s in pushes], servers=bool(self.shard_ranks))
             for slot, update in zip(pushes, updates):
                 dst = self.shard_ranks[slot.op.shard]  # type: ignore[attr-defined]
-                head = wire.header(wire.Kind.PUSH, slot.op.key, update.a, update.b)  # type: ignore[attr-defined]
-                values = update.values.contiguous()
-                works = [dist.isend(head, dst, tag=wire.HEADER), dist.isend(values, dst, tag=wire.PAYLOAD)]
+                key = slot.op.key  # type: ignore[attr-defined]
+                message = wire.frame(wire.Kind.PUSH, key, update.a, update.b, payload=update.values)
                 slot.issued = now
-                self._launch(_Flight(slot, works, None, 4 * values.numel()))
+                self._launch(_Flight(slot, [wire.send(message, dst)], None, 4 * update.values.numel()))
         if pulls:
             ranges = replica.pull_ranges(bucket, [s.op for s in pulls])
             for slot, (a, b) in zip(pulls, ranges):
@@ -193,9 +192,9 @@ class RankExecutor:
                 assert isinstance(op, Pull)
                 src = self.shard_ranks[op.shard]
                 reply = torch.empty(b - a + 1)
-                works = [
-                    dist.isend(wire.header(wire.Kind.PULL, op.key, a, b), src, tag=wire.HEADER),
+                works = [  # the reply's receive first, so the shard's answer finds it posted
                     dist.irecv(reply, src, tag=wire.REPLY_BASE + op.key),
+                    wire.send(wire.frame(wire.Kind.PULL, op.key, a, b), src),
                 ]
                 slot.issued = now
                 self._launch(_Flight(slot, works, self._pulled(step, slot, a, b, reply), 4 * (b - a)))
@@ -208,10 +207,9 @@ class RankExecutor:
             held = torch.empty(1)
             op = slot.op
             assert isinstance(op, WaitForClock)
-            head = wire.header(wire.Kind.WAIT_CLOCK, value=op.min_clock)
             works = [
-                dist.isend(head, self.clock_rank, tag=wire.HEADER),
                 dist.irecv(held, self.clock_rank, tag=wire.CLOCK_REPLY),
+                wire.send(wire.frame(wire.Kind.WAIT_CLOCK, value=op.min_clock), self.clock_rank),
             ]
             slot.issued = now
             self._launch(_Flight(slot, works, lambda s=slot: self._blocked_for(step, s.issued), 0))

@@ -66,7 +66,7 @@ def train(setup: WorkerSetup, report: RankReport) -> None:
         ex.run(step, [(policy.end_step(rank, step), None)])
         end = time.perf_counter()
         if s.clock_rank is not None:
-            ticks.append(dist.isend(wire.header(wire.Kind.TICK), s.clock_rank, tag=wire.HEADER))
+            ticks.append(wire.send(wire.frame(wire.Kind.TICK), s.clock_rank))
         t = s.t0
         report.rows.append(
             (
@@ -83,7 +83,7 @@ def train(setup: WorkerSetup, report: RankReport) -> None:
         )
         step += 1
     for shard in s.shard_ranks:
-        ticks.append(dist.isend(wire.header(wire.Kind.DONE), shard, tag=wire.HEADER))
+        ticks.extend(wire.goodbye(shard))
     for work in ticks:
         work.wait()
 
@@ -97,10 +97,9 @@ class _Claims:
         self._ask()
 
     def _ask(self) -> None:
-        self._head = wire.header(wire.Kind.CLAIM)
         self._reply = torch.zeros(1, dtype=torch.int64)
-        self._sent = dist.isend(self._head, self.server, tag=wire.HEADER)
-        self._answer = dist.irecv(self._reply, self.server, tag=wire.CLAIM_REPLY)
+        self._answer = dist.irecv(self._reply, self.server, tag=wire.CLAIM_REPLY)  # posted before asking
+        self._sent = wire.send(wire.frame(wire.Kind.CLAIM), self.server)
 
     def next(self) -> bool:
         """May this worker run another iteration? (If so, the claim after it is already asked.)"""

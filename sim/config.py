@@ -193,6 +193,16 @@ class Config(Strict):
     def numerics_on(self) -> bool:
         return self.numerics is not None and self.numerics.enabled
 
+    @model_validator(mode="after")
+    def _zoo_numerics_match_workload(self) -> Config:
+        n = self.numerics
+        if n is not None and n.zoo_model and self.workload.model.strip().lower().replace("-", "_") != n.model:
+            raise ValueError(
+                f"numerics.model: {n.model} trains a zoo model, so workload.model must be the same model "
+                f"(its layers set the gradient buckets), got {self.workload.model!r}"
+            )
+        return self
+
 
 def check_policies(config: Config) -> None:
     """Every policy entry names a known policy with valid settings, and labels are unique."""

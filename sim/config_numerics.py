@@ -9,7 +9,13 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from sim.zoo import MODEL_NAMES
+
+SMALL_MODELS = ("logreg", "mlp", "cnn")
+ZOO_CLASSES = {"resnet50": 1000, "vgg16": 1000, "wrn26_10": 10}  # the classifier's outputs
+ZOO_POSITIONS = {"bert_base": 512, "bert_large": 512, "gpt2": 1024}  # the position table's length
 
 PosFloat = Annotated[float, Field(gt=0)]
 NonNegFloat = Annotated[float, Field(ge=0)]
@@ -81,6 +87,19 @@ class AsyncConfig(Strict):
     )
 
 
+class ZooData(Strict):
+    """Seeded synthetic inputs shaped for a zoo model (numerics.model set to one of the zoo's)."""
+
+    samples: PosInt = Field(256, description="samples in total, before the held-out split")
+    classes: Annotated[int, Field(ge=2)] = Field(
+        10, description="classes (image models) or token symbols (transformers) the synthetic data use"
+    )
+    image_size: Optional[PosInt] = Field(
+        None, description="image models: input height and width (default: the model's own, 224 or 32)"
+    )
+    sequence: PosInt = Field(32, description="transformers: tokens per sample (at most the model's positions)")
+
+
 class NumericsConfig(Strict):
     """Train a real model in every simulated worker, on the simulator's clock."""
 
@@ -88,10 +107,15 @@ class NumericsConfig(Strict):
     dataset: Literal["digits", "synthetic"] = Field(
         "digits", description="digits: sklearn's bundled 8x8 digits (1797 samples); synthetic: see `synthetic`"
     )
-    model: Literal["logreg", "mlp", "cnn"] = Field("mlp", description="logreg, mlp or cnn (cnn: digits only)")
+    model: str = Field(
+        "mlp",
+        description="logreg, mlp or cnn (cnn: digits only), or a zoo model (torch.nn, on synthetic data "
+        "shaped for it; `zoo:`): " + ", ".join(MODEL_NAMES),
+    )
     hidden: list[PosInt] = Field([64], description="mlp: hidden layer widths")
     channels: list[PosInt] = Field([8, 16], description="cnn: channels of its two 3x3 conv layers")
     synthetic: SyntheticData = Field(SyntheticData(), description="the synthetic data set")
+    zoo: ZooData = Field(ZooData(), description="the synthetic data of a zoo model")
     test_fraction: Fraction = Field(0.2, description="held-out share of the samples, used for evaluation")
     global_batch: PosInt = Field(128, description="samples per iteration over all workers (divisible by workers)")
     optimizer: OptimizerConfig = Field(OptimizerConfig(), description="optimizer and learning rate")
@@ -104,8 +128,31 @@ class NumericsConfig(Strict):
     )
     threads: PosInt = Field(1, description="torch threads while training (tiny models run fastest on one)")
 
+    @field_validator("model")
+    @classmethod
+    def _known_model(cls, value: str) -> str:
+        canonical = value.strip().lower().replace("-", "_")
+        if canonical in SMALL_MODELS:
+            return canonical
+        if canonical not in MODEL_NAMES:
+            raise ValueError(f"unknown model {value!r}; allowed: {', '.join(SMALL_MODELS + MODEL_NAMES)}")
+        return canonical
+
+    @property
+    def zoo_model(self) -> bool:
+        return self.model in MODEL_NAMES
+
     @model_validator(mode="after")
     def _cnn_needs_images(self) -> NumericsConfig:
+        if self.zoo_model and "dataset" in self.model_fields_set and self.dataset == "digits":
+            raise ValueError(
+                f"dataset: digits fits logreg, mlp and cnn; model {self.model} trains on synthetic data shaped "
+                "for it (set dataset: synthetic, sized by zoo:)"
+            )
+        if self.model in ZOO_CLASSES and self.zoo.classes > ZOO_CLASSES[self.model]:
+            raise ValueError(f"zoo.classes: {self.model} classifies into {ZOO_CLASSES[self.model]} classes at most")
+        if self.model in ZOO_POSITIONS and self.zoo.sequence > ZOO_POSITIONS[self.model]:
+            raise ValueError(f"zoo.sequence: {self.model} has {ZOO_POSITIONS[self.model]} positions at most")
         if self.model == "cnn" and self.dataset != "digits":
             raise ValueError("model: cnn needs dataset: digits (images); allowed for synthetic: logreg, mlp")
         return self

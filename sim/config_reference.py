@@ -26,7 +26,7 @@ from sim.config import (
     WorkloadConfig,
 )
 from sim.config_faults import BackgroundFlow, FaultsConfig, SlowWorker, Straggler
-from sim.config_numerics import AsyncConfig, NumericsConfig, OptimizerConfig, ScheduleConfig, SyntheticData
+from sim.config_numerics import AsyncConfig, NumericsConfig, OptimizerConfig, ScheduleConfig, SyntheticData, ZooData
 
 _BOUNDS = ((at.Gt, ">"), (at.Ge, ">="), (at.Lt, "<"), (at.Le, "<="))
 
@@ -133,6 +133,7 @@ def render() -> str:
         ("schedule", ScheduleConfig),
         ("asynchronous", AsyncConfig),
         ("synthetic", SyntheticData),
+        ("zoo", ZooData),
     ):
         parts += ["", f"### `numerics.{key}`", "", table(model)]
     parts += [

@@ -125,3 +125,20 @@ def test_validation_compares_steady_iterations_and_throughput(tmp_path: Path) ->
     assert not table.loc["asp", "within"] and table.loc["asp", "tolerance"] == 0.15
     text = markdown(table.reset_index())
     assert "| ring | iteration time | 105.0 | 100.0 |" in text and "+25.0%" in text
+
+
+def test_a_frame_carries_its_header_exactly_and_its_payload() -> None:
+    import torch
+
+    from real import protocol as wire
+
+    values = torch.tensor([1.5, -2.0, 3.25])
+    big = 2**40 + 7  # an int64 the float32 slots must carry bit for bit
+    message = wire.frame(wire.Kind.PUSH, key=5, a=big, b=big + 3, value=-1, payload=values)
+    assert message.dtype == torch.float32 and message.numel() == wire.HEADER_FLOATS + 3
+    assert wire.header_of(message) == (wire.Kind.PUSH, 5, big, big + 3, -1)
+    # a shard receives into a buffer sized for the largest frame; the payload is read by the header's range
+    buffer = torch.full((wire.HEADER_FLOATS + 10,), float("nan"))
+    buffer[: message.numel()] = message
+    assert torch.equal(wire.payload_of(buffer, big, big + 3), values)
+    assert wire.header_of(wire.frame(wire.Kind.DONE))[0] == wire.Kind.DONE

@@ -16,6 +16,10 @@ from sim.numerics.tasks import Task
 def load_task(config: Config) -> Task:
     """The data set and model of `config.numerics`, built once and shared by every policy."""
     assert config.numerics is not None
+    if config.numerics.zoo_model:
+        from sim.numerics.zoo_task import ZooTask
+
+        return ZooTask(config.numerics, config.seed)  # type: ignore[return-value]  # same interface
     return Task(config.numerics, config.seed)
 
 
