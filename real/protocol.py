@@ -3,19 +3,20 @@
 A worker sends a shard *frames*: one float32 tensor per message, a fixed-size header (int64 kind,
 key, a, b, value, spare, stored in the first `HEADER_FLOATS` floats) followed by the payload (a
 push's gradient values; nothing for the other kinds), all on tag MESSAGE, so a shard sees each
-worker's messages in the order they were sent. A shard keeps `PREPOSTED` receives posted per
-worker, each as large as the largest frame. That matters on gloo: a point-to-point send whose
-receive is not posted yet first sends a "ready to send" notice and waits for the receiver's
-"ready to receive" before any data moves, and on a loaded link those notices queue behind tens of
-milliseconds of data; with the receive already posted, the data leaves at once. gloo accepts a
-frame shorter than the posted buffer, which is how one buffer size serves every kind of message.
-For the same reason a worker posts the receive for a reply before it sends the request.
+worker's messages in the order they were sent. A shard keeps receives posted per worker (up to
+`PREPOSTED`, fewer for large models: `preposted`), each as large as the largest frame. That
+matters on gloo: a point-to-point send whose receive is not posted yet first sends a "ready to
+send" notice and waits for the receiver's "ready to receive" before any data moves, and on a
+loaded link those notices queue behind tens of milliseconds of data; with the receive already
+posted, the data leaves at once. gloo accepts a frame shorter than the posted buffer, which is how
+one buffer size serves every kind of message. For the same reason a worker posts the receive for
+a reply before it sends the request.
 
-After DONE a worker sends `PREPOSTED - 1` CLOSE frames, which fill the receives the shard still
-has posted for it, so no receive outlives the policy. Replies travel on their own tags; a worker
-matches them by kind and key whatever order the shard answers in. Point-to-point (rather than
-torch.distributed.rpc) keeps server traffic on the same transport, NICs and shaped links as the
-collectives; rpc is in maintenance mode upstream and runs its own transport.
+After DONE a worker sends one CLOSE frame per other posted receive, so no receive outlives the
+policy. Replies travel on their own tags; a worker matches them by kind and key whatever order
+the shard answers in. Point-to-point (rather than torch.distributed.rpc) keeps server traffic on
+the same transport, NICs and shaped links as the collectives; rpc is in maintenance mode upstream
+and runs its own transport.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import torch.distributed as dist
 HEADER_LEN = 6  # kind, key, a, b, value, spare
 HEADER_FLOATS = 2 * HEADER_LEN  # float32 slots holding the int64 header
 PREPOSTED = 4  # receives a shard keeps posted per worker
+POSTED_BYTES = 256 * 2**20  # at most this much memory in posted receives per worker
 
 
 class Kind(IntEnum):
@@ -70,6 +72,12 @@ def payload_of(message: torch.Tensor, a: int, b: int) -> torch.Tensor:
     return message[HEADER_FLOATS : HEADER_FLOATS + b - a].clone()
 
 
+def preposted(elements: int) -> int:
+    """Receives a shard keeps posted per worker when a frame holds up to `elements` values (both
+    sides compute it from the model's size, so a worker knows how many CLOSE frames to send)."""
+    return max(1, min(PREPOSTED, POSTED_BYTES // (4 * (HEADER_FLOATS + elements))))
+
+
 def send(message: torch.Tensor, shard: int) -> Any:
     return dist.isend(message, shard, tag=MESSAGE)
 
@@ -79,6 +87,7 @@ def post(buffer: torch.Tensor, worker: int) -> Any:
     return dist.irecv(buffer, worker, tag=MESSAGE)
 
 
-def goodbye(shard: int) -> list[Any]:
+def goodbye(shard: int, elements: int) -> list[Any]:
     """DONE, then the CLOSE frames that fill the shard's other posted receives."""
-    return [send(frame(Kind.DONE), shard)] + [send(frame(Kind.CLOSE), shard) for _ in range(PREPOSTED - 1)]
+    closes = preposted(elements) - 1
+    return [send(frame(Kind.DONE), shard)] + [send(frame(Kind.CLOSE), shard) for _ in range(closes)]

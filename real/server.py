@@ -87,11 +87,12 @@ class ShardServer:
             work.wait()
 
     def _receive(self, src: int, inbox: queue.Queue) -> None:
-        """Worker `src`'s messages, in its order, into `inbox`, with `PREPOSTED` receives always
-        posted for it (protocol.py: a posted receive spares gloo's send/receive handshake)."""
+        """Worker `src`'s messages, in its order, into `inbox`, with receives always posted for it
+        (protocol.py: a posted receive spares gloo's send/receive handshake)."""
         try:
-            size = wire.HEADER_FLOATS + self.tensors.params.numel()
-            buffers = [torch.empty(size) for _ in range(wire.PREPOSTED)]
+            elements = self.tensors.params.numel()
+            posted = wire.preposted(elements)
+            buffers = [torch.empty(wire.HEADER_FLOATS + elements) for _ in range(posted)]
             works = [wire.post(buffer, src) for buffer in buffers]
             i = 0
             while True:
@@ -100,12 +101,12 @@ class ShardServer:
                 kind, key, a, b, value = wire.header_of(message)
                 values = wire.payload_of(message, a, b) if kind == wire.Kind.PUSH else None
                 if kind == wire.Kind.DONE:
-                    for j in range(1, wire.PREPOSTED):  # the CLOSE frames that follow DONE
-                        works[(i + j) % wire.PREPOSTED].wait()
+                    for j in range(1, posted):  # the CLOSE frames that follow DONE
+                        works[(i + j) % posted].wait()
                     inbox.put((src, kind, key, a, b, value, values, arrival))
                     return
                 works[i] = wire.post(message, src)
-                i = (i + 1) % wire.PREPOSTED
+                i = (i + 1) % posted
                 inbox.put((src, kind, key, a, b, value, values, arrival))
         except BaseException as exc:  # noqa: BLE001 - handed to the main thread
             inbox.put((src, exc, 0, 0, 0, 0, None, 0.0))

@@ -83,7 +83,7 @@ def train(setup: WorkerSetup, report: RankReport) -> None:
         )
         step += 1
     for shard in s.shard_ranks:
-        ticks.extend(wire.goodbye(shard))
+        ticks.extend(wire.goodbye(shard, replica.params.numel()))
     for work in ticks:
         work.wait()
 

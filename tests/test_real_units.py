@@ -142,3 +142,11 @@ def test_a_frame_carries_its_header_exactly_and_its_payload() -> None:
     buffer[: message.numel()] = message
     assert torch.equal(wire.payload_of(buffer, big, big + 3), values)
     assert wire.header_of(wire.frame(wire.Kind.DONE))[0] == wire.Kind.DONE
+
+
+def test_shards_post_fewer_receives_for_large_models() -> None:
+    from real import protocol as wire
+
+    assert wire.preposted(300_000) == wire.PREPOSTED  # the digits MLP
+    assert wire.preposted(25_557_032) == 2  # ResNet-50: 2 x 102 MB
+    assert wire.preposted(335_141_888) == 1  # BERT-large: one 1.3 GB buffer per worker
