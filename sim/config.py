@@ -18,7 +18,7 @@ from sim.config_faults import BackgroundFlow, FaultsConfig
 from sim.config_numerics import NumericsConfig
 from sim.errors import ConfigError
 from sim.gpus import GPU_NAMES
-from sim.zoo import MODEL_NAMES
+from sim.zoo import MODEL_NAMES, canonical_name
 
 PosFloat = Annotated[float, Field(gt=0)]
 NonNegFloat = Annotated[float, Field(ge=0)]
@@ -121,7 +121,7 @@ class WorkloadConfig(Strict):
     @field_validator("model")
     @classmethod
     def _known_model(cls, value: str) -> str:
-        if value != "synthetic" and value.lower().replace("-", "_") not in MODEL_NAMES:
+        if value != "synthetic" and canonical_name(value) not in MODEL_NAMES:
             raise ValueError(f"unknown model {value!r}; allowed: synthetic, {', '.join(MODEL_NAMES)}")
         return value
 
@@ -196,7 +196,7 @@ class Config(Strict):
     @model_validator(mode="after")
     def _zoo_numerics_match_workload(self) -> Config:
         n = self.numerics
-        if n is not None and n.zoo_model and self.workload.model.strip().lower().replace("-", "_") != n.model:
+        if n is not None and n.zoo_model and canonical_name(self.workload.model) != n.model:
             raise ValueError(
                 f"numerics.model: {n.model} trains a zoo model, so workload.model must be the same model "
                 f"(its layers set the gradient buckets), got {self.workload.model!r}"

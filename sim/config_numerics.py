@@ -11,11 +11,13 @@ from typing import Annotated, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from sim.zoo import MODEL_NAMES
+from sim.zoo import MODEL_NAMES, canonical_name
+from sim.zoo.cnn import CIFAR10_CLASSES, IMAGENET_CLASSES
+from sim.zoo.transformers import BERT_POSITIONS, GPT2_POSITIONS
 
 SMALL_MODELS = ("logreg", "mlp", "cnn")
-ZOO_CLASSES = {"resnet50": 1000, "vgg16": 1000, "wrn26_10": 10}  # the classifier's outputs
-ZOO_POSITIONS = {"bert_base": 512, "bert_large": 512, "gpt2": 1024}  # the position table's length
+ZOO_CLASSES = {"resnet50": IMAGENET_CLASSES, "vgg16": IMAGENET_CLASSES, "wrn26_10": CIFAR10_CLASSES}
+ZOO_POSITIONS = {"bert_base": BERT_POSITIONS, "bert_large": BERT_POSITIONS, "gpt2": GPT2_POSITIONS}
 
 PosFloat = Annotated[float, Field(gt=0)]
 NonNegFloat = Annotated[float, Field(ge=0)]
@@ -131,7 +133,7 @@ class NumericsConfig(Strict):
     @field_validator("model")
     @classmethod
     def _known_model(cls, value: str) -> str:
-        canonical = value.strip().lower().replace("-", "_")
+        canonical = canonical_name(value)
         if canonical in SMALL_MODELS:
             return canonical
         if canonical not in MODEL_NAMES:

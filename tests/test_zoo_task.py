@@ -38,9 +38,9 @@ def test_gradient_matches_the_modules_autograd_and_one_step_lowers_the_loss(mode
     # the flat gradient, cut at the zoo's layers, is what autograd gives the nn.Module's parameters
     module = task.module
     module.zero_grad()
-    task._loss(module(x), y).backward()
+    task.loss(module(x), y).backward()
     named = dict(module.named_parameters())
-    for name, a, b, _ in task._views:
+    for name, a, b, _ in task.slices:
         expected = named[name].grad
         got = grad[a:b]
         if expected is None:  # BERT's pooler: not on the masked-language-model path

@@ -18,6 +18,17 @@ from torch import nn
 from torch.nn import functional as F
 
 from sim.zoo import ModelSpec
+from sim.zoo.cnn import CIFAR10_CLASSES, IMAGENET_CLASSES
+from sim.zoo.recsys import (
+    CRITEO_CATEGORICAL_FIELDS,
+    CRITEO_DENSE_FIELDS,
+    CRITEO_HASHED_FEATURES,
+    DEEPFM_EMBEDDING_DIM,
+    DEEPFM_HIDDEN,
+)
+from sim.zoo.transformers import BERT_POSITIONS, BERT_TOKEN_TYPES, BERT_VOCAB, GPT2_POSITIONS, GPT2_VOCAB
+
+FIELDS = CRITEO_DENSE_FIELDS + CRITEO_CATEGORICAL_FIELDS
 
 
 def _bn(channels: int) -> nn.BatchNorm2d:
@@ -48,7 +59,7 @@ class Bottleneck(nn.Module):
 
 
 class ResNet50(nn.Module):
-    def __init__(self, classes: int = 1000) -> None:
+    def __init__(self, classes: int = IMAGENET_CLASSES) -> None:
         super().__init__()
         self.conv1 = nn.Conv2d(3, 64, 7, 2, 3, bias=False)
         self.bn1 = _bn(64)
@@ -70,7 +81,7 @@ class ResNet50(nn.Module):
 class VGG16(nn.Module):
     """Configuration D, torchvision's indices (dropout slots kept as identities)."""
 
-    def __init__(self, classes: int = 1000) -> None:
+    def __init__(self, classes: int = IMAGENET_CLASSES) -> None:
         super().__init__()
         layers: list[nn.Module] = []
         cin = 3
@@ -108,7 +119,7 @@ class WideBlock(nn.Module):
 
 
 class WRN26x10(nn.Module):
-    def __init__(self, classes: int = 10) -> None:
+    def __init__(self, classes: int = CIFAR10_CLASSES) -> None:
         super().__init__()
         self.conv1 = _conv(3, 16, 3)
         cin = 16
@@ -179,7 +190,7 @@ class BertEmbeddings(nn.Module):
     def __init__(self, vocab: int, d: int, positions: int) -> None:
         super().__init__()
         self.word, self.position = nn.Embedding(vocab, d), nn.Embedding(positions, d)
-        self.token_type, self.ln = nn.Embedding(2, d), nn.LayerNorm(d)
+        self.token_type, self.ln = nn.Embedding(BERT_TOKEN_TYPES, d), nn.LayerNorm(d)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         t = tokens.shape[1]
@@ -201,7 +212,9 @@ class Bert(nn.Module):
     """BERT with pooler; trained as a masked language model whose decoder is the tied word
     embedding (no extra parameters, so the pooler receives no gradient)."""
 
-    def __init__(self, d: int, layers: int, heads: int, vocab: int = 30522, positions: int = 512) -> None:
+    def __init__(
+        self, d: int, layers: int, heads: int, vocab: int = BERT_VOCAB, positions: int = BERT_POSITIONS
+    ) -> None:
         super().__init__()
         self.embeddings = BertEmbeddings(vocab, d, positions)
         self.encoder = nn.Sequential(*(EncoderLayer(d, heads) for _ in range(layers)))
@@ -214,7 +227,9 @@ class Bert(nn.Module):
 
 
 class GPT2(nn.Module):
-    def __init__(self, d: int = 768, layers: int = 12, heads: int = 12, vocab: int = 50257, positions: int = 1024):
+    def __init__(
+        self, d: int = 768, layers: int = 12, heads: int = 12, vocab: int = GPT2_VOCAB, positions: int = GPT2_POSITIONS
+    ) -> None:
         super().__init__()
         self.wte, self.wpe = nn.Embedding(vocab, d), nn.Embedding(positions, d)
         self.h = nn.Sequential(*(DecoderLayer(d, heads) for _ in range(layers)))
@@ -235,22 +250,24 @@ class FirstOrder(nn.Module):
 
 
 class DeepFM(nn.Module):
-    def __init__(self, features: int = 1_000_000, dim: int = 10, fields: int = 39) -> None:
+    def __init__(
+        self, features: int = CRITEO_HASHED_FEATURES, dim: int = DEEPFM_EMBEDDING_DIM, fields: int = FIELDS
+    ) -> None:
         super().__init__()
         self.fm = nn.Module()
         self.fm.linear = FirstOrder(features)
         self.embedding = nn.Embedding(features, dim)
         nn.init.normal_(self.embedding.weight, std=0.01)
-        widths = (fields * dim, 400, 400, 400)
-        self.dnn = nn.ModuleDict({str(i): nn.Linear(widths[i], widths[i + 1]) for i in range(3)})
-        self.dnn["out"] = nn.Linear(400, 1)
+        widths = (fields * dim, *DEEPFM_HIDDEN)
+        self.dnn = nn.ModuleDict({str(i): nn.Linear(widths[i], widths[i + 1]) for i in range(len(DEEPFM_HIDDEN))})
+        self.dnn["out"] = nn.Linear(widths[-1], 1)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         linear = self.fm.linear.weight[ids].sum(dim=(1, 2)) + self.fm.linear.bias
         v = self.embedding(ids)  # (n, fields, dim)
         pairwise = 0.5 * (v.sum(1).pow(2) - v.pow(2).sum(1)).sum(1)
         h = v.flatten(1)
-        for i in range(3):
+        for i in range(len(DEEPFM_HIDDEN)):
             h = F.relu(self.dnn[str(i)](h))
         return linear + pairwise + self.dnn["out"](h).squeeze(1)  # one logit per sample
 

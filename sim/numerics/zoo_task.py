@@ -22,8 +22,9 @@ from torch.nn import functional as F
 
 from sim.config_numerics import NumericsConfig
 from sim.numerics.tasks import Dataset
-from sim.numerics.zoo_nets import build_zoo_module, flat_layout
+from sim.numerics.zoo_nets import FIELDS, build_zoo_module, flat_layout
 from sim.zoo import get_model
+from sim.zoo.recsys import CRITEO_HASHED_FEATURES
 
 IMAGE_MODELS = {"resnet50": 224, "vgg16": 224, "wrn26_10": 32}
 MASK_TOKEN, FIRST_SYMBOL, MASKED_SHARE = 103, 1000, 0.15
@@ -38,17 +39,17 @@ class ZooTask:
             torch.manual_seed(seed)
             self.module = build_zoo_module(self.name)
         params = dict(self.module.named_parameters())
-        self._views: list[tuple[str, int, int, torch.Size]] = []
+        self.slices: list[tuple[str, int, int, torch.Size]] = []
         offset = 0
         for _, names in flat_layout(self.module, get_model(self.name)):
             for name in names:
                 n = params[name].numel()
-                self._views.append((name, offset, offset + n, params[name].shape))
+                self.slices.append((name, offset, offset + n, params[name].shape))
                 offset += n
         self.size = offset
-        self.initial = torch.cat([params[name].detach().reshape(-1) for name, *_ in self._views]).clone()
+        self.initial = torch.cat([params[name].detach().reshape(-1) for name, *_ in self.slices]).clone()
         self.data = _synthetic(self.name, cfg, seed)
-        self._loss, self._correct = _objective(self.name)
+        self.loss, self._correct = _objective(self.name)
 
     def forward(self, flat: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         return self._call(self._unflatten(flat), x)
@@ -57,7 +58,7 @@ class ZooTask:
         """One leaf per parameter (a single flat leaf would make autograd add every parameter's
         gradient into a zeroed copy of the whole vector: hundreds of full-size writes)."""
         leaves = {k: v.detach().requires_grad_(True) for k, v in self._unflatten(flat).items()}
-        loss = self._loss(self._call(leaves, x), y)
+        loss = self.loss(self._call(leaves, x), y)
         grads = torch.autograd.grad(loss, list(leaves.values()), allow_unused=True)
         flat_grad = torch.cat(
             [(torch.zeros_like(v) if g is None else g).reshape(-1) for v, g in zip(leaves.values(), grads)]
@@ -65,7 +66,7 @@ class ZooTask:
         return flat_grad, float(loss.detach())
 
     def _unflatten(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
-        return {name: flat[a:b].view(shape) for name, a, b, shape in self._views}
+        return {name: flat[a:b].view(shape) for name, a, b, shape in self.slices}
 
     def _call(self, params: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
         return functional_call(self.module, params, (x,))
@@ -78,7 +79,7 @@ class ZooTask:
         for i in range(0, len(y), EVAL_CHUNK):
             out, target = self.forward(flat, x[i : i + EVAL_CHUNK]), y[i : i + EVAL_CHUNK]
             hits, n = self._correct(out, target)
-            loss += float(self._loss(out, target)) * n
+            loss += float(self.loss(out, target)) * n
             correct, counted = correct + hits, counted + n
         return loss / max(counted, 1), correct / max(counted, 1)
 
@@ -115,7 +116,7 @@ def _synthetic(name: str, cfg: NumericsConfig, seed: int) -> Dataset:
         y = torch.randint(z.classes, (n,), generator=g)
         x = 0.5 * patterns[y] + torch.randn(n, 3, size, size, generator=g)
     elif name == "deepfm":
-        fields, features = 39, 1_000_000
+        fields, features = FIELDS, CRITEO_HASHED_FEATURES
         block = features // fields
         x = torch.arange(fields) * block + torch.randint(block, (n, fields), generator=g)
         teacher = torch.randn(features, generator=g)

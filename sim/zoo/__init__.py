@@ -15,7 +15,7 @@ from sim.zoo.recsys import deepfm
 from sim.zoo.spec import Layer, ModelSpec
 from sim.zoo.transformers import bert_base, bert_large, gpt2
 
-__all__ = ["Layer", "ModelSpec", "MODEL_NAMES", "get_model"]
+__all__ = ["Layer", "ModelSpec", "MODEL_NAMES", "canonical_name", "get_model"]
 
 _BUILDERS: dict[str, Callable[[], ModelSpec]] = {
     "resnet50": resnet50,
@@ -30,7 +30,8 @@ _BUILDERS: dict[str, Callable[[], ModelSpec]] = {
 MODEL_NAMES: tuple[str, ...] = tuple(_BUILDERS)
 
 
-def _canonical(name: str) -> str:
+def canonical_name(name: str) -> str:
+    """A model name as the zoo spells it (case-insensitive; '-' and '_' interchangeable)."""
     return name.strip().lower().replace("-", "_")
 
 
@@ -42,7 +43,7 @@ def _build(canonical: str) -> ModelSpec:
 
 def get_model(name: str) -> ModelSpec:
     """The model called `name` (case-insensitive; '-' and '_' are interchangeable)."""
-    canonical = _canonical(name) if isinstance(name, str) else None
+    canonical = canonical_name(name) if isinstance(name, str) else None
     if canonical not in _BUILDERS:
         raise ValueError(f"unknown model {name!r}; choose one of: {', '.join(MODEL_NAMES)}")
     return _build(canonical)
