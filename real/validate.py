@@ -43,11 +43,17 @@ class Validation:
 
 
 def validate(
-    config_path: Path, out: Path, tag: Optional[str] = None, timeout_s: float = 120.0, warmup: int = 3
+    config_path: Path,
+    out: Path,
+    tag: Optional[str] = None,
+    timeout_s: float = 120.0,
+    warmup: int = 3,
+    queue: str = "fair",
 ) -> Validation:
+    """`queue`: the links' discipline when the emulation is built here (`tag` None)."""
     out.mkdir(parents=True, exist_ok=True)
     calibrated = out / "calibrated.yaml"
-    with _emulation(config_path, tag) as running:
+    with _emulation(config_path, tag, queue) as running:
         outcome = launch(config_path, calibrated, timeout_s=timeout_s, emulation=running, calibrate=True)
         if not outcome.ok:
             raise ValidationError(f"calibration failed: {outcome.failed}")
@@ -63,14 +69,14 @@ def validate(
 
 
 @contextlib.contextmanager
-def _emulation(config_path: Path, tag: Optional[str]) -> Iterator[Optional[str]]:
+def _emulation(config_path: Path, tag: Optional[str], queue: str) -> Iterator[Optional[str]]:
     """An existing emulation (`tag`), or one built from the config and torn down afterwards."""
     if tag is not None:
         yield tag
         return
     from real.emulate import emulated_cluster
 
-    with emulated_cluster(load_config(config_path)) as emu:
+    with emulated_cluster(load_config(config_path), queue=queue) as emu:
         yield emu.tag
 
 

@@ -107,7 +107,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
 def _cmd_validate(args: argparse.Namespace) -> int:
     from real.validate import validate
 
-    result = validate(Path(args.config), Path(args.out), args.emulate, args.timeout, args.warmup)
+    result = validate(Path(args.config), Path(args.out), args.emulate, args.timeout, args.warmup, args.queue)
     print(result.table.to_string(index=False, float_format=lambda v: f"{v:,.3f}"))
     print(f"\nvalidation: {result.out}/ (validation.md, validation.csv, validation.png; sim/, real/, calibrated.yaml)")
     return 0 if result.passed else 1
@@ -141,6 +141,8 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from real.emulate.shaping import QUEUES  # stdlib only, like real.emulate.cli below
+
     parser = argparse.ArgumentParser(prog="syncsim", description="Simulate synchronization schemes on a cluster.")
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run every policy of a config and write the results")
@@ -170,6 +172,12 @@ def build_parser() -> argparse.ArgumentParser:
     val.add_argument("--emulate", metavar="TAG", help="use this running emulation (default: build one from the config)")
     val.add_argument("--timeout", type=float, default=120.0)
     val.add_argument("--warmup", type=int, default=3, help="iterations dropped on both sides before comparing")
+    val.add_argument(
+        "--queue",
+        choices=QUEUES,
+        default="fair",
+        help="links' queueing when the emulation is built here (docs/emulation.md)",
+    )
     val.set_defaults(func=_cmd_validate)
     from real.emulate.cli import add_parser as add_emulate
 

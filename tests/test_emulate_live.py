@@ -1,9 +1,9 @@
 """A live emulated cluster (root, iproute2): reachability, shaped throughput, teardown and ownership.
 
 Skipped where network namespaces cannot be created. Two racks of two hosts with 200 Mbit/s NICs and
-100 Mbit/s uplinks; flows are the stdlib TCP probe (real/emulate/probe.py) run inside the hosts'
-namespaces, measured over 1 s once connected. TCP goodput is at most 1448/1514 = 95.6 % of a shaped
-line rate, within the 15 % allowed.
+100 Mbit/s uplinks, fair-queued (the default); flows are the stdlib TCP probe (real/emulate/probe.py)
+run inside the hosts' namespaces, measured over 1 s once connected. TCP goodput is at most
+1448/1514 = 95.6 % of a shaped line rate, within the 15 % allowed.
 """
 
 from __future__ import annotations
@@ -74,11 +74,13 @@ def test_every_host_answers_a_ping(emu: Emulation) -> None:
         assert 0 < probe.ping(emu, a, b) < 0.1  # an echo reply came back over the emulated fabric
 
 
-def test_every_veth_end_carries_its_tbf(emu: Emulation) -> None:
+def test_every_veth_end_carries_its_fair_queues(emu: Emulation) -> None:
     rates = []
     for link in emu.links:
         shown = netns.run(["tc", "-n", link.namespace, "qdisc", "show", "dev", link.device])
-        assert "qdisc tbf" in shown and f"rate {link.rate_bps // 1_000_000}Mbit" in shown, (link, shown)
+        assert "qdisc htb 1: root" in shown and shown.count("qdisc bfifo") == 257, (link, shown[:200])
+        root = netns.run(["tc", "-n", link.namespace, "class", "show", "dev", link.device, "classid", "1:1"])
+        assert f"rate {link.rate_bps // 1_000_000}Mbit ceil {link.rate_bps // 1_000_000}Mbit" in root, (link, root)
         rates.append(link.rate_bps)
     # 4 hosts x 2 NIC ends, 2 racks x 2 uplink ends
     assert sorted(rates) == [UPLINK_BPS] * 4 + [NIC_BPS] * 8
@@ -103,8 +105,11 @@ def test_two_cross_rack_flows_share_the_uplink(emu: Emulation) -> None:
 def test_teardown_on_error_and_sigterm_and_down_after_sigkill(tmp_path: Path) -> None:
     tag = f"sig{os.getpid()}"
     with pytest.raises(RuntimeError, match="boom"):
-        with emulated_cluster(CLUSTER, tag, state_dir=tmp_path) as emulation:
+        with emulated_cluster(CLUSTER, tag, queue="fifo", state_dir=tmp_path) as emulation:
             assert ours(tag) == set(emulation.namespaces)
+            link = emulation.links[0]
+            shown = netns.run(["tc", "-n", link.namespace, "qdisc", "show", "dev", link.device])
+            assert "qdisc tbf" in shown and "htb" not in shown, shown  # --queue fifo: one tbf
             raise RuntimeError("boom")
     assert not ours(tag) and not state.exists(tag, tmp_path)
 

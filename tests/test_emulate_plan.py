@@ -1,4 +1,5 @@
-"""Emulation plans, names, tbf settings, state files and the CLI's errors: everything that needs no root."""
+"""Emulation plans, names, shaping (tbf, fair queues), state files and the CLI's errors: everything that needs
+no root."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from real.emulate import Emulation, EmulationError, emulated_cluster, netns, pla
 from real.emulate import cli as emulate_cli
 from real.emulate.names import IFNAMSIZ, check_tag, namespace_prefix, owned, tag_from_name
 from real.emulate.plan import EmulationPlan
-from real.emulate.shaping import GSO_MAX, tbf_for
+from real.emulate.shaping import FAIR_BUCKETS, GSO_MAX, QUEUES, shaping_for
 from sim.config import parse_config
 from sim.errors import ConfigError
 from sim.topology import build_cluster
@@ -159,7 +160,7 @@ def test_tags_and_namespace_ownership() -> None:
 
 
 def test_tbf_holds_a_gso_segment_and_queues_50_ms() -> None:
-    slow, fast, tiny = tbf_for(100e6), tbf_for(10e9), tbf_for(1e6)
+    slow, fast, tiny = shaping_for(100e6), shaping_for(10e9), shaping_for(1e6)
     assert slow.burst_bytes == GSO_MAX and slow.limit_bytes == int(100e6 / 8 * 0.050)  # the burst's floor
     assert fast.burst_bytes == int(10e9 / 8 * 0.002) and fast.limit_bytes == int(10e9 / 8 * 0.050)
     assert tiny.limit_bytes == 2 * GSO_MAX  # the queue's floor: two full buckets
@@ -168,7 +169,66 @@ def test_tbf_holds_a_gso_segment_and_queues_50_ms() -> None:
         "rate", "100000000bit", "burst", str(GSO_MAX), "limit", str(625000),
     ]  # fmt: skip
     with pytest.raises(ValueError, match="rate_bps"):
-        tbf_for(0)
+        shaping_for(0)
+
+
+def classify(lines: list[str], sport: int, dport: int) -> str:
+    """The class the u32 filters in `lines` give a TCP segment, computed as the kernel's u32 does
+    (bucket = (word & mask) >> mask's lowest set bit, modulo the table's divisor)."""
+    word = (sport << 16) | dport
+    divisors, links, flows = {}, {}, {}
+    for line in lines:
+        w = line.split()
+        if "divisor" in w:
+            divisors[w[w.index("handle") + 1].rstrip(":")] = int(w[w.index("divisor") + 1])
+        elif "ht" in w:
+            table, bucket, _ = w[w.index("ht") + 1].split(":")
+            if "link" in w:
+                mask = int(w[w.index("mask") + 1], 16)
+                links[(table, bucket)] = (mask, w[w.index("link") + 1].rstrip(":"))
+            else:
+                flows[(table, bucket)] = w[w.index("flowid") + 1]
+    table, bucket = "800", ""
+    while (table, bucket) in links:
+        mask, table = links[(table, bucket)]
+        shift = (mask & -mask).bit_length() - 1
+        bucket = f"{((word & mask) >> shift) % divisors[table]:x}"
+    return flows[(table, bucket)]
+
+
+def test_fair_queues_give_each_connection_its_own_class_at_the_links_rate() -> None:
+    shaping = shaping_for(100e6)
+    lines = shaping.lines("eth0", "fair")
+    assert lines[0] == "qdisc replace dev eth0 root handle 1: htb default 2"
+    leaves = [w for w in (line.split() for line in lines) if w[:2] == ["class", "add"] and w[5] == "1:1"]
+    assert len(leaves) == FAIR_BUCKETS**2 + 1  # one per bucket pair, and the default for what is not TCP
+    for w in leaves:
+        assert w[w.index("ceil") + 1] == "100000000bit"  # any one connection may take the whole link
+        assert int(w[w.index("quantum") + 1]) >= GSO_MAX  # a round serves a whole GSO segment
+    assert sum(int(w[w.index("rate") + 1].removesuffix("bit")) for w in leaves) <= 100e6
+    assert sum(f"bfifo limit {shaping.limit_bytes}" in line for line in lines) == len(leaves)  # 50 ms each
+    listener = 39311
+    ephemeral = [35278 + 2 * i for i in range(16)]  # connect()'s even ports, as Linux hands them out
+    # connections to one listening process, both directions: all apart (bits 1-4 of the even ports differ)
+    assert len({classify(lines, e, listener) for e in ephemeral}) == 16
+    assert len({classify(lines, listener, e) for e in ephemeral}) == 16
+    every = {classify(lines, s, d) for s in range(0, 64, 2) for d in range(0, 64, 2)}
+    assert len(every) == FAIR_BUCKETS**2 and "1:2" not in every  # every class reachable; TCP never default
+    assert shaping.lines("eth0", "fifo") == [" ".join(shaping.tc_args("ns", "eth0")[3:])]
+
+
+def test_queue_discipline_is_checked_and_recorded(tmp_path: Path) -> None:
+    assert QUEUES == ("fair", "fifo")
+    with pytest.raises(ValueError, match="emulate.queue: must be one of fair, fifo, got 'sfq'"):
+        shaping_for(1e6).lines("eth0", "sfq")
+    with pytest.raises(ConfigError, match="emulate.queue: must be one of fair, fifo"):
+        plan(star(2), queue="sfq")
+    assert plan(star(2)).queue == "fair" and plan(star(2), queue="fifo").queue == "fifo"
+    fifo = Emulation.from_plan(plan(star(2), tag="q", queue="fifo"))
+    state.write("q", fifo.to_dict(), tmp_path)
+    assert Emulation.load("q", tmp_path).queue == "fifo"
+    recorded_before = {k: v for k, v in Emulation.from_plan(plan(star(2), tag="q")).to_dict().items() if k != "queue"}
+    assert Emulation.from_dict(recorded_before).queue == "fifo"  # states written before disciplines: tbf FIFOs
 
 
 def test_emulation_round_trips_through_its_state_file(tmp_path: Path) -> None:
@@ -219,6 +279,9 @@ def test_cli_parses_and_reports_errors(tmp_path: Path, capsys: pytest.CaptureFix
     emulate_cli.add_parser(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["emulate", "up", "c.yaml", "--tag", "x", "--scale", "0.5"])
     assert (args.emulate_command, args.config, args.tag, args.scale, args.replace) == ("up", "c.yaml", "x", 0.5, False)
+    assert args.queue == "fair" and parser.parse_args(["emulate", "up", "c.yaml", "--queue", "fifo"]).queue == "fifo"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["emulate", "up", "c.yaml", "--queue", "sfq"])  # argparse names the choices
     assert parser.parse_args(["emulate", "down", "--all"]).all
     with pytest.raises(SystemExit):
         parser.parse_args(["emulate", "down", "--tag", "x", "--all"])  # one target at a time

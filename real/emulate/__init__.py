@@ -1,5 +1,6 @@
 """An emulated cluster on one Linux machine: a network namespace per host, Linux bridges for the
-switches, veth pairs shaped with tbf for the NICs and rack uplinks (docs/emulation.md).
+switches, veth pairs shaped at the NICs and rack uplinks, with per-connection fair queues by default
+(docs/emulation.md).
 
     with emulated_cluster(load_config("configs/x.yaml"), scale=0.01) as emu:
         argv = emu.exec_prefix("h0") + ["python", "worker.py", "--addr", emu.address("h0")]

@@ -17,6 +17,7 @@ from real.emulate.emulation import Emulation
 from real.emulate.errors import EmulationError
 from real.emulate.names import namespace_prefix, tag_from_name
 from real.emulate.plan import DEFAULT_SUBNET, plan_config
+from real.emulate.shaping import QUEUES
 from sim.errors import ConfigError
 
 EXIT_CONFIG = 2
@@ -32,7 +33,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     emulate = subparsers.add_parser(
         "emulate",
         help="an emulated cluster of network namespaces with shaped links (Linux, root)",
-        description="Build the `cluster:` of a config as network namespaces joined by tbf-shaped veths and bridges.",
+        description="Build the `cluster:` of a config as network namespaces joined by shaped veths and bridges.",
     )
     sub = emulate.add_subparsers(dest="emulate_command", required=True)
     up = sub.add_parser("up", parents=[common], help="create the emulated cluster of a config")
@@ -41,6 +42,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     up.add_argument("--scale", type=float, default=1.0, help="multiply every link rate by this (default 1)")
     up.add_argument(
         "--subnet", default=DEFAULT_SUBNET, help=f"private IPv4 range for the hosts (default {DEFAULT_SUBNET})"
+    )
+    up.add_argument(
+        "--queue",
+        choices=QUEUES,
+        default="fair",
+        help="links' queueing: fair (per connection, the default) or fifo (one tbf queue); docs/emulation.md",
     )
     up.add_argument("--replace", action="store_true", help="take down a running emulation with the same tag first")
     up.set_defaults(func=_guarded(_cmd_up))
@@ -81,9 +88,12 @@ def _guarded(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse
 def _cmd_up(args: argparse.Namespace) -> int:
     from sim.config import load_config
 
-    plan = plan_config(load_config(args.config), args.tag, scale=args.scale, subnet=args.subnet)
+    plan = plan_config(load_config(args.config), args.tag, scale=args.scale, subnet=args.subnet, queue=args.queue)
     emulation = lifecycle.up(plan, replace=args.replace, state_dir=args.state_dir)
-    print(f"emulation {plan.tag!r} up: {len(plan.hosts)} hosts, {len(plan.bridges)} bridges, subnet {plan.subnet}")
+    print(
+        f"emulation {plan.tag!r} up: {len(plan.hosts)} hosts, {len(plan.bridges)} bridges, subnet {plan.subnet}, "
+        f"{plan.queue} queues"
+    )
     _print_emulation(emulation)
     for note in plan.notes():
         print(f"note: {note}")
@@ -126,7 +136,8 @@ def _cmd_status(args: argparse.Namespace) -> int:
         have = "?" if present is None else str(sum(ns in present for ns in emulation.namespaces))
         print(
             f"emulation {tag!r}: {data.get('status', '?')}, {have}/{len(emulation.namespaces)} namespaces present, "
-            f"{emulation.topology}, scale {emulation.scale:g}, subnet {emulation.subnet}, pid {data.get('pid', '?')}"
+            f"{emulation.topology}, scale {emulation.scale:g}, subnet {emulation.subnet}, {emulation.queue} queues, "
+            f"pid {data.get('pid', '?')}"
         )
         _print_emulation(emulation)
     return 0

@@ -33,11 +33,22 @@ class Emulation:
     hosts: dict[str, EmulatedHost]
     links: tuple[ShapedLink, ...] = ()
     namespaces: tuple[str, ...] = field(default=())
+    queue: str = "fair"  # the links' queueing discipline
 
     @classmethod
     def from_plan(cls, plan: EmulationPlan) -> Emulation:
         hosts = {h.name: EmulatedHost(h.namespace, h.address, h.interface, h.rack, h.rate_bps) for h in plan.hosts}
-        return cls(plan.tag, plan.topology, plan.scale, plan.subnet, plan.fabric, hosts, plan.shaped(), plan.namespaces)
+        return cls(
+            plan.tag,
+            plan.topology,
+            plan.scale,
+            plan.subnet,
+            plan.fabric,
+            hosts,
+            plan.shaped(),
+            plan.namespaces,
+            plan.queue,
+        )
 
     @classmethod
     def load(cls, tag: str, state_dir: state.StateDir = None) -> Emulation:
@@ -56,6 +67,7 @@ class Emulation:
                 hosts={name: EmulatedHost(**h) for name, h in data["hosts"].items()},
                 links=tuple(ShapedLink(**link) for link in data.get("links", ())),
                 namespaces=tuple(data["namespaces"]),
+                queue=data.get("queue", "fifo"),  # emulations recorded before disciplines were tbf FIFOs
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise EmulationError(f"emulation state of {data.get('tag')!r} is incomplete ({exc!r})") from None
@@ -70,6 +82,7 @@ class Emulation:
             "namespaces": list(self.namespaces),
             "hosts": {name: asdict(h) for name, h in self.hosts.items()},
             "links": [asdict(link) for link in self.links],
+            "queue": self.queue,
         }
 
     def host(self, name: str) -> EmulatedHost:

@@ -93,6 +93,7 @@ def emulated_cluster(
     *,
     scale: float = 1.0,
     subnet: str = DEFAULT_SUBNET,
+    queue: str = "fair",
     replace: bool = False,
     state_dir: state.StateDir = None,
 ) -> Iterator[Emulation]:
@@ -103,11 +104,11 @@ def emulated_cluster(
     `syncsim emulate down` cleans up from.
     """
     if isinstance(config, Config):
-        plan = plan_config(config, tag, scale=scale, subnet=subnet)
+        plan = plan_config(config, tag, scale=scale, subnet=subnet, queue=queue)
     elif tag is None:
         raise EmulationError("emulated_cluster: pass tag= with a cluster config (a whole Config names itself)")
     else:
-        plan = plan_cluster(config, tag, scale=scale, subnet=subnet)
+        plan = plan_cluster(config, tag, scale=scale, subnet=subnet, queue=queue)
     with _sigterm_raises():
         emulation = up(plan, replace=replace, state_dir=state_dir)
         try:

@@ -13,10 +13,11 @@ import os
 import shutil
 import subprocess
 from collections.abc import Sequence
+from typing import Optional
 
 from real.emulate.errors import EmulationError
 from real.emulate.plan import CORE_BRIDGE, EmulationPlan
-from real.emulate.shaping import tbf_for
+from real.emulate.shaping import shaping_for
 
 TOOLS = ("ip", "tc")
 
@@ -33,10 +34,11 @@ def require_tools() -> None:
         raise EmulationError("emulation creates network namespaces, which needs root: run it as root (e.g. with sudo)")
 
 
-def run(args: Sequence[str]) -> str:
-    """Run one command (an argument list, never a shell line); its stdout, or EmulationError with its stderr."""
+def run(args: Sequence[str], stdin: Optional[str] = None) -> str:
+    """Run one command (an argument list, never a shell line), feeding it `stdin`; its stdout, or
+    EmulationError with its stderr."""
     try:
-        done = subprocess.run(list(args), capture_output=True, text=True, check=False)
+        done = subprocess.run(list(args), input=stdin, capture_output=True, text=True, check=False)
     except OSError as exc:
         raise EmulationError(f"cannot run {args[0]!r}: {exc.strerror}") from None
     if done.returncode != 0:
@@ -78,7 +80,7 @@ def check_subnet_free(subnet: str) -> None:
 
 
 def build(plan: EmulationPlan) -> None:
-    """Create the plan's namespaces, bridges, veths, addresses and tbf qdiscs (the namespaces must not exist)."""
+    """Create the plan's namespaces, bridges, veths, addresses and shaping qdiscs (the namespaces must not exist)."""
     fab = plan.fabric
     for ns in plan.namespaces:
         run(["ip", "netns", "add", ns])
@@ -97,7 +99,12 @@ def build(plan: EmulationPlan) -> None:
         run(["ip", "-n", fab, "link", "set", u.rack_port, "master", u.bridge, "up"])
         run(["ip", "-n", fab, "link", "set", u.core_port, "master", CORE_BRIDGE, "up"])
     for link in plan.shaped():
-        run(tbf_for(link.rate_bps).tc_args(link.namespace, link.device))
+        lines = shaping_for(link.rate_bps).lines(link.device, plan.queue)
+        try:
+            run(["tc", "-n", link.namespace, "-batch", "-"], stdin="\n".join(lines) + "\n")
+        except EmulationError as exc:
+            hint = " (this kernel may lack htb or u32: try --queue fifo)" if plan.queue == "fair" else ""
+            raise EmulationError(f"shaping {link.direction} ({plan.queue} queue): {exc}{hint}") from None
 
 
 def pids(namespace: str) -> list[int]:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from real.emulate.names import FABRIC, check_interface, check_tag, namespace_name, tag_from_name
+from real.emulate.shaping import check_queue
 from sim.config import ClusterBase, Config, CustomCluster, StarCluster, TwoTierCluster
 from sim.errors import ConfigError
 from sim.topology import build_cluster
@@ -57,7 +58,7 @@ class UplinkPlan:
 
 @dataclass(frozen=True)
 class ShapedLink:
-    """One direction of one link: the veth end whose egress tbf shapes it."""
+    """One direction of one link: the veth end whose egress qdisc shapes it."""
 
     namespace: str
     device: str
@@ -75,6 +76,7 @@ class EmulationPlan:
     bridges: tuple[str, ...]
     hosts: tuple[HostPlan, ...]
     uplinks: tuple[UplinkPlan, ...]
+    queue: str = "fair"  # the links' queueing discipline (real.emulate.shaping.QUEUES)
 
     @property
     def namespaces(self) -> tuple[str, ...]:
@@ -82,7 +84,7 @@ class EmulationPlan:
         return (self.fabric, *(h.namespace for h in self.hosts))
 
     def shaped(self) -> tuple[ShapedLink, ...]:
-        """Both directions of every link: tbf shapes egress only, so each veth end carries one."""
+        """Both directions of every link: qdiscs shape egress only, so each veth end carries one."""
         links: list[ShapedLink] = []
         for h in self.hosts:
             links.append(ShapedLink(h.namespace, h.interface, h.rate_bps, f"{h.name} -> {h.bridge}"))
@@ -104,11 +106,16 @@ class EmulationPlan:
 
 
 def plan_config(
-    config: Config, tag: Optional[str] = None, *, scale: float = 1.0, subnet: str = DEFAULT_SUBNET
+    config: Config,
+    tag: Optional[str] = None,
+    *,
+    scale: float = 1.0,
+    subnet: str = DEFAULT_SUBNET,
+    queue: str = "fair",
 ) -> EmulationPlan:
     """The plan for a whole config: its `cluster:` section, tag from its `name` unless given."""
     tag = check_tag(tag) if tag is not None else tag_from_name(config.name)
-    return plan_cluster(config.cluster, tag, scale=scale, subnet=subnet, seed=config.seed)
+    return plan_cluster(config.cluster, tag, scale=scale, subnet=subnet, seed=config.seed, queue=queue)
 
 
 def plan_cluster(
@@ -118,9 +125,14 @@ def plan_cluster(
     scale: float = 1.0,
     subnet: str = DEFAULT_SUBNET,
     seed: int = 0,
+    queue: str = "fair",
 ) -> EmulationPlan:
-    """The plan for one `cluster:` config; link rates are the config's times `scale`."""
+    """The plan for one `cluster:` config; link rates are the config's times `scale`, queued by `queue`."""
     check_tag(tag)
+    try:
+        check_queue(queue)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     if isinstance(cluster, CustomCluster) or not isinstance(cluster, (StarCluster, TwoTierCluster)):
         topology = getattr(cluster, "topology", type(cluster).__name__)
         raise ConfigError(f"cluster.topology: emulation supports star and two_tier, got {topology!r}")
@@ -162,7 +174,7 @@ def plan_cluster(
         for tor in (tors[rack],)
     )
     bridges = (STAR_BRIDGE,) if isinstance(cluster, StarCluster) else (*tors.values(), CORE_BRIDGE)
-    return EmulationPlan(tag, cluster.topology, scale, str(net), fabric, bridges, tuple(hosts), uplinks)
+    return EmulationPlan(tag, cluster.topology, scale, str(net), fabric, bridges, tuple(hosts), uplinks, queue)
 
 
 def _subnet(text: str) -> ipaddress.IPv4Network:
