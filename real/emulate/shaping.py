@@ -18,7 +18,7 @@ Why these numbers (measured in docs/emulation.md):
 Disciplines (`QUEUES`):
 
 - `fair` (the default): per-connection fair queueing, as the simulator's max-min sharing assumes
-  and as Linux hosts do by default (fq_codel). An htb root at the link's rate, with
+  and as most Linux distributions set up hosts (fq_codel). An htb root at the link's rate, with
   `FAIR_BUCKETS`^2 leaf classes served round-robin a GSO segment at a time; u32 filters hash each
   TCP segment by 4 bits of its source port, then 4 of its destination port, so the connections
   crossing a link get their own queues (two connections to one listening process share a queue
