@@ -26,6 +26,8 @@ class RankReport:
     p2p: list[tuple] = field(default_factory=list)  # real.executor.P2PRecord
     blocked: list[tuple[int, float, float]] = field(default_factory=list)
     losses: list[float] = field(default_factory=list)
+    # every `eval_every` iterations (synchronous budgets): (iteration, seconds, parameters, losses so far)
+    snapshots: list[tuple] = field(default_factory=list)
     parameters: object = None  # final flat parameters (a tensor)
     error: str | None = None
 

@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +23,12 @@ class ServerReport:
     params: torch.Tensor  # the shard's copy of the model; only `touched` elements are its own
     touched: torch.Tensor
     staleness: list[tuple[int, int]]
+    snapshots: list[tuple[int, float, torch.Tensor]] = field(default_factory=list)  # (iteration, seconds, params)
 
 
-def assemble(entry: PolicyEntry, task: Any, gathered: Sequence[Any], wall_s: float) -> PolicyRun:
+def assemble(
+    entry: PolicyEntry, task: Any, gathered: Sequence[Any], wall_s: float, eval_workers: bool = True
+) -> PolicyRun:
     workers = [r for r in gathered if isinstance(r, RankReport)]
     servers = [r for r in gathered if isinstance(r, ServerReport)]
     run = PolicyRun(entry.display, entry.name)
@@ -43,30 +46,66 @@ def assemble(entry: PolicyEntry, task: Any, gathered: Sequence[Any], wall_s: flo
         for server in servers:
             consensus[server.touched] = server.params[server.touched]
     run.consensus = consensus.numpy()
-    run.accuracy = _evaluate(
-        task, workers, params, consensus, len(run.iterations) / max(1, len(workers)), run.sim_time_s
-    )
+    final = len(run.iterations) / max(1, len(workers))
+    run.accuracy = _evaluate(task, workers, servers, params, consensus, final, run.sim_time_s, eval_workers)
     return run
 
 
 def _evaluate(
     task: Any,
     workers: Sequence[RankReport],
+    servers: Sequence[ServerReport],
     params: torch.Tensor,
     consensus: torch.Tensor,
     iteration: float,
     now: float,
+    eval_workers: bool,
 ) -> list[tuple]:
-    """Held-out loss and accuracy at the start and the end (the consensus, then every replica)."""
-    loss0, acc0 = task.evaluate(task.initial)
-    losses = [x for w in workers for x in w.losses]
-    rows = [(0.0, 0.0, -1, float("nan"), loss0, acc0)]
-    loss, acc = task.evaluate(consensus)
-    rows.append((iteration, now, -1, float(np.mean(losses)) if losses else float("nan"), loss, acc))
-    for w, p in zip(workers, params):
-        loss, acc = task.evaluate(p)
-        rows.append((iteration, now, w.rank, float(np.mean(w.losses)) if w.losses else float("nan"), loss, acc))
+    """Held-out loss and accuracy of the consensus (then of every replica, with `eval_workers`) as
+    numerics mode reports them: at the start, at each snapshot, and at the end.
+
+    The consensus at a snapshot is the shards' parameters (policies with servers) or the replicas'
+    mean; replicas are evaluated where every worker took a snapshot (synchronous budgets). A row's
+    train loss is the mean minibatch loss since the previous row."""
+    rows: list[tuple] = []
+
+    def add(it: float, t: float, model: torch.Tensor, replicas: Sequence[torch.Tensor], windows: list[list[float]]):
+        losses = [x for w in windows for x in w]
+        rows.append((it, t, -1, _mean(losses), *task.evaluate(model)))
+        if eval_workers and replicas:
+            for w, p, window in zip(workers, replicas, windows):
+                rows.append((it, t, w.rank, _mean(window), *task.evaluate(p)))
+
+    initial = task.initial
+    add(0.0, 0.0, initial, [initial] * len(workers), [[] for _ in workers])
+    taken = [0] * len(workers)  # losses already reported, per worker
+    by_worker = [{snap[0]: snap for snap in w.snapshots} for w in workers]
+    by_server = [{snap[0]: snap for snap in s.snapshots} for s in servers]
+    points = set.intersection(*(set(d) for d in by_server)) if servers else set()
+    if not servers and workers:
+        points = set.intersection(*(set(d) for d in by_worker))
+    for it in sorted(points):
+        if servers:
+            model = initial.clone()
+            for server, snaps in zip(servers, by_server):
+                model[server.touched] = snaps[it][2][server.touched]
+            t = max(snaps[it][1] for snaps in by_server)
+        else:
+            model = torch.stack([snaps[it][2] for snaps in by_worker]).mean(dim=0)
+            t = max(snaps[it][1] for snaps in by_worker)
+        replicas = [snaps[it][2] for snaps in by_worker] if all(it in snaps for snaps in by_worker) else []
+        windows = []
+        for i, (w, snaps) in enumerate(zip(workers, by_worker)):
+            upto = snaps[it][3] if it in snaps else taken[i]
+            windows.append(w.losses[taken[i] : upto])
+            taken[i] = upto
+        add(float(it), t, model, replicas, windows)
+    add(iteration, now, consensus, list(params), [w.losses[n:] for w, n in zip(workers, taken)])
     return rows
+
+
+def _mean(values: Sequence[float]) -> float:
+    return float(np.mean(values)) if len(values) else float("nan")
 
 
 def write(config: Config, cluster: Any, plan: Any, runs: list[PolicyRun], out: Path) -> None:

@@ -13,6 +13,7 @@ import queue
 import threading
 import time
 from collections import defaultdict
+from dataclasses import dataclass
 from typing import Any, Optional
 
 import torch
@@ -20,15 +21,34 @@ import torch.distributed as dist
 
 from policies.ops import ServerSpec
 from real import protocol as wire
+from real.worker import room_for_snapshot
 from sim.numerics.servers import ServerTensors, Update
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """When a shard copies its parameters for evaluation after the run."""
+
+    every: int  # iterations between copies
+    keys: int  # buckets pushed to the shard
+    iterations: int  # the policy's iterations (the last is evaluated from the final state)
+    t0: float  # perf_counter at the policy's start
 
 
 class ShardServer:
     def __init__(
-        self, spec: ServerSpec, workers: int, tensors: ServerTensors, coordinator: bool, budget: Optional[int]
+        self,
+        spec: ServerSpec,
+        workers: int,
+        tensors: ServerTensors,
+        coordinator: bool,
+        budget: Optional[int],
+        evaluation: Optional[Evaluation] = None,
     ) -> None:
         self.spec, self.workers, self.tensors = spec, workers, tensors
         self.coordinator, self.budget = coordinator, budget
+        self.evaluation = evaluation
+        self.snapshots: list[tuple[int, float, torch.Tensor]] = []  # (iteration, seconds, parameters)
         self.claimed = 0
         self.touched = torch.zeros(tensors.params.numel(), dtype=torch.bool)  # elements pushed to this shard
         self.staleness: list[tuple[int, int]] = []  # (rank, staleness) per applied asynchronous update
@@ -121,6 +141,7 @@ class ShardServer:
             self.tensors.apply_async(update)
             self._applied_to[key] += 1
             self.applied += 1
+            self._maybe_snapshot()
             return
         self.tensors.add(self.spec.shard, key, rnd, update)
         self._count[(key, rnd)] += 1
@@ -130,8 +151,24 @@ class ShardServer:
             self._applied_to[key] += 1
             self.applied += 1
             self._done_rounds.add((key, rnd))
+            self._maybe_snapshot()
             for pull in self._waiting.pop((key, rnd), ()):
                 self._reply(*pull)
+
+    def _maybe_snapshot(self) -> None:
+        """Copy the parameters when the updates applied complete another `every` iterations: rounds of
+        every key (synchronous), or iterations x workers updates (asynchronous, as numerics mode counts)."""
+        e = self.evaluation
+        if e is None:
+            return
+        if self.spec.sync:
+            iteration = min(self._applied_to[key] for key in range(e.keys))
+        else:
+            iteration = self.applied // (e.keys * self.workers)
+        done = self.snapshots[-1][0] if self.snapshots else 0
+        if iteration > done and iteration % e.every == 0 and iteration < e.iterations:
+            if room_for_snapshot(self.snapshots, self.tensors.params):
+                self.snapshots.append((iteration, time.perf_counter() - e.t0, self.tensors.params.clone()))
 
     def _pull(self, rank: int, key: int, a: int, b: int, arrival: float) -> None:
         rnd = self._pulled[(rank, key)]

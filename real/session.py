@@ -27,7 +27,7 @@ from real.executor import RankExecutor
 from real.groups import ProcessGroups, planned_groups
 from real.liveness import Heartbeat
 from real.results import ServerReport, assemble, write
-from real.server import ShardServer
+from real.server import Evaluation, ShardServer
 from real.worker import WorkerSetup, train
 from sim.config import Config
 from sim.engine import bind_policy
@@ -206,7 +206,9 @@ def _run_policy(
                 timeout_s,
                 OpValidator(entry.display, workers, len(specs)),
             )
-            setup = WorkerSetup(rank, policy, executor, buckets, config.iterations, shard_ranks, clock_rank, t0)
+            setup = WorkerSetup(
+                rank, policy, executor, buckets, config.iterations, shard_ranks, clock_rank, t0, cfg.eval_every
+            )
             try:
                 train(setup, report)
             finally:
@@ -219,9 +221,10 @@ def _run_policy(
             spec = specs[rank - workers]
             tensors = ServerTensors(cfg, task.initial, workers, config.iterations)
             budget = config.iterations * workers if policy.shared_budget else None
-            server = ShardServer(spec, workers, tensors, rank == clock_rank, budget)
+            evaluation = Evaluation(cfg.eval_every, len(buckets), config.iterations, t0)
+            server = ShardServer(spec, workers, tensors, rank == clock_rank, budget, evaluation)
             server.serve()
-            report = ServerReport(spec.shard, tensors.params, server.touched, server.staleness)
+            report = ServerReport(spec.shard, tensors.params, server.touched, server.staleness, server.snapshots)
     except Exception as exc:
         heartbeat.mark("failed")
         if report is not None:  # keep what this rank measured; rank 0 adds it to the results
@@ -238,7 +241,7 @@ def _run_policy(
     if rank != 0:
         return None
     assert gathered is not None
-    return assemble(entry, task, gathered, time.time() - wall)
+    return assemble(entry, task, gathered, time.time() - wall, cfg.eval_workers)
 
 
 def _first_sentence(exc: BaseException) -> str:

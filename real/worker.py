@@ -6,6 +6,9 @@ concurrently; the local optimizer step on buckets nobody else updates; the end_s
 Unlike the simulator, backward is one autograd call, so bucket programs start when the whole
 gradient is ready rather than overlapping backward (the models here are small; docs/real.md).
 
+Evaluation: with a synchronous budget the replica is copied every `eval_every` iterations, for rank 0
+to evaluate after the policy (`real/results.py`), as numerics mode evaluates it.
+
 Budgets: synchronous policies run `iterations` on every worker; with `shared_budget` (ASP, SSP)
 workers claim each iteration from shard 0, which hands out iterations x workers in all (claims go
 out one iteration ahead, so a shard busy with pushes never stalls a worker between iterations).
@@ -18,7 +21,7 @@ import signal
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 import torch
 import torch.distributed as dist
@@ -39,6 +42,7 @@ class WorkerSetup:
     shard_ranks: Sequence[int]
     clock_rank: Optional[int]
     t0: float
+    eval_every: Optional[int] = None  # snapshot the replica every this many iterations (synchronous budgets)
 
 
 def train(setup: WorkerSetup, report: RankReport) -> None:
@@ -82,10 +86,27 @@ def train(setup: WorkerSetup, report: RankReport) -> None:
             )
         )
         step += 1
+        if claims is None and s.eval_every and step % s.eval_every == 0 and step < s.iterations:
+            snapshot(report, step, end - t, replica.params, len(replica.losses))
     for shard in s.shard_ranks:
         ticks.extend(wire.goodbye(shard, replica.params.numel()))
     for work in ticks:
         work.wait()
+
+
+SNAPSHOT_BYTES = 256 * 2**20  # at most this much memory in snapshots per process
+
+
+def room_for_snapshot(snapshots: Sequence[Any], params: torch.Tensor) -> bool:
+    """May a process keep one more copy of `params`? Copies are evaluated after the run, so the timed
+    loop pays only for the copy; past SNAPSHOT_BYTES a large model is evaluated at start and end only."""
+    return (len(snapshots) + 1) * params.numel() * params.element_size() <= SNAPSHOT_BYTES
+
+
+def snapshot(report: Any, iteration: int, seconds: float, params: torch.Tensor, losses: int) -> None:
+    """Keep a copy of the replica (and how many minibatch losses it had) for evaluation after the run."""
+    if room_for_snapshot(report.snapshots, params):
+        report.snapshots.append((iteration, seconds, params.clone(), losses))
 
 
 class _Claims:

@@ -131,7 +131,10 @@ def run_policy(
         from sim.numerics.session import attach  # torch is imported only when numerics is on
 
         servers = bool(policy.servers())
-        replicas, evaluator = attach(config, task, world, [b.nbytes for b in plan.buckets], entry.display, servers)
+        synchronous = not getattr(policy, "shared_budget", False)
+        replicas, evaluator = attach(
+            config, task, world, [b.nbytes for b in plan.buckets], entry.display, servers, synchronous
+        )
     runner = CollectiveRunner(env, net, router, cluster.rank_gpus, model)
     comms = Communicators(
         env, runner, entry.display, on_collective, blocked.add, replicas.collective_done if replicas else None

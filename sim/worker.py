@@ -139,7 +139,7 @@ def worker(ctx: WorkerContext, rank: int) -> Generator[simpy.Event, Any, None]:
         ctx.rows.append((step, rank, start, begin_end, forward_end, compute_end, end, compute_s, wait))
         ctx.clocks.tick(rank)
         if ctx.evaluator is not None:
-            ctx.evaluator.iteration_done(env.now)
+            ctx.evaluator.iteration_done(env.now, rank)
         ctx.on_iteration()
         step += 1
     ctx.clocks.retire(rank)

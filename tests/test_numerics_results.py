@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("sklearn")
 
-from helpers import star, synthetic  # noqa: E402
+from helpers import star, synthetic, two_tier  # noqa: E402
 
 from sim.api import simulate  # noqa: E402
 from sim.config import parse_config  # noqa: E402
@@ -83,3 +83,29 @@ def test_same_seed_same_accuracy_and_timing_matches_a_timing_only_run() -> None:
 def test_disabled_section_runs_timing_only() -> None:
     result = simulate(small({"enabled": False}))
     assert result.accuracy is None and "final_accuracy" not in result.summary.columns
+
+
+def test_a_synchronous_run_is_evaluated_as_each_replica_stood_after_its_kth_iteration() -> None:
+    """DS-Sync on 2 racks x 1 host x 2 GPUs: on alternate steps its groups stay inside a host and
+    finish long before the cross-rack ones, so when the last worker completes iteration 10 the
+    others are already inside iteration 11. Row 10 of a 20-iteration run must still be the state a
+    10-iteration run ends in (replicas, consensus and train losses), as the real backend reports it."""
+    cluster = two_tier(2, 1, uplink_gbps=0.1, nic_gbps=0.2, gpus_per_host=2)
+
+    def run(iterations: int) -> pd.DataFrame:
+        cfg = synthetic(cluster, [{"name": "ds_sync"}], 1.0, compute_ms=5.0, iterations=iterations)
+        cfg["numerics"] = {"model": "mlp", "hidden": [32], "global_batch": 64, "eval_every": 10}
+        return simulate(cfg).accuracy.set_index(["model", "worker"])
+
+    long, short = run(20), run(10)
+    ends = simulate(
+        {
+            **synthetic(cluster, [{"name": "ds_sync"}], 1.0, compute_ms=5.0, iterations=20),
+            "numerics": {"model": "mlp", "hidden": [32], "global_batch": 64},
+        }
+    ).iterations.groupby("iteration")["end_s"]
+    assert (ends.max() - ends.min()).iloc[9] > 0.05  # iteration 10 (index 9): workers finish far apart
+    at10, final10 = long[long["iteration"] == 10], short[short["iteration"] == 10]
+    assert len(at10) == 5 and at10.index.equals(final10.index)
+    for column in ("train_loss", "loss", "accuracy"):
+        pd.testing.assert_series_equal(at10[column], final10[column], rtol=1e-6, atol=1e-7)

@@ -50,6 +50,7 @@ def write_config(tmp_path: Path, policies: list[dict[str, Any]], iterations: int
             "global_batch": 64,
             "optimizer": {"name": "sgd", "lr": 0.1, "momentum": 0.9, "nesterov": True, "weight_decay": 1e-4},
             "schedule": {"kind": "step", "warmup_iterations": 3, "milestones": [10], "gamma": 0.5},
+            "eval_every": 5,
         },
         "policies": policies,
         **extra,
@@ -83,6 +84,15 @@ def test_real_gloo_run_equals_the_simulators_numerics(tmp_path: Path) -> None:
     assert (summary["status"] == "ok").all() and (summary["iterations"] == ITERATIONS).all()
     sim_acc = sim.summary.set_index("policy")["final_accuracy"]
     np.testing.assert_allclose(summary["final_accuracy"], sim_acc[summary.index], atol=1e-6)
+    # the accuracy curve too: every eval_every iterations, the consensus and every replica
+    key = ["policy", "iteration", "model", "worker"]
+    real_curve = pd.read_csv(out / "accuracy.csv").set_index(key).sort_index()
+    sim_curve = sim.accuracy.set_index(key).sort_index()
+    assert list(real_curve.index) == list(sim_curve.index)
+    assert sorted(real_curve.index.get_level_values("iteration").unique()) == [0, 5, 10, 15, 20]
+    for column in ("train_loss", "loss", "accuracy"):
+        np.testing.assert_allclose(real_curve[column], sim_curve[column], rtol=1e-5, atol=1e-6, err_msg=column)
+    assert (real_curve.groupby("policy")["time_s"].is_monotonic_increasing).all()  # measured seconds
 
     rows = pd.read_csv(out / "iterations.csv")
     assert len(rows) == 4 * 4 * ITERATIONS

@@ -3,9 +3,18 @@
 An *iteration* here is `updates / workers`: all workers' completed iterations divided by the world
 size, the unit in which Sync-Switch equates ASP's per-worker updates with BSP steps. Evaluation runs
 at iteration 0, every `eval_every` iterations, and once more at the end.
+
+With a synchronous budget (every worker runs the same iterations) iteration k is evaluated as each
+replica stood when it finished its own k-th iteration (copied then), once the last worker has: a
+worker that is ahead (DS-Sync's rack-local groups) is not caught half-way through step k + 1. The
+real backend evaluates the same states (`real/results.py`). With a shared budget (ASP, SSP), where
+workers' counts differ, the replicas and servers are evaluated as they are when the total count
+reaches a multiple of `eval_every x workers`.
 """
 
 from __future__ import annotations
+
+import torch
 
 from sim.numerics.replicas import Replicas
 
@@ -14,34 +23,53 @@ AccuracyRow = tuple[float, float, int, float, float, float]
 
 
 class Evaluator:
-    def __init__(self, replicas: Replicas, every: int, workers: bool) -> None:
-        self.replicas, self.every, self.workers = replicas, every, workers
+    def __init__(self, replicas: Replicas, every: int, workers: bool, synchronous: bool) -> None:
+        self.replicas, self.every, self.workers, self.synchronous = replicas, every, workers, synchronous
         self.world = replicas.world
         self.completed = 0  # worker-iterations
         self.evaluated_at = -1
         self.rows: list[AccuracyRow] = []
+        self._done = [0] * self.world  # synchronous: iterations each worker finished
+        self._copies: dict[int, dict[int, tuple]] = {}  # iteration -> rank -> (params, losses)
 
-    def iteration_done(self, now: float) -> None:
+    def iteration_done(self, now: float, rank: int) -> None:
         self.completed += 1
-        if self.completed % (self.every * self.world) == 0:
-            self.evaluate(now)
+        if not self.synchronous:
+            if self.completed % (self.every * self.world) == 0:
+                self.evaluate(now)
+            return
+        self._done[rank] += 1
+        k = self._done[rank]
+        if k % self.every:
+            return
+        losses = self.replicas.losses[rank]
+        self._copies.setdefault(k, {})[rank] = (self.replicas.params[rank].clone(), list(losses))
+        losses.clear()
+        if len(self._copies[k]) == self.world:  # the last worker finished iteration k
+            copies = self._copies.pop(k)
+            self._rows(k, now, [copies[r][0] for r in range(self.world)], [copies[r][1] for r in range(self.world)])
+            self.evaluated_at = self.completed
 
     def evaluate(self, now: float) -> None:
+        """The replicas (and servers) as they are now."""
         if self.completed == self.evaluated_at:
             return
         self.evaluated_at = self.completed
-        iteration = self.completed / self.world
-        reps, task = self.replicas, self.replicas.task
-        losses = reps.losses
-        recent = [x for worker in losses for x in worker]
-        loss, accuracy = task.evaluate(reps.consensus())
-        self.rows.append((iteration, now, -1, _mean(recent), loss, accuracy))
+        reps = self.replicas
+        windows = [list(worker) for worker in reps.losses]
+        for worker in reps.losses:
+            worker.clear()
+        self._rows(self.completed / self.world, now, [reps.params[r] for r in range(self.world)], windows)
+
+    def _rows(self, iteration: float, now: float, params: list, windows: list[list[float]]) -> None:
+        task, reps = self.replicas.task, self.replicas
+        consensus = reps.server.params if reps.server is not None else torch.stack(params).mean(dim=0)
+        loss, accuracy = task.evaluate(consensus)
+        self.rows.append((iteration, now, -1, _mean([x for w in windows for x in w]), loss, accuracy))
         if self.workers:
             for r in range(self.world):
-                loss, accuracy = task.evaluate(reps.params[r])
-                self.rows.append((iteration, now, r, _mean(losses[r]), loss, accuracy))
-        for worker in losses:
-            worker.clear()
+                loss, accuracy = task.evaluate(params[r])
+                self.rows.append((iteration, now, r, _mean(windows[r]), loss, accuracy))
 
 
 def _mean(values: list[float]) -> float:

@@ -24,12 +24,20 @@ def load_task(config: Config) -> Task:
 
 
 def attach(
-    config: Config, task: Task, world: int, bucket_bytes: Sequence[float], policy: str, servers: bool
+    config: Config,
+    task: Task,
+    world: int,
+    bucket_bytes: Sequence[float],
+    policy: str,
+    servers: bool,
+    synchronous: bool,
 ) -> tuple[Replicas, Evaluator]:
+    """`synchronous`: every worker runs the same iterations (no shared budget), so each replica is
+    evaluated as it stood after its own k-th iteration."""
     cfg = config.numerics
     assert cfg is not None
     replicas = Replicas(cfg, task, world, bucket_bytes, config.iterations, config.seed, policy, servers)
-    evaluator = Evaluator(replicas, cfg.eval_every, cfg.eval_workers)
+    evaluator = Evaluator(replicas, cfg.eval_every, cfg.eval_workers, synchronous)
     evaluator.evaluate(0.0)
     return replicas, evaluator
 
