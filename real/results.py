@@ -69,7 +69,9 @@ def _evaluate(
     train loss is the mean minibatch loss since the previous row."""
     rows: list[tuple] = []
 
-    def add(it: float, t: float, model: torch.Tensor, replicas: Sequence[torch.Tensor], windows: list[list[float]]):
+    def add(
+        it: float, t: float, model: torch.Tensor, replicas: Sequence[torch.Tensor], windows: list[list[float]]
+    ) -> None:
         losses = [x for w in windows for x in w]
         rows.append((it, t, -1, _mean(losses), *task.evaluate(model)))
         if eval_workers and replicas:
