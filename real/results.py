@@ -40,11 +40,7 @@ def assemble(
         return run
     params = torch.stack([w.parameters for w in workers])  # type: ignore[misc]
     run.parameters = params.numpy()
-    consensus = params.mean(dim=0)
-    if servers:
-        consensus = task.initial.clone()
-        for server in servers:
-            consensus[server.touched] = server.params[server.touched]
+    consensus = _servers_model(task.initial, servers, [s.params for s in servers]) if servers else params.mean(dim=0)
     run.consensus = consensus.numpy()
     final = len(run.iterations) / max(1, len(workers))
     run.accuracy = _evaluate(task, workers, servers, params, consensus, final, run.sim_time_s, eval_workers)
@@ -88,9 +84,7 @@ def _evaluate(
         points = set.intersection(*(set(d) for d in by_worker))
     for it in sorted(points):
         if servers:
-            model = initial.clone()
-            for server, snaps in zip(servers, by_server):
-                model[server.touched] = snaps[it][2][server.touched]
+            model = _servers_model(initial, servers, [snaps[it][2] for snaps in by_server])
             t = max(snaps[it][1] for snaps in by_server)
         else:
             model = torch.stack([snaps[it][2] for snaps in by_worker]).mean(dim=0)
@@ -104,6 +98,16 @@ def _evaluate(
         add(float(it), t, model, replicas, windows)
     add(iteration, now, consensus, list(params), [w.losses[n:] for w, n in zip(workers, taken)])
     return rows
+
+
+def _servers_model(
+    initial: torch.Tensor, servers: Sequence[ServerReport], params: Sequence[torch.Tensor]
+) -> torch.Tensor:
+    """The model the shards hold: each shard's `params` on the elements pushed to it, else `initial`."""
+    model = initial.clone()
+    for server, p in zip(servers, params):
+        model[server.touched] = p[server.touched]
+    return model
 
 
 def _mean(values: Sequence[float]) -> float:

@@ -47,7 +47,8 @@ class Evaluator:
         losses.clear()
         if len(self._copies[k]) == self.world:  # the last worker finished iteration k
             copies = self._copies.pop(k)
-            self._rows(k, now, [copies[r][0] for r in range(self.world)], [copies[r][1] for r in range(self.world)])
+            params = torch.stack([copies[r][0] for r in range(self.world)])
+            self._rows(k, now, params, [copies[r][1] for r in range(self.world)])
             self.evaluated_at = self.completed
 
     def evaluate(self, now: float) -> None:
@@ -59,12 +60,12 @@ class Evaluator:
         windows = [list(worker) for worker in reps.losses]
         for worker in reps.losses:
             worker.clear()
-        self._rows(self.completed / self.world, now, [reps.params[r] for r in range(self.world)], windows)
+        self._rows(self.completed / self.world, now, reps.params, windows)
 
-    def _rows(self, iteration: float, now: float, params: list, windows: list[list[float]]) -> None:
+    def _rows(self, iteration: float, now: float, params: torch.Tensor, windows: list[list[float]]) -> None:
+        """Rows for the replicas `params` (one row per worker) and their consensus."""
         task, reps = self.replicas.task, self.replicas
-        consensus = reps.server.params if reps.server is not None else torch.stack(params).mean(dim=0)
-        loss, accuracy = task.evaluate(consensus)
+        loss, accuracy = task.evaluate(reps.consensus(params))
         self.rows.append((iteration, now, -1, _mean([x for w in windows for x in w]), loss, accuracy))
         if self.workers:
             for r in range(self.world):

@@ -160,6 +160,9 @@ class Replicas:
             self.params[rank, a:b] = self.server.params[a:b]
 
     # ----------------------------------------------------------------------------- models
-    def consensus(self) -> torch.Tensor:
-        """The servers' model where there are servers, else the mean of the replicas."""
-        return self.server.params if self.server is not None else self.params.mean(dim=0)
+    def consensus(self, replicas: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """The servers' model where there are servers, else the mean of the replicas (`replicas`:
+        copies taken earlier, one row per worker; default: the replicas now)."""
+        if self.server is not None:
+            return self.server.params
+        return (self.params if replicas is None else replicas).mean(dim=0)
