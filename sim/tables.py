@@ -172,6 +172,20 @@ def summary_frame(
     return pd.DataFrame(rows, columns=list(SUMMARY_COLUMNS) + (list(ACCURACY_SUMMARY) if numerics else []))
 
 
+def steady_figures(iterations: pd.DataFrame, warmup: int = 0) -> dict[str, dict[str, float]]:
+    """Per policy, over iterations >= `warmup`: the mean iteration time and the throughput (samples
+    over the span from the first start to the last end)."""
+    rows = iterations[iterations["iteration"] >= warmup]
+    out = {}
+    for policy, df in rows.groupby("policy", sort=False):
+        span = df["end_s"].max() - df["start_s"].min()
+        out[str(policy)] = {
+            "mean_iteration_s": float(df["iteration_s"].mean()),
+            "throughput_samples_s": float(df["samples"].sum() / span) if span > 0 else float("nan"),
+        }
+    return out
+
+
 def _host_egress(run: PolicyRun, cluster: Cluster) -> float:
     """Bytes that left hosts through their NICs (the host-to-network side of each duplex NIC)."""
     if run.link_bytes is None:

@@ -125,6 +125,20 @@ def test_validation_compares_steady_iterations_and_throughput(tmp_path: Path) ->
     assert not table.loc["asp", "within"] and table.loc["asp", "tolerance"] == 0.15
     text = markdown(table.reset_index())
     assert "| ring | iteration time | 105.0 | 100.0 |" in text and "+25.0%" in text
+    assert table.loc["ring", "predicted_by"] == "one simulation" and "out of step" not in text
+
+    # with the out-of-step ensemble, ASP is predicted by its medians; the single run stays beside them
+    ensemble = pd.DataFrame(
+        {"policy": "asp", "seed": [0, 1, 2], "mean_iteration_s": [0.24, 0.26, 0.30],
+         "throughput_samples_s": [130.0, 125.0, 100.0]}
+    )  # fmt: skip
+    table = compare(config, tmp_path / "sim", tmp_path / "real", warmup=1, ensemble=ensemble).set_index("policy")
+    assert table.loc["asp", "predicted_samples_s"] == 125.0 and table.loc["asp", "predicted_iteration_ms"] == 260.0
+    assert table.loc["asp", "error"] == pytest.approx(125.0 / 128.0 - 1)  # measured: 2 x 16 samples / 0.25 s
+    assert (table.loc["asp", "predicted_low_samples_s"], table.loc["asp", "predicted_high_samples_s"]) == (100, 130)
+    assert table.loc["asp", "in_step_samples_s"] == pytest.approx(160.0) and table.loc["asp", "within"]
+    assert table.loc["ring", "error"] == pytest.approx(0.05)  # synchronous policies: untouched
+    assert "asp: predicted by the median" in markdown(table.reset_index())
 
 
 def test_a_frame_carries_its_header_exactly_and_its_payload() -> None:
