@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from real.backends import BACKENDS
 from real.session import main
 from sim.config import load_config
 from sim.errors import ConfigError
@@ -17,7 +18,7 @@ def run(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True, help="results folder (with --calibrate: the calibrated YAML)")
     parser.add_argument("--calibrate", action="store_true", help="measure the cluster instead of training")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds before a silent peer counts as dead")
-    parser.add_argument("--backend", choices=["auto", "gloo", "nccl"], default="auto")
+    parser.add_argument("--backend", choices=BACKENDS, default="auto")
     args = parser.parse_args(argv)
     try:
         config = load_config(args.config)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Optional
 
+from real.backends import backend_for
 from real.session import PEER_FAILED, placement
 from sim.config import load_config
 from sim.errors import ConfigError
@@ -90,6 +91,7 @@ def launch(
     a running `syncsim emulate up`, whose namespaces the ranks run in; `calibrate`: measure the
     cluster with one process per GPU and write the calibrated config to `out`)."""
     config = load_config(config_path)
+    backend = backend_for(backend, calibrate)  # a clear error here, not one per process
     need = placement(config)
     if calibrate:
         need = replace(need, hosts=need.hosts[: need.workers])

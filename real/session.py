@@ -23,6 +23,7 @@ import torch.distributed as dist
 
 from policies.base import Bucket
 from real.accounting import RankReport
+from real.backends import backend_for
 from real.executor import RankExecutor
 from real.groups import ProcessGroups, planned_groups
 from real.liveness import Heartbeat
@@ -95,8 +96,7 @@ def main(config: Config, out: Path, timeout_s: float, backend: str = "auto") -> 
             f"WORLD_SIZE: this config needs {need.world} processes ({need.workers} workers + {need.servers} "
             f"parameter-server shards), got {world}"
         )
-    if backend == "auto":
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
+    backend = backend_for(backend)
     torch.set_num_threads(config.numerics.threads)  # type: ignore[union-attr]
     dist.init_process_group(backend, rank=rank, world_size=world, timeout=timedelta(seconds=timeout_s))
     heartbeat = Heartbeat(rank, world)

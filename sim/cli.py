@@ -156,7 +156,12 @@ def build_parser() -> argparse.ArgumentParser:
     real.add_argument("--nproc", type=int, help="worker processes (must equal the cluster's GPUs; servers are added)")
     real.add_argument("--out", help="output folder (default: results/<config name>-real)")
     real.add_argument("--timeout", type=float, default=60.0, help="seconds before a silent peer counts as dead")
-    real.add_argument("--backend", choices=["auto", "gloo", "nccl"], default="auto", help="auto: nccl with GPUs")
+    real.add_argument(
+        "--backend",
+        choices=["auto", "gloo", "nccl"],
+        default="auto",
+        help="auto: gloo (training keeps tensors on the CPU)",
+    )
     real.add_argument("--emulate", metavar="TAG", help="run each rank in its host's namespace of `syncsim emulate up`")
     real.set_defaults(func=_cmd_real)
     cal = sub.add_parser("calibrate", help="measure a cluster with real processes and write a calibrated config")
@@ -164,7 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--out", required=True, help="the calibrated YAML to write")
     cal.add_argument("--emulate", metavar="TAG", help="measure the emulated cluster `syncsim emulate up` built")
     cal.add_argument("--timeout", type=float, default=120.0)
-    cal.add_argument("--backend", choices=["auto", "gloo", "nccl"], default="auto")
+    cal.add_argument("--backend", choices=["auto", "gloo", "nccl"], default="auto", help="auto: nccl with GPUs")
     cal.set_defaults(func=_cmd_calibrate)
     val = sub.add_parser("validate", help="calibrate, run each policy real and simulated, compare (root: emulates)")
     val.add_argument("config")

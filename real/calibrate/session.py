@@ -12,6 +12,7 @@ import torch
 import torch.distributed as dist
 import yaml
 
+from real.backends import backend_for, device_for
 from sim.config import Config
 
 # at emulated Mbit/s rates, 16 MiB messages take seconds each; 4 MiB covers the models used here
@@ -27,8 +28,8 @@ def main(config: Config, path: Path, timeout_s: float, backend: str = "auto", ma
     cluster, _plan, task = _prepare(config)
     if world != cluster.world_size:
         raise ValueError(f"WORLD_SIZE: calibration runs one process per GPU ({cluster.world_size}), got {world}")
-    if backend == "auto":
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
+    backend = backend_for(backend, calibrate=True)
+    device = device_for(backend, int(os.environ.get("LOCAL_RANK", rank)))
     if config.numerics is not None:  # several processes per core: one intra-op thread each, as in training
         torch.set_num_threads(config.numerics.threads)
     dist.init_process_group(backend, rank=rank, world_size=world, timeout=timedelta(seconds=timeout_s))
@@ -40,6 +41,7 @@ def main(config: Config, path: Path, timeout_s: float, backend: str = "auto", ma
         view.rank_hosts,
         racks,
         task,
+        device=device,
         sizes=[s for s in P2P_SIZES if s <= max_bytes],
         collective_sizes=[s for s in COLLECTIVE_SIZES if s <= max_bytes],
         uplink_bytes=max_bytes,
