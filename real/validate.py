@@ -154,7 +154,7 @@ def markdown(table: pd.DataFrame) -> str:
         f"- {row.policy}: predicted by the median of simulations with the workers out of step (compute "
         f"jitter at least {JITTER:g}; docs/validation.md): {row.predicted_low_samples_s:,.0f}-"
         f"{row.predicted_high_samples_s:,.0f} samples/s over the seeds; "
-        f"one simulation in lockstep: {row.in_step_samples_s:,.0f} samples/s."
+        f"the config simulated once, without that jitter: {row.in_step_samples_s:,.0f} samples/s."
         for row in table.itertuples()
         if row.predicted_by != "one simulation"
     ]

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 import pandas as pd
 
 from policies.registry import create
+from sim.api import simulate
 from sim.config import Config, parse_config
 from sim.tables import steady_figures
 
@@ -42,8 +43,6 @@ def decorrelated(
     """One row per (policy, seed): the steady mean iteration time and throughput (iterations >=
     `warmup`) of `config` simulated with seed `config.seed + k` and compute jitter max(the config's,
     `jitter`). Timing only: the numerics section is dropped."""
-    from sim.api import simulate
-
     if seeds < 1:
         raise ValueError(f"seeds: {seeds}; allowed: 1 or more")
     if jitter < 0:
