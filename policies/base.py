@@ -16,17 +16,22 @@ Lifecycle per worker and step::
                                         FSDP-style all-gather), so reads overlap forward compute
     on_gradients(rank, step, bucket)    as each gradient bucket is ready during backward
     end_step(rank, step)                after backward and the local optimizer step (e.g. averaging)
+
+Phases (`policies.phases`): backends ask `next_phase(progress)` for each stretch of the run; the
+default is this policy alone for the whole budget. Adaptive phases report finished iterations to
+`observe` and end when `phase_over()` says so (Sync-Switch's online policy).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Optional
 
 from pydantic import BaseModel, ConfigDict
 
 from policies.ops import Program, ServerSpec
+from policies.phases import Phase, Progress, Timing
 from policies.view import ClusterView, ModelInfo
 
 
@@ -88,6 +93,29 @@ class Policy:
 
     def end_step(self, rank: int, step: int) -> Program:
         return ()
+
+    # -- phases (policies.phases) -------------------------------------------------------------
+    def next_phase(self, progress: Progress) -> Optional[Phase]:
+        """The phase to run next, or None when the run is over (default: one phase, the whole budget)."""
+        if progress.phases:
+            return None
+        return Phase(self, progress.left, self.name)
+
+    def observe(self, timing: Timing) -> None:
+        """A worker finished an iteration of an adaptive phase (see policies.phases)."""
+
+    def phase_over(self) -> bool:
+        """Asked at the decision points of an adaptive phase: end the phase now?"""
+        return False
+
+    def phase_policies(self) -> Sequence[Policy]:
+        """Every policy a phase of this one may run (backends plan their groups and shards up front)."""
+        return (self,)
+
+    def all_servers(self) -> Sequence[ServerSpec]:
+        """The shards of whichever phase policy runs the most: a backend starts them once, and a
+        phase uses shards 0..k-1 of them."""
+        return max((list(p.servers()) for p in self.phase_policies()), key=len)
 
     def state_dict(self) -> dict[str, Any]:
         return {}

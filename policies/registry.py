@@ -21,6 +21,7 @@ BUILTIN: dict[str, str] = {
     "hierarchical": "policies.hierarchical:Hierarchical",
     "no_sync": "policies.no_sync:NoSync",
     "ds_sync": "policies.ds_sync:DSSync",
+    "sync_switch": "policies.sync_switch:SyncSwitch",
 }
 
 
@@ -69,10 +70,12 @@ def create(name: str, settings: Mapping[str, Any] | None = None) -> Policy:
             allowed = ", ".join(cls.Settings.model_fields)
             why = f"allowed: {allowed}" if allowed else f"policy {name!r} takes no settings"
             raise SettingError(field, f"unknown setting for policy {name!r}; {why}") from None
+        shown = errors[0].get("input")
+        if errors[0]["type"] == "value_error":  # a validator's own sentence says what is allowed
+            raise SettingError(field, str(errors[0]["ctx"]["error"])) from None
         # a union (e.g. 'auto' or an int >= 1) reports one error per branch: say them together
         reasons = [
             e["msg"].removeprefix("Input should be ") for e in errors if e["loc"] and e["loc"][0] == errors[0]["loc"][0]
         ]
-        shown = errors[0].get("input")
         raise SettingError(field, f"should be {' or '.join(dict.fromkeys(reasons))} (got {shown!r})") from None
     return cls(parsed)

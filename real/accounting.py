@@ -28,6 +28,9 @@ class RankReport:
     losses: list[float] = field(default_factory=list)
     # every `eval_every` iterations (synchronous budgets): (iteration, seconds, parameters, losses so far)
     snapshots: list[tuple] = field(default_factory=list)
+    phases: list[tuple] = field(default_factory=list)  # rows of sim.tables.PHASE_FIELDS (times from the start)
+    checkpoints: list = field(default_factory=list)  # the model restarted from at each switch (tensors)
+    serving: bool = True  # the last phase ran parameter-server shards
     parameters: object = None  # final flat parameters (a tensor)
     error: str | None = None
 
@@ -58,7 +61,7 @@ def account(reports: Sequence[RankReport]) -> tuple[list[IterationRow], list[tup
             ops.append((step, rank, kind, -1, 1, shard, count, float(nbytes), issued, issued, finished))
     rows: list[IterationRow] = []
     for report in reports:
-        for step, rank, start, begin_end, forward_end, compute_end, end, compute_s, _ in report.rows:
+        for step, rank, start, begin_end, forward_end, compute_end, end, compute_s, _, phase in report.rows:
             wait = blocked.pop_wait(rank, step, start, end, [(forward_end, compute_end)])
-            rows.append((step, rank, start, begin_end, forward_end, compute_end, end, compute_s, wait))
+            rows.append((step, rank, start, begin_end, forward_end, compute_end, end, compute_s, wait, phase))
     return rows, ops

@@ -36,7 +36,7 @@ POSTED_BYTES = 256 * 2**20  # at most this much memory in posted receives per wo
 class Kind(IntEnum):
     PUSH = 1  # grads[a:b] for `key` follow the header
     PULL = 2  # reply: params[a:b] and the seconds the request was held, on REPLY_BASE + key
-    CLAIM = 3  # shared budget: may I run another iteration? reply on CLAIM_REPLY
+    CLAIM = 3  # shared budget: may I run another iteration? reply on CLAIM_REPLY (value 1: timing in key, a, b)
     TICK = 4  # I finished an iteration (SSP clocks)
     WAIT_CLOCK = 5  # value: min clock; reply on CLOCK_REPLY once every worker reached it
     DONE = 6  # I finished this policy
@@ -59,6 +59,14 @@ def frame(
     if payload is not None:
         out[HEADER_FLOATS:] = payload.reshape(-1)
     return out
+
+
+def claim(last: Any = None) -> torch.Tensor:
+    """A claim, carrying the claimant's last iteration (a `policies.phases.Timing`) if any: step in
+    `key`, seconds and wait in microseconds in `a` and `b`."""
+    if last is None:
+        return frame(Kind.CLAIM)
+    return frame(Kind.CLAIM, last.step, round(last.seconds * 1e6), round(last.wait_s * 1e6), value=1)
 
 
 def header_of(message: torch.Tensor) -> tuple[int, int, int, int, int]:

@@ -1,6 +1,7 @@
 """Rank 0 turns what every process reported into a `PolicyRun`, and writes the simulator's tables plus
-`parameters.npz` (per policy: `<label>/workers`, every replica's final flat parameters, and
-`<label>/consensus`), which the simulator keeps in memory as `PolicyRun.parameters` / `.consensus`."""
+`parameters.npz` (per policy: `<label>/workers`, every replica's final flat parameters,
+`<label>/consensus`, and `<label>/checkpoint<k>`, the model restarted from at a phased policy's k-th
+switch), which the simulator keeps in memory as `PolicyRun.parameters` / `.consensus` / `.checkpoints`."""
 
 from __future__ import annotations
 
@@ -38,9 +39,13 @@ def assemble(
     run.sim_time_s = max((row[6] for row in run.iterations), default=0.0)
     if not workers:
         return run
+    first = min(workers, key=lambda w: w.rank)
+    run.phases = list(first.phases)
+    run.checkpoints = [c.numpy() for c in first.checkpoints]
     params = torch.stack([w.parameters for w in workers])  # type: ignore[misc]
     run.parameters = params.numpy()
-    consensus = _servers_model(task.initial, servers, [s.params for s in servers]) if servers else params.mean(dim=0)
+    serving = servers and first.serving  # the last phase ran servers
+    consensus = _servers_model(task.initial, servers, [s.params for s in servers]) if serving else params.mean(dim=0)
     run.consensus = consensus.numpy()
     final = len(run.iterations) / max(1, len(workers))
     run.accuracy = _evaluate(task, workers, servers, params, consensus, final, run.sim_time_s, eval_workers)
@@ -60,9 +65,10 @@ def _evaluate(
     """Held-out loss and accuracy of the consensus (then of every replica, with `eval_workers`) as
     numerics mode reports them: at the start, at each snapshot, and at the end.
 
-    The consensus at a snapshot is the shards' parameters (policies with servers) or the replicas'
-    mean; replicas are evaluated where every worker took a snapshot (synchronous budgets). A row's
-    train loss is the mean minibatch loss since the previous row."""
+    The consensus at a snapshot is the shards' parameters (where every shard took one: phases with
+    servers) or else the replicas' mean (where every worker took one: synchronous budgets);
+    replicas are evaluated where every worker took a snapshot. A row's train loss is the mean
+    minibatch loss since the previous row."""
     rows: list[tuple] = []
 
     def add(
@@ -79,11 +85,10 @@ def _evaluate(
     taken = [0] * len(workers)  # losses already reported, per worker
     by_worker = [{snap[0]: snap for snap in w.snapshots} for w in workers]
     by_server = [{snap[0]: snap for snap in s.snapshots} for s in servers]
-    points = set.intersection(*(set(d) for d in by_server)) if servers else set()
-    if not servers and workers:
-        points = set.intersection(*(set(d) for d in by_worker))
-    for it in sorted(points):
-        if servers:
+    at_servers = set.intersection(*(set(d) for d in by_server)) if servers else set()
+    at_workers = set.intersection(*(set(d) for d in by_worker)) if workers else set()
+    for it in sorted(at_servers | at_workers):
+        if it in at_servers:
             model = _servers_model(initial, servers, [snaps[it][2] for snaps in by_server])
             t = max(snaps[it][1] for snaps in by_server)
         else:
@@ -126,6 +131,7 @@ def write(config: Config, cluster: Any, plan: Any, runs: list[PolicyRun], out: P
     result.write(out, plot=False, trace=False)
     arrays = {f"{run.label}/workers": run.parameters for run in runs if run.parameters is not None}
     arrays.update({f"{run.label}/consensus": run.consensus for run in runs if run.consensus is not None})
+    arrays.update({f"{run.label}/checkpoint{k}": c for run in runs for k, c in enumerate(run.checkpoints)})
     tmp = out / "parameters.tmp.npz"
     np.savez(tmp, **arrays)
     tmp.replace(out / "parameters.npz")

@@ -4,7 +4,9 @@ The rules are the simulator's (`sim/servers.py`): a synchronous shard sums one p
 each (key, round) and applies the mean once, answering a worker's k-th pull of a key after round k
 is applied; an asynchronous shard applies every push on arrival and answers pulls at once, recording
 each update's staleness. Shard 0 also keeps the workers' clocks (SSP's bound) and, for policies with
-a shared budget (ASP, SSP), hands out the iterations x workers updates one claim at a time.
+a shared budget (ASP, SSP), hands out the phase's updates one claim at a time (`SharedClaims`, the
+simulator's rule; an adaptive phase's claims carry timings its policy observes, policies.phases).
+A server serves one phase; a phased policy builds a new one on the same tensors after each switch.
 """
 
 from __future__ import annotations
@@ -20,9 +22,11 @@ import torch
 import torch.distributed as dist
 
 from policies.ops import ServerSpec
+from policies.phases import Timing
 from real import protocol as wire
 from real.worker import room_for_snapshot
 from sim.numerics.servers import ServerTensors, Update
+from sim.phase_budget import SharedClaims
 
 
 @dataclass(frozen=True)
@@ -33,6 +37,7 @@ class Evaluation:
     keys: int  # buckets pushed to the shard
     iterations: int  # the policy's iterations (the last is evaluated from the final state)
     t0: float  # perf_counter at the policy's start
+    before: int = 0  # worker-iterations of the phases before this one (policies.phases)
 
 
 class ShardServer:
@@ -42,26 +47,32 @@ class ShardServer:
         workers: int,
         tensors: ServerTensors,
         coordinator: bool,
-        budget: Optional[int],
+        claims: Optional[SharedClaims],
         evaluation: Optional[Evaluation] = None,
+        touched: Optional[torch.Tensor] = None,
+        start: int = 0,
     ) -> None:
+        """`claims`: the shared budget a coordinator hands out (asynchronous phases); `touched`: the
+        elements pushed to this shard in earlier phases; `start`: the phase's first step (a shard
+        started mid-run holds the checkpoint: each worker's first pull of a key reads it at once)."""
         self.spec, self.workers, self.tensors = spec, workers, tensors
-        self.coordinator, self.budget = coordinator, budget
+        self.coordinator, self.claims = coordinator, claims
         self.evaluation = evaluation
         self.snapshots: list[tuple[int, float, torch.Tensor]] = []  # (iteration, seconds, parameters)
-        self.claimed = 0
-        self.touched = torch.zeros(tensors.params.numel(), dtype=torch.bool)  # elements pushed to this shard
+        n = tensors.params.numel()
+        self.touched = touched if touched is not None else torch.zeros(n, dtype=torch.bool)  # pushed here
         self.staleness: list[tuple[int, int]] = []  # (rank, staleness) per applied asynchronous update
         self.applied = 0
         self._sends: list[Any] = []  # reply works in flight (their tensors must outlive them)
         self._pushed: dict[tuple[int, int], int] = defaultdict(int)  # (rank, key) -> rounds pushed
-        self._pulled: dict[tuple[int, int], int] = defaultdict(int)  # (rank, key) -> rounds pulled
+        first = -1 if start > 0 else 0  # a restarted shard's checkpoint counts as round -1
+        self._pulled: dict[tuple[int, int], int] = defaultdict(lambda: first)  # (rank, key) -> next round
         self._count: dict[tuple[int, int], int] = defaultdict(int)  # (key, round) -> pushes received
         self._done_rounds: set[tuple[int, int]] = set()
         self._waiting: dict[tuple[int, int], list[tuple[int, int, int, float]]] = defaultdict(list)
         self._applied_to: dict[int, int] = defaultdict(int)  # key -> updates applied
         self._sent_version: dict[tuple[int, int], int] = defaultdict(int)  # (rank, key) -> version last sent
-        self._clock = [0] * workers
+        self._clock = [start] * workers
         self._clock_waiters: list[tuple[int, int, float]] = []  # (rank, min clock, arrival)
         self._finished = 0
 
@@ -87,8 +98,8 @@ class ShardServer:
             elif kind == wire.Kind.PULL:
                 self._pull(src, key, a, b, arrival)
             elif kind == wire.Kind.CLAIM:
-                granted = self.budget is None or self.claimed < self.budget
-                self.claimed += int(granted)
+                last = Timing(src, key, a / 1e6, b / 1e6) if value else None
+                granted = self.claims is None or self.claims.claim(last)
                 self._send(torch.tensor([int(granted)]), src, wire.CLAIM_REPLY)
             elif kind == wire.Kind.TICK:
                 self._clock[src] += 1
@@ -162,9 +173,9 @@ class ShardServer:
         if e is None:
             return
         if self.spec.sync:
-            iteration = min(self._applied_to[key] for key in range(e.keys))
+            iteration = e.before // self.workers + min(self._applied_to[key] for key in range(e.keys))
         else:
-            iteration = self.applied // (e.keys * self.workers)
+            iteration = (e.before + self.applied // e.keys) // self.workers
         done = self.snapshots[-1][0] if self.snapshots else 0
         if iteration > done and iteration % e.every == 0 and iteration < e.iterations:
             if room_for_snapshot(self.snapshots, self.tensors.params):
@@ -173,7 +184,7 @@ class ShardServer:
     def _pull(self, rank: int, key: int, a: int, b: int, arrival: float) -> None:
         rnd = self._pulled[(rank, key)]
         self._pulled[(rank, key)] = rnd + 1
-        if self.spec.sync and (key, rnd) not in self._done_rounds:
+        if self.spec.sync and rnd >= 0 and (key, rnd) not in self._done_rounds:
             self._waiting[(key, rnd)].append((rank, key, a, b, arrival))  # type: ignore[arg-type]
             return
         self._reply(rank, key, a, b, arrival)

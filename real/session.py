@@ -22,11 +22,13 @@ import torch
 import torch.distributed as dist
 
 from policies.base import Bucket
+from policies.phases import Progress
 from real.accounting import RankReport
 from real.backends import backend_for
 from real.executor import RankExecutor
 from real.groups import ProcessGroups, planned_groups
 from real.liveness import Heartbeat
+from real.phases import Decisions, agree_used, restart
 from real.results import ServerReport, assemble, write
 from real.server import Evaluation, ShardServer
 from real.worker import WorkerSetup, train
@@ -37,6 +39,7 @@ from sim.numerics.batches import ShardSampler, per_worker_batch
 from sim.numerics.optim import FlatOptimizer
 from sim.numerics.replica import Replica, bucket_ranges
 from sim.numerics.servers import ServerTensors
+from sim.phase_budget import SharedClaims
 from sim.validation import OpValidator
 
 PEER_FAILED = 3  # exit code: stopped because another rank failed (real.launch reads it)
@@ -69,7 +72,7 @@ def placement(config: Config) -> Placement:
     cluster, plan = prepare(config)
     shard_hosts: list[str] = []
     for i, entry in enumerate(config.policies):
-        for spec in bind_policy(entry, i, cluster, plan).servers():
+        for spec in bind_policy(entry, i, cluster, plan).all_servers():
             if spec.shard >= len(shard_hosts):
                 shard_hosts.append(spec.host)
     return Placement(tuple(cluster.view.rank_hosts) + tuple(shard_hosts), cluster.world_size)
@@ -165,83 +168,186 @@ def _run_policy(
 ) -> Optional[Any]:
     entry = config.policies[index]
     policy = bind_policy(entry, index, cluster, plan)
-    specs = list(policy.servers())
+    specs = list(policy.all_servers())
     workers = need.workers
     buckets = [Bucket(b, bucket.nbytes, len(plan.buckets)) for b, bucket in enumerate(plan.buckets)]
-    steps = config.iterations * (workers if policy.shared_budget else 1)
-    groups = ProcessGroups(planned_groups(policy, workers, steps, buckets))
-    shard_ranks = [workers + s.shard for s in specs]
-    clock_rank = shard_ranks[0] if shard_ranks else None
+    planned: list[Any] = []
+    for member in policy.phase_policies():
+        steps = config.iterations * (workers if member.shared_budget else 1)
+        planned += planned_groups(member, workers, steps, buckets)
+    groups = ProcessGroups(list({tuple(sorted(g.ranks)): g for g in planned}.values()))
+    decision_group = dist.new_group(list(range(workers)))  # adaptive phases gather timings here
     cfg = config.numerics
     assert cfg is not None
-    report: Any = None
+    run = _RankRun(config, entry, policy, task, plan, buckets, workers, rank, timeout_s, groups, decision_group)
     dist.barrier()
-    t0 = time.perf_counter()
+    run.t0 = time.perf_counter()
     wall = time.time()
     try:
         if rank < workers:
-            report = RankReport(rank)
-            replica = Replica(
-                cfg,
-                task,
-                rank,
-                task.initial.clone(),
-                torch.zeros(task.size),
-                FlatOptimizer(cfg.optimizer, 1, task.size),
-                0,
-                bucket_ranges(task.size, [b.nbytes for b in plan.buckets]),
-                ShardSampler(
-                    len(task.data.y_train), workers, rank, per_worker_batch(cfg.global_batch, workers), config.seed
-                ),
-                config.iterations,
-                entry.display,
-            )
-            executor = RankExecutor(
-                rank,
-                entry.display,
-                groups,
-                replica,
-                shard_ranks,
-                clock_rank,
-                timeout_s,
-                OpValidator(entry.display, workers, len(specs)),
-            )
-            setup = WorkerSetup(
-                rank, policy, executor, buckets, config.iterations, shard_ranks, clock_rank, t0, cfg.eval_every
-            )
-            try:
-                train(setup, report)
-            finally:
-                report.blocked = [(s, a - t0, b - t0) for s, a, b in executor.blocked]
-                report.collectives = [(*r[:6], r[6] - t0, r[7] - t0) for r in executor.collectives]
-                report.p2p = [(*r[:6], r[6] - t0, r[7] - t0) for r in executor.p2p]
-                report.losses = replica.losses
-                report.parameters = replica.params
+            run.worker_setup()
         elif rank - workers < len(specs):
-            spec = specs[rank - workers]
-            tensors = ServerTensors(cfg, task.initial, workers, config.iterations)
-            budget = config.iterations * workers if policy.shared_budget else None
-            evaluation = Evaluation(cfg.eval_every, len(buckets), config.iterations, t0)
-            server = ShardServer(spec, workers, tensors, rank == clock_rank, budget, evaluation)
-            server.serve()
-            report = ServerReport(spec.shard, tensors.params, server.touched, server.staleness, server.snapshots)
+            run.shard_setup(specs[rank - workers])
+        run.phases()
     except Exception as exc:
         heartbeat.mark("failed")
-        if report is not None:  # keep what this rank measured; rank 0 adds it to the results
+        if run.report is not None:  # keep what this rank measured; rank 0 adds it to the results
+            run.finish()
             partial = out / "partial"
             partial.mkdir(parents=True, exist_ok=True)
             with open(partial / f"{index}-rank{rank}.pkl", "wb") as f:
-                pickle.dump(report, f)
+                pickle.dump(run.report, f)
         raise RankFailure(
             f"policy {entry.display!r} stopped ({_first_sentence(exc)}); " + heartbeat.suspects()
         ) from exc
+    run.finish()
     gathered: Optional[list[Any]] = [None] * need.world if rank == 0 else None
-    dist.gather_object(report, gathered, dst=0)
+    dist.gather_object(run.report, gathered, dst=0)
     dist.barrier()
     if rank != 0:
         return None
     assert gathered is not None
     return assemble(entry, task, gathered, time.time() - wall, cfg.eval_workers)
+
+
+class _RankRun:
+    """One process's part in one policy: its role (worker, shard, or idle in this policy) through
+    every phase of the policy (policies.phases), the switches between them, and its report."""
+
+    def __init__(
+        self,
+        config: Config,
+        entry: Any,
+        policy: Any,
+        task: Any,
+        plan: Any,
+        buckets: list[Bucket],
+        workers: int,
+        rank: int,
+        timeout_s: float,
+        groups: ProcessGroups,
+        decision_group: Any,
+    ) -> None:
+        self.config, self.entry, self.policy, self.task, self.plan = config, entry, policy, task, plan
+        self.buckets, self.workers, self.rank, self.timeout_s = buckets, workers, rank, timeout_s
+        self.groups, self.decision_group = groups, decision_group
+        self.cfg = config.numerics
+        self.t0 = 0.0
+        self.report: Any = None
+        self.replica: Optional[Replica] = None
+        self.executor: Optional[RankExecutor] = None
+        self.spec: Any = None
+        self.tensors: Optional[ServerTensors] = None
+        self.touched: Optional[torch.Tensor] = None
+        self.staleness: list[tuple[int, int]] = []
+        self.snapshots: list[Any] = []
+
+    def worker_setup(self) -> None:
+        cfg, task, workers, rank = self.cfg, self.task, self.workers, self.rank
+        self.report = RankReport(rank)
+        self.replica = Replica(
+            cfg,
+            task,
+            rank,
+            task.initial.clone(),
+            torch.zeros(task.size),
+            FlatOptimizer(cfg.optimizer, 1, task.size),
+            0,
+            bucket_ranges(task.size, [b.nbytes for b in self.plan.buckets]),
+            ShardSampler(
+                len(task.data.y_train), workers, rank, per_worker_batch(cfg.global_batch, workers), self.config.seed
+            ),
+            self.config.iterations,
+            self.entry.display,
+        )
+        self.executor = RankExecutor(
+            rank, self.entry.display, self.groups, self.replica, [], None, self.timeout_s, OpValidator("", workers, 0)
+        )
+
+    def shard_setup(self, spec: Any) -> None:
+        self.spec = spec
+        self.tensors = ServerTensors(self.cfg, self.task.initial, self.workers, self.config.iterations)
+        self.touched = torch.zeros(self.task.size, dtype=torch.bool)
+        self.report = ServerReport(spec.shard, self.tensors.params, self.touched, self.staleness, self.snapshots)
+
+    def phases(self) -> None:
+        """Every phase in turn; between two, the switch every process takes part in."""
+        workers = self.workers
+        progress = Progress(0, self.config.iterations * workers, workers, 0)
+        ended: Any = None
+        rows: list[tuple] = []
+        while (phase := self.policy.next_phase(progress)) is not None:
+            switch = time.perf_counter()
+            if ended is not None:
+                self._restart(bool(ended.policy.servers()), progress.updates)
+                time.sleep(phase.switch_cost_s)  # the modelled checkpoint/restart overhead
+            begin = time.perf_counter()
+            used = agree_used(self._run_phase(phase, progress))
+            rows.append(
+                (progress.phases, phase.label, phase.synchronous, progress.step, begin - self.t0,
+                 time.perf_counter() - self.t0, used, begin - switch if ended is not None else 0.0)
+            )  # fmt: skip
+            progress = Progress(progress.updates + used, progress.budget, workers, progress.phases + 1)
+            ended = phase
+        if isinstance(self.report, RankReport):
+            self.report.phases = rows
+            self.report.serving = ended is not None and bool(ended.policy.servers())
+
+    def _run_phase(self, phase: Any, progress: Progress) -> int:
+        """This process's part in one phase: the worker-iterations it knows were used."""
+        workers, cfg = self.workers, self.cfg
+        specs = list(phase.policy.servers())
+        shard_ranks = [workers + s.shard for s in specs]
+        clock_rank = shard_ranks[0] if shard_ranks else None
+        if self.executor is not None:
+            ex = self.executor
+            ex.shard_ranks, ex.clock_rank = shard_ranks, clock_rank
+            ex.validator = OpValidator(self.entry.display, workers, len(specs))
+            decisions = None
+            if phase.adaptive and phase.synchronous:
+                decisions = Decisions(self.policy, self.decision_group, workers)
+            setup = WorkerSetup(
+                self.rank, phase.policy, ex, self.buckets, phase.steps(workers), shard_ranks, clock_rank, self.t0,
+                cfg.eval_every, progress.step, progress.phases, not phase.synchronous, phase.adaptive, decisions,
+                self.config.iterations,
+            )  # fmt: skip
+            ran = train(setup, self.report)
+            return ran * workers if phase.synchronous else 0
+        if self.spec is None or self.spec.shard >= len(specs):
+            return 0  # no shard of this phase runs here
+        coordinator = self.rank == clock_rank
+        claims = SharedClaims(phase, self.policy, progress) if coordinator and not phase.synchronous else None
+        evaluation = Evaluation(cfg.eval_every, len(self.buckets), self.config.iterations, self.t0, progress.updates)
+        assert self.tensors is not None
+        server = ShardServer(
+            specs[self.spec.shard], workers, self.tensors, coordinator, claims, evaluation, self.touched, progress.step
+        )
+        server.serve()
+        self.staleness += server.staleness
+        self.snapshots += server.snapshots
+        return claims.claimed if claims is not None else 0
+
+    def _restart(self, from_servers: bool, updates: int) -> None:
+        """Checkpoint and restart (real/phases.py): every replica and shard takes the model."""
+        shard = (self.tensors.params, self.touched) if self.tensors is not None else None
+        params = self.replica.params if self.replica is not None else None
+        model = restart(self.task.size, self.workers, from_servers, params, shard)  # type: ignore[arg-type]
+        if self.replica is not None:
+            self.replica.params.copy_(model)
+            self.report.checkpoints.append(model.clone())
+        if self.tensors is not None:
+            self.tensors.begin_phase(model, updates)
+
+    def finish(self) -> None:
+        """Fill the report with what the executor recorded (times from the policy's start)."""
+        ex, report, t0 = self.executor, self.report, self.t0
+        if ex is None or self.replica is None:
+            return
+        report.blocked = [(s, a - t0, b - t0) for s, a, b in ex.blocked]
+        report.collectives = [(*r[:6], r[6] - t0, r[7] - t0) for r in ex.collectives]
+        report.p2p = [(*r[:6], r[6] - t0, r[7] - t0) for r in ex.p2p]
+        report.losses = self.replica.losses
+        report.parameters = self.replica.params
 
 
 def _first_sentence(exc: BaseException) -> str:

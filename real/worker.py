@@ -9,9 +9,11 @@ gradient is ready rather than overlapping backward (the models here are small; d
 Evaluation: with a synchronous budget the replica is copied every `eval_every` iterations, for rank 0
 to evaluate after the policy (`real/results.py`), as numerics mode evaluates it.
 
-Budgets: synchronous policies run `iterations` on every worker; with `shared_budget` (ASP, SSP)
-workers claim each iteration from shard 0, which hands out iterations x workers in all (claims go
-out one iteration ahead, so a shard busy with pushes never stalls a worker between iterations).
+Phases (policies.phases, `real/phases.py`): `train` runs one phase. In a synchronous phase every
+worker runs its steps (an adaptive one may end early, decided by all workers alike from gathered
+timings); in an asynchronous one (ASP, SSP) workers claim each iteration from shard 0, which hands
+out the phase's updates (claims go out one iteration ahead, so a shard busy with pushes never
+stalls a worker between iterations, except in adaptive phases, whose claims carry timings).
 """
 
 from __future__ import annotations
@@ -27,38 +29,57 @@ import torch
 import torch.distributed as dist
 
 from policies.base import Bucket, Policy
+from policies.phases import Timing
 from real import protocol as wire
 from real.accounting import RankReport
 from real.executor import RankExecutor
+from real.phases import Decisions
 
 
 @dataclass
 class WorkerSetup:
     rank: int
-    policy: Policy
+    policy: Policy  # the phase's policy: its hooks run
     executor: RankExecutor
     buckets: Sequence[Bucket]
-    iterations: int
+    iterations: int  # steps of a synchronous phase
     shard_ranks: Sequence[int]
     clock_rank: Optional[int]
     t0: float
     eval_every: Optional[int] = None  # snapshot the replica every this many iterations (synchronous budgets)
+    start: int = 0  # the phase's first step (policies.phases)
+    phase: int = 0  # the phase's index
+    shared: bool = False  # an asynchronous phase: claim every iteration from the coordinating shard
+    adaptive: bool = False  # asynchronous: claims carry timings; synchronous: `decisions` decide
+    decisions: Optional[Decisions] = None
+    run_iterations: int = 0  # the config's iterations: the last one is evaluated from the final state
 
 
-def train(setup: WorkerSetup, report: RankReport) -> None:
-    """Run the policy's iterations, appending a row per iteration to `report` as it goes."""
+def train(setup: WorkerSetup, report: RankReport) -> int:
+    """Run the phase's iterations, appending a row per iteration to `report` as it goes; returns
+    how many it ran."""
     s, ex = setup, setup.executor
     policy, rank, replica = s.policy, s.rank, ex.replica
     forward_order = list(s.buckets)[::-1]  # the first layers sit in the last bucket backward produced
-    shared = getattr(policy, "shared_budget", False) and s.clock_rank is not None
+    shared = s.shared and s.clock_rank is not None
     ticks: list = []
     crash = _crash_step(rank)
-    claims = _Claims(s.clock_rank) if shared else None
-    step = 0
-    while claims.next() if claims is not None else step < s.iterations:
+    claims = _Claims(s.clock_rank, ahead=not s.adaptive) if shared else None
+    step, last, seen = s.start, None, 0
+    while True:
+        start = time.perf_counter()
+        if claims is not None:
+            allowed = claims.next(last)
+        else:
+            allowed = step < s.start + s.iterations
+            if allowed and s.decisions is not None and last is not None:
+                over, waited = s.decisions.after(last)
+                ex.blocked.append((step, start, start + waited))
+                allowed = not over
+        if not allowed:
+            break
         if step == crash:
             _fail_now()
-        start = time.perf_counter()
         ex.run(step, [(policy.begin_step(rank, step), None)])
         begin_end = time.perf_counter()
         ex.run(step, [(policy.on_forward(rank, step, b), b.index) for b in forward_order], chained=True)
@@ -72,26 +93,21 @@ def train(setup: WorkerSetup, report: RankReport) -> None:
         if s.clock_rank is not None:
             ticks.append(wire.send(wire.frame(wire.Kind.TICK), s.clock_rank))
         t = s.t0
-        report.rows.append(
-            (
-                step,
-                rank,
-                start - t,
-                begin_end - t,
-                reads_end - t,
-                compute_end - t,
-                end - t,
-                compute_end - reads_end,
-                0.0,
-            )
-        )
+        row = (step, rank, start - t, begin_end - t, reads_end - t, compute_end - t, end - t, compute_end - reads_end)
+        report.rows.append((*row, 0.0, s.phase))
+        blocked = ex.blocked[seen:]
+        seen = len(ex.blocked)
+        last = Timing(rank, step, end - start, sum(b - a for st, a, b in blocked if st == step))
         step += 1
-        if claims is None and s.eval_every and step % s.eval_every == 0 and step < s.iterations:
+        if claims is None and s.eval_every and step % s.eval_every == 0 and step < s.run_iterations:
             snapshot(report, step, end - t, replica.params, len(replica.losses))
+    if s.decisions is not None:
+        s.decisions.close()
     for shard in s.shard_ranks:
         ticks.extend(wire.goodbye(shard, replica.params.numel()))
     for work in ticks:
         work.wait()
+    return step - s.start
 
 
 SNAPSHOT_BYTES = 256 * 2**20  # at most this much memory in snapshots per process
@@ -110,25 +126,32 @@ def snapshot(report: Any, iteration: int, seconds: float, params: torch.Tensor, 
 
 
 class _Claims:
-    """Shared-budget claims, one iteration ahead: the reply to the next claim travels while this
-    iteration runs, so asking costs no round trip to a shard that may be busy with pushes."""
+    """Shared-budget claims. Ahead (plain asynchronous phases): the reply to the next claim travels
+    while this iteration runs, so asking costs no round trip to a shard that may be busy with
+    pushes. Not ahead (adaptive phases): each claim carries the iteration just finished, which the
+    coordinating shard's policy observes before it answers (policies.phases)."""
 
-    def __init__(self, server: int) -> None:
-        self.server = server
-        self._ask()
+    def __init__(self, server: int, ahead: bool = True) -> None:
+        self.server, self.ahead = server, ahead
+        self._reply: Optional[torch.Tensor] = None
+        if ahead:
+            self._ask(None)
 
-    def _ask(self) -> None:
+    def _ask(self, last: Optional[Timing]) -> None:
         self._reply = torch.zeros(1, dtype=torch.int64)
         self._answer = dist.irecv(self._reply, self.server, tag=wire.CLAIM_REPLY)  # posted before asking
-        self._sent = wire.send(wire.frame(wire.Kind.CLAIM), self.server)
+        self._sent = wire.send(wire.claim(last), self.server)
 
-    def next(self) -> bool:
-        """May this worker run another iteration? (If so, the claim after it is already asked.)"""
+    def next(self, last: Optional[Timing] = None) -> bool:
+        """May this worker run another iteration? (Ahead: the claim after it is already asked.)"""
+        if not self.ahead:
+            self._ask(last)
         self._sent.wait()
         self._answer.wait()
+        assert self._reply is not None
         granted = bool(self._reply.item())
-        if granted:
-            self._ask()
+        if granted and self.ahead:
+            self._ask(None)
         return granted
 
 

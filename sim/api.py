@@ -19,6 +19,7 @@ from sim.tables import (
     iterations_frame,
     links_frame,
     ops_frame,
+    phases_frame,
     staleness_frame,
     summary_frame,
     utilization_frame,
@@ -119,6 +120,7 @@ def result_of(cfg: Config, cluster: Cluster, plan: ComputePlan, runs: list[Polic
         utilization_frame(runs, cluster),
         staleness_frame(runs),
         faults_frame(runs),
+        phases_frame(runs),
         list(runs),
         accuracy_frame(runs) if cfg.numerics_on else None,
     )

@@ -1,4 +1,4 @@
-"""`syncsim` command line: run, real, check, list.
+"""`syncsim` command line: run, real, calibrate, validate, emulate, search, check, list.
 
 Exit codes: 0 success; 1 a policy failed mid-run (results so far are written); 2 invalid config.
 """
@@ -56,7 +56,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return 130
     result.write(out, plot=not args.no_plot)
     print(_table(result.summary))
-    tables = "summary, iterations, ops, links, utilization, staleness" + (", accuracy" if config.numerics_on else "")
+    tables = "summary, iterations, phases, ops, links, utilization, staleness" + (
+        ", accuracy" if config.numerics_on else ""
+    )
     print(f"\nresults: {out}/ ({tables}: .csv; trace.json; plots)")
     for label, error in result.errors.items():
         print(f"policy {label!r} stopped early: {error}", file=sys.stderr)
@@ -84,7 +86,7 @@ def _cmd_real(args: argparse.Namespace) -> int:
         import pandas as pd
 
         print(_table(pd.read_csv(summary)))
-        print(f"\nresults: {out}/ (summary, iterations, ops, accuracy: .csv; parameters.npz)")
+        print(f"\nresults: {out}/ (summary, iterations, phases, ops, accuracy: .csv; parameters.npz)")
     if not outcome.ok:
         print(f"real run failed: {outcome.failed}; results measured so far are in {out}/", file=sys.stderr)
         return 1
@@ -111,6 +113,35 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     print(result.table.to_string(index=False, float_format=lambda v: f"{v:,.3f}"))
     print(f"\nvalidation: {result.out}/ (validation.md, validation.csv, validation.png; sim/, real/, calibrated.yaml)")
     return 0 if result.passed else 1
+
+
+def _cmd_search(args: argparse.Namespace) -> int:
+    from sim.search import offline_search
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+
+    def save(points) -> None:  # type: ignore[no-untyped-def]
+        points.to_csv(out / "search_points.csv", index=False)  # every point as it is measured
+
+    result = offline_search(
+        args.config,
+        args.policy,
+        tolerance=args.tolerance,
+        start=args.start,
+        smallest=args.smallest,
+        seeds=args.seeds,
+        on_point=save,
+    )
+    result.write(out)
+    shown = result.table.copy()
+    shown["fraction"] = shown["fraction"].map(lambda v: f"{v:.2%}")
+    print(shown.to_string(index=False, float_format=lambda v: f"{v:,.4f}"))
+    print(
+        f"\nsmallest BSP fraction within {args.tolerance:g} of full BSP's accuracy ({result.reference:.4f}): "
+        f"{result.best:.2%}\nresults: {out}/ (search.csv, search_points.csv, search.png)"
+    )
+    return 0
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
@@ -187,6 +218,17 @@ def build_parser() -> argparse.ArgumentParser:
     from real.emulate.cli import add_parser as add_emulate
 
     add_emulate(sub)
+    search = sub.add_parser(
+        "search", help="Sync-Switch's offline policy: the smallest BSP fraction that keeps BSP's accuracy (numerics)"
+    )
+    search.add_argument("config", help="YAML config with a numerics: section and a sync_switch policy")
+    search.add_argument("--out", required=True, help="output folder")
+    search.add_argument("--policy", help="the sync_switch entry's label (default: the first sync_switch)")
+    search.add_argument("--tolerance", type=float, default=0.01, help="accuracy a fraction may lose to full BSP")
+    search.add_argument("--start", type=float, default=0.5, help="the first fraction tried (then halved)")
+    search.add_argument("--smallest", type=float, default=0.0625, help="stop halving below this fraction")
+    search.add_argument("--seeds", type=int, default=1, help="average the final accuracy over this many seeds")
+    search.set_defaults(func=_cmd_search)
     check = sub.add_parser("check", help="validate a config without running it")
     check.add_argument("config")
     check.set_defaults(func=_cmd_check)

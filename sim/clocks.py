@@ -11,11 +11,12 @@ RETIRED = 2**62  # the clock of a worker that has stopped
 
 
 class ClockBoard:
-    def __init__(self, env: simpy.Environment, workers: int) -> None:
+    def __init__(self, env: simpy.Environment, workers: int, start: int = 0) -> None:
+        """`start`: the iterations every worker had finished before (a phase starting mid-run)."""
         self.env = env
-        self.clock = [0] * workers
-        self._at = Counter({0: workers})  # clock value -> workers at it
-        self.slowest = 0
+        self.clock = [start] * workers
+        self._at = Counter({start: workers})  # clock value -> workers at it
+        self.slowest = start
         self._waiters: list[tuple[int, int, simpy.Event]] = []
         self._seq = 0
 

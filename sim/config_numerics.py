@@ -16,7 +16,12 @@ from sim.zoo.cnn import CIFAR10_CLASSES, IMAGENET_CLASSES
 from sim.zoo.transformers import BERT_POSITIONS, GPT2_POSITIONS
 
 SMALL_MODELS = ("logreg", "mlp", "cnn")
-ZOO_CLASSES = {"resnet50": IMAGENET_CLASSES, "vgg16": IMAGENET_CLASSES, "wrn26_10": CIFAR10_CLASSES}
+ZOO_CLASSES = {
+    "resnet50": IMAGENET_CLASSES,
+    "vgg16": IMAGENET_CLASSES,
+    "wrn26_10": CIFAR10_CLASSES,
+    "resnet32": CIFAR10_CLASSES,
+}
 ZOO_POSITIONS = {"bert_base": BERT_POSITIONS, "bert_large": BERT_POSITIONS, "gpt2": GPT2_POSITIONS}
 
 PosFloat = Annotated[float, Field(gt=0)]
@@ -86,6 +91,12 @@ class AsyncConfig(Strict):
         "scaled",
         description="server momentum for asynchronous updates: scaled = momentum / workers (asynchrony adds "
         "implicit momentum; Sync-Switch's best setting), same, or zero",
+    )
+    momentum_ramp_iterations: Annotated[int, Field(ge=0)] = Field(
+        0,
+        description="with momentum: scaled, ramp the servers' momentum linearly from momentum / workers back to "
+        "momentum over this many iterations (updates / workers) of each asynchronous phase; 0 = no ramp "
+        "(Sync-Switch ramped back after ~4k steps)",
     )
 
 

@@ -29,11 +29,12 @@ from sim.errors import ConfigError, DeadlockError
 from sim.executor import Executor
 from sim.faults import FaultContext, LinkEffects, background, straggler
 from sim.network import Network
+from sim.phase_runner import PhaseRunner
 from sim.routing import Router
 from sim.sampling import LinkSampler
 from sim.servers import Shard
 from sim.topology import Cluster
-from sim.worker import BlockedTime, Budget, IterationRow, WorkerContext, worker
+from sim.worker import BlockedTime, IterationRow
 from sim.workload import ComputePlan
 
 
@@ -57,6 +58,7 @@ class PolicyRun:
     ops: list[tuple] = field(default_factory=list)  # see results.OP_FIELDS
     staleness: list[tuple[int, int]] = field(default_factory=list)  # (rank, staleness) per applied async update
     faults: list[tuple] = field(default_factory=list)  # see sim.faults.FaultRow
+    phases: list[tuple] = field(default_factory=list)  # see sim.tables.PHASE_FIELDS
     error: Optional[str] = None
     traceback: Optional[str] = None
     events: int = 0
@@ -69,6 +71,7 @@ class PolicyRun:
     accuracy: list[tuple] = field(default_factory=list)  # see sim.numerics.evaluation.AccuracyRow
     parameters: Optional[np.ndarray] = None  # numerics: every replica's final flat parameters (workers x n)
     consensus: Optional[np.ndarray] = None  # numerics: the servers' model, or the replicas' mean
+    checkpoints: list[np.ndarray] = field(default_factory=list)  # numerics: the model at each switch
 
 
 def model_info(plan: ComputePlan) -> ModelInfo:
@@ -82,7 +85,7 @@ def bind_policy(entry: PolicyEntry, index: int, cluster: Cluster, plan: ComputeP
         policy.bind(cluster.view, model_info(plan))
     except SettingError as exc:
         raise ConfigError(f"policies[{index}].{exc.field}: {exc.detail}") from None
-    for spec in policy.servers():
+    for spec in policy.all_servers():
         if spec.host not in cluster.view.hosts:
             raise ConfigError(f"policies[{index}]: server shard {spec.shard} is placed on unknown host {spec.host!r}")
     return policy
@@ -130,47 +133,47 @@ def run_policy(
     if task is not None:
         from sim.numerics.session import attach  # torch is imported only when numerics is on
 
-        servers = bool(policy.servers())
-        synchronous = not getattr(policy, "shared_budget", False)
         replicas, evaluator = attach(
-            config, task, world, [b.nbytes for b in plan.buckets], entry.display, servers, synchronous
+            config, task, world, [b.nbytes for b in plan.buckets], entry.display, bool(policy.all_servers())
         )
     runner = CollectiveRunner(env, net, router, cluster.rank_gpus, model)
     comms = Communicators(
         env, runner, entry.display, on_collective, blocked.add, replicas.collective_done if replicas else None
     )
-    shards = [
-        Shard(
-            env,
-            spec,
-            tuple(range(world)),
-            lambda rank, key, stale: run.staleness.append((rank, stale)),
-            replicas.server if replicas else None,
-        )
-        for spec in policy.servers()
-    ]
-    clocks = ClockBoard(env, world)
-    executor = Executor(
-        env,
-        entry.display,
-        cluster.rank_gpus,
-        net,
-        router,
-        comms,
-        shards,
-        clocks,
-        model == "pipelined",
-        on_op,
-        blocked.add,
-        replicas,
-    )
     compute = ComputeModel(config, world)
-    budget = Budget(config.iterations, world, shared=getattr(policy, "shared_budget", False))
-    ctx = WorkerContext(
-        env, policy, plan, executor, compute, clocks, budget, blocked, run.iterations, on_iteration, replicas, evaluator
+
+    def executor_for(shards: list[Shard], clocks: ClockBoard) -> Executor:
+        return Executor(
+            env,
+            entry.display,
+            cluster.rank_gpus,
+            net,
+            router,
+            comms,
+            shards,
+            clocks,
+            model == "pipelined",
+            on_op,
+            blocked.add,
+            replicas,
+        )
+
+    phases = PhaseRunner(
+        env,
+        config,
+        cluster,
+        plan,
+        policy,
+        run,
+        executor_for,
+        compute,
+        blocked,
+        on_iteration,
+        replicas,
+        evaluator,
     )
-    workers = [env.process(worker(ctx, rank)) for rank in range(world)]
-    done = env.all_of(workers)
+    workers = phases.workers
+    done = env.process(phases.process())
 
     def stalled() -> DeadlockError:
         stuck = comms.waiting()[:5]

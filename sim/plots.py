@@ -11,7 +11,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 
-def comparison_plot(summary: pd.DataFrame, iterations: pd.DataFrame, path: Path) -> None:
+def comparison_plot(
+    summary: pd.DataFrame, iterations: pd.DataFrame, path: Path, phases: pd.DataFrame | None = None
+) -> None:
     ok = summary.dropna(subset=["mean_iteration_s"])
     fig, (ax_time, ax_tput, ax_iter) = plt.subplots(1, 3, figsize=(15, 4.2))
     labels = list(ok["policy"])
@@ -33,7 +35,8 @@ def comparison_plot(summary: pd.DataFrame, iterations: pd.DataFrame, path: Path)
     for label in labels:
         rows = done.get_group(label) if label in done.groups else iterations.iloc[:0]
         workers = rows["rank"].nunique() or 1
-        ax_iter.plot(rows["end_s"], (pd.RangeIndex(1, len(rows) + 1) / workers), label=label)
+        (line,) = ax_iter.plot(rows["end_s"], (pd.RangeIndex(1, len(rows) + 1) / workers), label=label)
+        shade_phases(ax_iter, phases, label, line.get_color())
     ax_iter.set_xlabel("simulated time (s)")
     ax_iter.set_ylabel("updates / workers")
     ax_iter.set_title("Progress")
@@ -76,12 +79,15 @@ def staleness_plot(staleness: pd.DataFrame, path: Path) -> None:
     _save(fig, path)
 
 
-def accuracy_plot(accuracy: pd.DataFrame, path: Path, target: float | None = None) -> None:
+def accuracy_plot(
+    accuracy: pd.DataFrame, path: Path, target: float | None = None, phases: pd.DataFrame | None = None
+) -> None:
     """Consensus accuracy of every policy against simulated time and against iterations."""
     consensus = accuracy[accuracy["worker"] < 0]
     fig, (ax_time, ax_iter) = plt.subplots(1, 2, figsize=(12, 4.2), sharey=True)
     for label, rows in consensus.groupby("policy", sort=False):
-        ax_time.plot(rows["time_s"], rows["accuracy"], label=label)
+        (line,) = ax_time.plot(rows["time_s"], rows["accuracy"], label=label)
+        shade_phases(ax_time, phases, str(label), line.get_color())
         ax_iter.plot(rows["iteration"], rows["accuracy"], label=label)
     for ax, xlabel in ((ax_time, "simulated time (s)"), (ax_iter, "iterations (updates / workers)")):
         if target is not None:
@@ -93,6 +99,42 @@ def accuracy_plot(accuracy: pd.DataFrame, path: Path, target: float | None = Non
     ax_iter.set_title("Accuracy per iteration")
     ax_iter.legend(fontsize=8)
     _save(fig, path)
+
+
+def search_plot(table: pd.DataFrame, reference: float, tolerance: float, path: Path) -> None:
+    """Sync-Switch's offline search: final accuracy and time to finish against the BSP fraction."""
+    rows = table.sort_values("fraction")
+    fig, (ax_acc, ax_time) = plt.subplots(1, 2, figsize=(11, 4))
+    colors = ["tab:green" if ok else "tab:red" for ok in rows["passes"]]
+    ax_acc.plot(rows["fraction"] * 100, rows["final_accuracy"], color="grey", lw=1)
+    ax_acc.scatter(rows["fraction"] * 100, rows["final_accuracy"], c=colors, zorder=3)
+    ax_acc.axhspan(reference - tolerance, reference, color="tab:green", alpha=0.1, lw=0, label="within tolerance")
+    chosen = rows[rows["chosen"]]
+    ax_acc.scatter(chosen["fraction"] * 100, chosen["final_accuracy"], s=160, facecolors="none", edgecolors="black",
+                   label="smallest passing")  # fmt: skip
+    ax_acc.set_ylabel("final accuracy (consensus, mean over seeds)")
+    ax_acc.legend(fontsize=8)
+    ax_time.plot(rows["fraction"] * 100, rows["sim_time_s"], marker="o")
+    ax_time.set_ylabel("time to finish (simulated s)")
+    for ax in (ax_acc, ax_time):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("BSP share of training (%)")
+        ax.grid(alpha=0.3)
+    _save(fig, path)
+
+
+def shade_phases(ax: plt.Axes, phases: pd.DataFrame | None, label: str, color: str) -> None:
+    """A policy that switched (Sync-Switch): its asynchronous phases shaded, its switches dotted."""
+    if phases is None:
+        return
+    rows = phases[phases["policy"] == label]
+    if len(rows) < 2:
+        return
+    for row in rows.itertuples(index=False):
+        if not row.synchronous:
+            ax.axvspan(row.start_s, row.end_s, color=color, alpha=0.08, lw=0)
+        if row.phase > 0:
+            ax.axvline(row.start_s - row.switch_s, color=color, ls=":", lw=1)
 
 
 def _save(fig: plt.Figure, path: Path) -> None:

@@ -29,6 +29,7 @@ class Result:
     utilization: pd.DataFrame
     staleness: pd.DataFrame
     faults: pd.DataFrame
+    phases: pd.DataFrame
     runs: list[PolicyRun] = field(default_factory=list)
     accuracy: Optional[pd.DataFrame] = None  # numerics mode only
 
@@ -43,29 +44,29 @@ class Result:
 
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        _atomic_write(out / "config.yaml", dump_config(self.config))
-        for name in ("summary", "iterations", "ops", "links", "utilization", "staleness", "faults"):
-            _atomic_write(out / f"{name}.csv", getattr(self, name).to_csv(index=False))
+        atomic_write(out / "config.yaml", dump_config(self.config))
+        for name in ("summary", "iterations", "phases", "ops", "links", "utilization", "staleness", "faults"):
+            atomic_write(out / f"{name}.csv", getattr(self, name).to_csv(index=False))
         if self.accuracy is not None:
-            _atomic_write(out / "accuracy.csv", self.accuracy.to_csv(index=False))
+            atomic_write(out / "accuracy.csv", self.accuracy.to_csv(index=False))
         if self.config.simulation.trace if trace is None else trace:
-            _atomic_write(out / "trace.json", chrome_trace(self, self.config.simulation.trace_max_events))
+            atomic_write(out / "trace.json", chrome_trace(self, self.config.simulation.trace_max_events))
         if plot and len(self.summary):
-            comparison_plot(self.summary, self.iterations, out / "comparison.png")
+            comparison_plot(self.summary, self.iterations, out / "comparison.png", self.phases)
             utilization_plot(self.utilization, out / "utilization.png")
             if len(self.staleness):
                 staleness_plot(self.staleness, out / "staleness.png")
             if self.accuracy is not None and len(self.accuracy):
-                accuracy_plot(self.accuracy, out / "accuracy.png", self.config.numerics.target_accuracy)
+                accuracy_plot(self.accuracy, out / "accuracy.png", self.config.numerics.target_accuracy, self.phases)
         failed = [run for run in self.runs if run.error is not None]
         if failed:  # the summary says why in one line; the full traceback is for bug reports
-            _atomic_write(out / "errors.txt", "\n".join(f"== {run.label}\n{run.traceback}" for run in failed))
+            atomic_write(out / "errors.txt", "\n".join(f"== {run.label}\n{run.traceback}" for run in failed))
         elif (out / "errors.txt").exists():
             (out / "errors.txt").unlink()
         return out
 
 
-def _atomic_write(path: Path, text: str) -> None:
+def atomic_write(path: Path, text: str) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(text)
     os.replace(tmp, path)

@@ -6,6 +6,10 @@ and round is answered after the apply. An asynchronous shard applies every push 
 answers pulls at once. A worker's round is its own count of pushes to that key, so rounds need no
 global clock.
 
+A shard started mid-run (a phase after a switch, policies.phases) holds the checkpoint the workers
+restart from: each worker's first pull of a key in the phase reads it at once, and its k-th pull
+waits for round k - 1, so a synchronous phase may start at any step.
+
 Staleness (asynchronous shards): when a worker's update to a key is applied, the number of updates
 to that key applied since the shard last sent that worker the key's parameters.
 """
@@ -35,8 +39,10 @@ class Shard:
         workers: tuple[int, ...],
         on_apply: Optional[OnApply] = None,
         tensors: Any = None,
+        restarted: bool = False,
     ) -> None:
-        """`tensors` (numerics mode: a `sim.numerics.servers.ServerTensors`) receives the pushed values."""
+        """`tensors` (numerics mode: a `sim.numerics.servers.ServerTensors`) receives the pushed values;
+        `restarted`: the shard starts from a checkpoint mid-run (first pulls answered at once)."""
         self.env, self.spec, self.on_apply, self.tensors = env, spec, on_apply, tensors
         self.workers = spec.workers or workers
         self.applied_updates = 0
@@ -45,7 +51,8 @@ class Shard:
         self._busy_until = 0.0
         self._pushes: dict[tuple[int, int], int] = defaultdict(int)  # (key, round) -> pushes received
         self._pushed_rounds: dict[tuple[int, int], int] = defaultdict(int)  # (rank, key) -> rounds pushed
-        self._pulled_rounds: dict[tuple[int, int], int] = defaultdict(int)  # (rank, key) -> rounds pulled
+        first = -1 if restarted else 0  # the checkpoint counts as round -1
+        self._pulled_rounds: dict[tuple[int, int], int] = defaultdict(lambda: first)  # (rank, key) -> next round
         self._applied: dict[tuple[int, int], simpy.Event] = {}
         self._answered: dict[tuple[int, int], int] = defaultdict(int)  # (key, round) -> pulls answered
 
@@ -70,7 +77,7 @@ class Shard:
         """When `rank`'s next pull of `key` may be answered."""
         rnd = self._pulled_rounds[(rank, key)]
         self._pulled_rounds[(rank, key)] = rnd + 1
-        if not self.spec.sync:
+        if not self.spec.sync or rnd < 0:
             event = self.env.event()
             event.succeed()
             return event

@@ -19,8 +19,11 @@ from sim.topology import GBPS, Cluster
 from sim.workload import ComputePlan
 
 ITERATION_FIELDS = (
-    "iteration", "rank", "start_s", "begin_end_s", "forward_end_s", "compute_end_s", "end_s", "compute_s", "wait_s"
+    "iteration", "rank", "start_s", "begin_end_s", "forward_end_s", "compute_end_s", "end_s", "compute_s", "wait_s",
+    "phase",
 )  # fmt: skip
+# one row per phase of a run (policies.phases); switch_s: the idle switch before it (0 for the first)
+PHASE_FIELDS = ("phase", "phase_policy", "synchronous", "start_step", "start_s", "end_s", "updates", "switch_s")
 # `count` > 1: a rank's concurrent point-to-point ops that travelled as one coupled transfer
 OP_FIELDS = (
     "step", "rank", "kind", "group", "group_size", "shard", "count", "nbytes", "issued_s", "launched_s", "finished_s"
@@ -45,6 +48,10 @@ SUMMARY_COLUMNS = (
     "p99_staleness",
     "max_staleness",
     "sim_time_s",
+    "switches",
+    "switch_s",
+    "synchronous_s",
+    "asynchronous_s",
 )
 ACCURACY_FIELDS = ("iteration", "time_s", "worker", "train_loss", "loss", "accuracy")
 # summary columns added when the config has numerics
@@ -66,10 +73,34 @@ def _per_policy(runs: list[PolicyRun], rows_of, columns) -> pd.DataFrame:  # typ
 def iterations_frame(runs: list[PolicyRun], cluster: Cluster, batch_size: int) -> pd.DataFrame:
     df = _per_policy(runs, lambda run: sorted(run.iterations), ITERATION_FIELDS)
     df.insert(3, "host", [cluster.view.rank_hosts[r] for r in df["rank"]])
+    labels = {(run.label, row[0]): row[1] for run in runs for row in run.phases}
+    names = {run.label: run.name for run in runs}
+    df["phase_policy"] = [labels.get((p, i), names.get(p, p)) for p, i in zip(df["policy"], df["phase"])]
     df["iteration_s"] = df["end_s"] - df["start_s"]
     df["comm_s"] = (df["iteration_s"] - df["compute_s"] - df["wait_s"]).clip(lower=0.0)
     df["samples"] = batch_size
     return df
+
+
+def phases_frame(runs: list[PolicyRun]) -> pd.DataFrame:
+    """Every phase of every run: which policy ran, from when to when, and the switch before it."""
+    df = _per_policy(runs, lambda run: run.phases, PHASE_FIELDS)
+    for run in runs:  # a phase still open when a run failed ends with it
+        rows = (df["policy"] == run.label) & df["end_s"].isna()
+        df.loc[rows, "end_s"] = run.sim_time_s
+    return df
+
+
+def phase_summary(run: PolicyRun) -> dict[str, float]:
+    """Switches, their idle time, and the time spent in synchronous and asynchronous phases."""
+    phases = run.phases or []
+    span = [(row[5] if row[5] == row[5] else run.sim_time_s) - row[4] for row in phases]
+    return {
+        "switches": max(0, len(phases) - 1),
+        "switch_s": float(sum(row[7] for row in phases)),
+        "synchronous_s": float(sum(t for t, row in zip(span, phases) if row[2])),
+        "asynchronous_s": float(sum(t for t, row in zip(span, phases) if not row[2])),
+    }
 
 
 def ops_frame(runs: list[PolicyRun]) -> pd.DataFrame:
@@ -166,6 +197,7 @@ def summary_frame(
                 max_staleness=int(stale.max()),
             )
         row["sim_time_s"] = run.sim_time_s
+        row.update(phase_summary(run))
         if numerics:
             row.update(accuracy_summary(run, target_accuracy))
         rows.append(row)

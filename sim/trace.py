@@ -1,7 +1,8 @@
 """A Chrome/Perfetto trace (JSON "Trace Event Format") of a result, for ui.perfetto.dev.
 
 Per policy two processes: "<policy>: workers" with one track per rank (begin-step, forward,
-backward, and the wait for synchronization after compute), and "<policy>: communication" with one
+backward, and the wait for synchronization after compute) and a "phases" track (which policy ran
+when, with an instant marker at every switch), and "<policy>: communication" with one
 track per collective group, one per rank for point-to-point ops, and counter tracks of link
 utilisation. Times are microseconds of simulated time.
 """
@@ -13,6 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from sim.results import Result
+
+
+PHASE_TRACK = 1_000_000  # the phases track of a policy's workers process
 
 
 def _span(name: str, pid: int, tid: int, start_s: float, end_s: float, **args: Any) -> dict[str, Any]:
@@ -64,6 +68,26 @@ def chrome_trace(result: Result, max_events: int) -> str:
                         comm_s=float(row.comm_s),
                     )
                 )
+        add(_meta("thread_name", workers, "phases", PHASE_TRACK))
+        for row in result.phases[result.phases["policy"] == label].itertuples(index=False):
+            mode = "synchronous" if row.synchronous else "asynchronous"
+            name = f"phase {row.phase}: {row.phase_policy}"
+            add(_span(name, workers, PHASE_TRACK, row.start_s, row.end_s, mode=mode))
+            if row.phase > 0:
+                switch = row.start_s - row.switch_s
+                add(
+                    {
+                        "name": f"switch to {row.phase_policy}",
+                        "ph": "i",
+                        "s": "p",
+                        "pid": workers,
+                        "tid": PHASE_TRACK,
+                        "ts": switch * 1e6,
+                        "args": {"step": int(row.start_step), "switch_s": float(row.switch_s)},
+                    }
+                )
+                if row.switch_s > 0:
+                    add(_span("switch (checkpoint, restart)", workers, PHASE_TRACK, switch, row.start_s))
         for row in result.ops[result.ops["policy"] == label].itertuples(index=False):
             collective = row.rank < 0
             tid = int(row.group) if collective else 100_000 + int(row.rank)

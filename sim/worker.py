@@ -5,9 +5,10 @@ each waiting for its bucket's on_forward program (run one after another from the
 overlap forward); backward in bucket-sized slices (each bucket handed to the policy as it becomes
 ready, so communication overlaps the rest of backward); then the bucket programs and end_step.
 
-Budgets: synchronous policies run `iterations` iterations on every worker. Policies with
-`shared_budget` (ASP, SSP) share `iterations x workers` updates, so fast workers do more of them,
-the way Sync-Switch counts ASP steps.
+Budgets (`sim/phase_budget.py`): a worker runs one phase of its policy (policies.phases) at a time.
+In a synchronous phase every worker runs the phase's steps; in a phase of a policy with
+`shared_budget` (ASP, SSP) workers share its updates, so fast workers do more of them, the way
+Sync-Switch counts ASP steps.
 
 Breakdown: compute is the time spent in forward and backward slices. Of the rest, *wait* is time
 blocked on other workers (a collective whose members have not all arrived, a pull whose round is
@@ -19,39 +20,20 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Optional
 
 import simpy
 
 from policies.base import Bucket, Policy
+from policies.phases import Timing
 from sim.clocks import ClockBoard
 from sim.compute import ComputeModel
 from sim.executor import Executor
+from sim.phase_budget import PhaseBudget
 from sim.workload import ComputePlan
 
-# (step, rank, start, begin_end, forward_end, compute_end, end, compute_s, wait_s)
-IterationRow = tuple[int, int, float, float, float, float, float, float, float]
-
-
-class Budget:
-    """Who may start another iteration."""
-
-    def __init__(self, iterations: int, world: int, shared: bool) -> None:
-        self.iterations, self.world, self.shared = iterations, world, shared
-        self.claimed = 0
-
-    @property
-    def total(self) -> int:
-        return self.iterations * self.world
-
-    def claim(self, steps_done: int) -> bool:
-        if self.shared:
-            if self.claimed >= self.total:
-                return False
-        elif steps_done >= self.iterations:
-            return False
-        self.claimed += 1
-        return True
+# (step, rank, start, begin_end, forward_end, compute_end, end, compute_s, wait_s, phase)
+IterationRow = tuple[int, int, float, float, float, float, float, float, float, int]
 
 
 @dataclass
@@ -90,12 +72,13 @@ class WorkerContext:
     executor: Executor
     compute: ComputeModel
     clocks: ClockBoard
-    budget: Budget
+    budget: PhaseBudget
     blocked: BlockedTime
     rows: list[IterationRow]
     on_iteration: Callable[[], None]
     numerics: Any = None  # sim.numerics.replicas.Replicas: real tensors (numerics mode)
     evaluator: Any = None  # sim.numerics.evaluation.Evaluator
+    phase: int = 0  # the phase's index in the run
 
 
 def worker(ctx: WorkerContext, rank: int) -> Generator[simpy.Event, Any, None]:
@@ -103,9 +86,16 @@ def worker(ctx: WorkerContext, rank: int) -> Generator[simpy.Event, Any, None]:
     numerics = ctx.numerics
     n_buckets = len(plan.buckets)
     buckets = [Bucket(b, bucket.nbytes, n_buckets) for b, bucket in enumerate(plan.buckets)]
-    step = 0
-    while ctx.budget.claim(step):
+    step = ctx.budget.start
+    last: Optional[Timing] = None
+    while True:
         start = env.now
+        allowed = ctx.budget.claim(rank, step, last)
+        if isinstance(allowed, simpy.Event):  # an adaptive phase's decision point: waits for others
+            allowed = yield allowed
+            ctx.blocked.add(rank, step, start, env.now)
+        if not allowed:
+            break
         computing: list[tuple[float, float]] = []
         yield executor.run(rank, step, policy.begin_step(rank, step))
         begin_end = env.now
@@ -136,7 +126,9 @@ def worker(ctx: WorkerContext, rank: int) -> Generator[simpy.Event, Any, None]:
         end = env.now
         compute_s = sum(b - a for a, b in computing)
         wait = ctx.blocked.pop_wait(rank, step, start, end, computing)
-        ctx.rows.append((step, rank, start, begin_end, forward_end, compute_end, end, compute_s, wait))
+        ctx.rows.append((step, rank, start, begin_end, forward_end, compute_end, end, compute_s, wait, ctx.phase))
+        last = Timing(rank, step, end - start, wait)
+        ctx.budget.finished(last)
         ctx.clocks.tick(rank)
         if ctx.evaluator is not None:
             ctx.evaluator.iteration_done(env.now, rank)

@@ -9,7 +9,8 @@ import pytest
 from sim.api import prepare, simulate
 from sim.config import load_config
 
-CONFIGS = sorted((Path(__file__).parent.parent / "configs").glob("*.yaml"))
+ROOT = Path(__file__).parent.parent / "configs"
+CONFIGS = sorted([*ROOT.glob("*.yaml"), *ROOT.glob("papers/*.yaml")])
 
 
 def test_configs_exist() -> None:

@@ -60,10 +60,19 @@ def write_config(tmp_path: Path, policies: list[dict[str, Any]], iterations: int
     return path
 
 
+# Sync-Switch twice: between two deterministic schemes (BSP through servers, then ring), and the
+# default BSP then ASP, whose BSP prefix is deterministic but whose ASP phase is not
+SWITCHED = [
+    {"name": "sync_switch", "label": "ps_ring", "first": "ps", "then": "ring", "switch_at": 0.5},
+    {"name": "sync_switch", "label": "ps_asp", "switch_at": 0.25},
+]
+
+
 def test_real_gloo_run_equals_the_simulators_numerics(tmp_path: Path) -> None:
-    """Acceptance: ring, hierarchical, ps-BSP and DS-Sync on 4 gloo workers (+2 server processes) end
-    with the parameters numerics mode computes for the same config and seed."""
-    policies = [{"name": "ring"}, {"name": "hierarchical"}, {"name": "ps"}, {"name": "ds_sync"}]
+    """Acceptance: ring, hierarchical, ps-BSP, DS-Sync and Sync-Switch between ps and ring on 4 gloo
+    workers (+2 server processes) end with the parameters numerics mode computes for the same config
+    and seed; Sync-Switch from ps to ASP restarts its ASP phase from the same checkpoint."""
+    policies = [{"name": "ring"}, {"name": "hierarchical"}, {"name": "ps"}, {"name": "ds_sync"}, *SWITCHED]
     config = write_config(tmp_path, policies)
     out = tmp_path / "out"
     outcome = launch(config, out, nproc=4, timeout_s=60)
@@ -72,22 +81,41 @@ def test_real_gloo_run_equals_the_simulators_numerics(tmp_path: Path) -> None:
 
     sim = simulate(config)
     real = np.load(out / "parameters.npz")
-    for run in sim.runs:
+    deterministic = [run for run in sim.runs if run.label != "ps_asp"]
+    for run in deterministic:
         assert run.parameters is not None and run.consensus is not None
         np.testing.assert_allclose(real[f"{run.label}/workers"], run.parameters, rtol=1e-4, atol=1e-6)
         np.testing.assert_allclose(real[f"{run.label}/consensus"], run.consensus, rtol=1e-4, atol=1e-6)
     # the replicas did train: DS-Sync's differ from ring's, and all moved away from the start
     assert not np.allclose(real["ds_sync/workers"], real["ring/workers"])
+    # the switch: the model after the deterministic BSP prefix is the same on both backends
+    for run in sim.runs[-2:]:
+        (checkpoint,) = run.checkpoints
+        np.testing.assert_allclose(real[f"{run.label}/checkpoint0"], checkpoint, rtol=1e-5, atol=1e-7)
+    assert not np.allclose(sim.runs[-1].checkpoints[0], as_numerics_initial(config))
+
+    phases = pd.read_csv(out / "phases.csv").set_index(["policy", "phase"])
+    assert list(phases.loc["ps_asp", "phase_policy"]) == ["ps", "asp"]
+    assert list(phases.loc["ps_asp", "updates"]) == [5 * 4, 15 * 4] and list(phases.loc["ps_asp", "start_step"]) == [
+        0,
+        5,
+    ]
+    switched = pd.read_csv(out / "iterations.csv").query("policy == 'ps_asp'")
+    assert switched.groupby("phase_policy").size().to_dict() == {"ps": 5 * 4, "asp": 15 * 4}
+    assert switched.query("phase_policy == 'asp'")["start_s"].min() >= switched.query("phase == 0")["end_s"].max()
 
     summary = pd.read_csv(out / "summary.csv").set_index("policy")
-    assert list(summary.index) == ["ring", "hierarchical", "ps", "ds_sync"]
-    assert (summary["status"] == "ok").all() and (summary["iterations"] == ITERATIONS).all()
+    assert list(summary.index) == ["ring", "hierarchical", "ps", "ds_sync", "ps_ring", "ps_asp"]
+    assert (summary["status"] == "ok").all() and (summary["updates"] == 4 * ITERATIONS).all()
+    assert (summary.drop(index="ps_asp")["iterations"] == ITERATIONS).all()
+    assert list(summary["switches"]) == [0, 0, 0, 0, 1, 1]
+    summary = summary.drop(index="ps_asp")
     sim_acc = sim.summary.set_index("policy")["final_accuracy"]
     np.testing.assert_allclose(summary["final_accuracy"], sim_acc[summary.index], atol=1e-6)
     # the accuracy curve too: every eval_every iterations, the consensus and every replica
     key = ["policy", "iteration", "model", "worker"]
-    real_curve = pd.read_csv(out / "accuracy.csv").set_index(key).sort_index()
-    sim_curve = sim.accuracy.set_index(key).sort_index()
+    real_curve = pd.read_csv(out / "accuracy.csv").query("policy != 'ps_asp'").set_index(key).sort_index()
+    sim_curve = sim.accuracy.query("policy != 'ps_asp'").set_index(key).sort_index()
     assert list(real_curve.index) == list(sim_curve.index)
     assert sorted(real_curve.index.get_level_values("iteration").unique()) == [0, 5, 10, 15, 20]
     for column in ("train_loss", "loss", "accuracy"):
@@ -95,7 +123,7 @@ def test_real_gloo_run_equals_the_simulators_numerics(tmp_path: Path) -> None:
     assert (real_curve.groupby("policy")["time_s"].is_monotonic_increasing).all()  # measured seconds
 
     rows = pd.read_csv(out / "iterations.csv")
-    assert len(rows) == 4 * 4 * ITERATIONS
+    assert len(rows) == 6 * 4 * ITERATIONS
     for column in ("compute_s", "comm_s", "wait_s"):
         assert (rows[column] >= 0).all()
     np.testing.assert_allclose(rows["compute_s"] + rows["comm_s"] + rows["wait_s"], rows["iteration_s"], atol=1e-9)

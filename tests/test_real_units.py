@@ -68,8 +68,8 @@ def test_wait_is_the_time_until_the_last_member_issued() -> None:
     early.collectives = [(0, 0, (0, 1), 0, "AllReduce", 400, 1.0, 1.5)]
     late.collectives = [(0, 1, (0, 1), 0, "AllReduce", 400, 1.3, 1.5)]
     early.blocked = [(0, 1.6, 1.7)]  # a pull the server held
-    early.rows = [(0, 0, 0.0, 0.1, 0.5, 1.0, 2.0, 0.5, 0.0)]
-    late.rows = [(0, 1, 0.0, 0.1, 0.8, 1.3, 2.0, 0.5, 0.0)]
+    early.rows = [(0, 0, 0.0, 0.1, 0.5, 1.0, 2.0, 0.5, 0.0, 0)]
+    late.rows = [(0, 1, 0.0, 0.1, 0.8, 1.3, 2.0, 0.5, 0.0, 0)]
     rows, ops = account([early, late])
     waits = {row[1]: row[8] for row in rows}
     assert waits[0] == pytest.approx(0.3 + 0.1) and waits[1] == 0.0

@@ -14,6 +14,7 @@ from sim.zoo.builders import (
     linear,
     transformer_block,
 )
+from sim.zoo.cnn import cifar_resnet_layers
 from sim.zoo.recsys import deepfm_layers
 from sim.zoo.transformers import bert_layers, gpt2_layers
 
@@ -29,7 +30,7 @@ PUBLISHED_PARAMS = {
 # Zagoruyko & Komodakis report 36.5M for WRN-28-10 (the same network, see docs/zoo.md).
 WRN_PUBLISHED_PARAMS = 36.5e6
 # Our documented figures (docs/zoo.md), checked against torch.nn re-implementations.
-DOCUMENTED_PARAMS = {"wrn26_10": 36_479_194, "deepfm": 11_477_602}
+DOCUMENTED_PARAMS = {"wrn26_10": 36_479_194, "resnet32": 466_906, "deepfm": 11_477_602}
 
 # Published multiply-accumulates per forward pass of one sample: torchvision's model cards
 # (4.09 and 15.47 G), and 5.25 G commonly reported for WRN-28-10 on 32x32 inputs.
@@ -42,7 +43,7 @@ def relative_error(value: float, reference: float) -> float:
 
 def test_model_names_are_the_documented_set() -> None:
     assert set(MODEL_NAMES) == {
-        "resnet50", "vgg16", "wrn26_10", "bert_base", "bert_large", "gpt2", "deepfm"
+        "resnet50", "vgg16", "wrn26_10", "resnet32", "bert_base", "bert_large", "gpt2", "deepfm"
     }  # fmt: skip
 
 
@@ -71,6 +72,60 @@ def test_deepfm_embedding_table_dominates_and_is_its_own_layer() -> None:
     table = next(layer for layer in model.layers if layer.name == "embedding")
     assert table.params == 10_000_000
     assert table.params / model.params > 0.85
+
+
+def test_resnet32_params_follow_from_its_architecture() -> None:
+    def block(c: int) -> int:  # two 3x3 convs and two batch norms, c channels throughout
+        return 2 * 9 * c * c + 2 * 2 * c
+
+    def first_block(cin: int, c: int) -> int:  # strided: wider second conv, 1x1 projection + norm
+        return 9 * cin * c + 9 * c * c + 2 * 2 * c + cin * c + 2 * c
+
+    stem, fc = 9 * 3 * 16 + 2 * 16, 64 * 10 + 10
+    stages = 5 * block(16) + first_block(16, 32) + 4 * block(32) + first_block(32, 64) + 4 * block(64)
+    assert get_model("resnet32").params == stem + stages + fc == DOCUMENTED_PARAMS["resnet32"]
+    # Without the two projections (option A, zero-padded shortcuts) it is the usually quoted 0.46M.
+    projections = (16 * 32 + 2 * 32) + (32 * 64 + 2 * 64)
+    assert DOCUMENTED_PARAMS["resnet32"] - projections == 464_154
+
+
+def test_resnet32_has_32_weighted_layers_and_two_projections() -> None:
+    names = [layer.name for layer in get_model("resnet32").layers]
+    assert names[:3] == ["conv1", "bn1", "layer1.0.conv1"] and names[-1] == "fc"
+    convs = [n for n in names if n.split(".")[-1].startswith("conv")]
+    assert len(convs) + 1 == 32  # 6n + 1 3x3 convs plus the classifier; 1x1 shortcuts not counted
+    assert [n for n in names if "downsample" in n] == [
+        "layer2.0.downsample.0", "layer2.0.downsample.1", "layer3.0.downsample.0", "layer3.0.downsample.1",
+    ]  # fmt: skip
+
+
+def test_resnet32_conv_flops_match_the_formula() -> None:
+    layers = {layer.name: layer for layer in get_model("resnet32").layers}
+    # 2 * cout * cin * k^2 * output area: a stride-1 conv at 32x32, then the strided one at 16x16.
+    assert layers["layer1.0.conv1"].forward_flops == 2 * 16 * 16 * 9 * 32 * 32
+    assert layers["layer2.0.conv1"].forward_flops == 2 * 32 * 16 * 9 * 16 * 16
+    assert layers["layer2.0.downsample.0"].forward_flops == 2 * 32 * 16 * 16 * 16
+
+
+def test_resnet32_forward_flops_in_closed_form() -> None:
+    # Every 3x3 conv inside the stages costs 9 * 16^2 * 32^2 MACs (channels double as the area
+    # quarters) except the two strided ones, which cost half.
+    full = 9 * 16 * 16 * 32 * 32
+    macs = 9 * 3 * 16 * 32 * 32 + 28 * full + 2 * full // 2 + 2 * 16 * 32 * 16 * 16 + 64 * 10
+    assert macs == 69_124_736
+    # Element-wise work per output element: batch norm + ReLU 5, the residual add 1, a projection's
+    # batch norm 4; then global average pooling (1 per input) and the classifier's bias.
+    maps = {16: 16 * 32 * 32, 32: 32 * 16 * 16, 64: 64 * 8 * 8}  # elements of each stage's maps
+    elementwise = 5 * maps[16] + sum(5 * 11 * e for e in maps.values()) + 4 * (maps[32] + maps[64])
+    elementwise += maps[64] + 10
+    assert get_model("resnet32").forward_flops == 2 * macs + elementwise
+
+
+def test_cifar_resnet_depth_must_be_6n_plus_2() -> None:
+    assert len(cifar_resnet_layers(20)) == len(cifar_resnet_layers(32)) - 2 * 3 * 4
+    for depth in (2, 31):
+        with pytest.raises(ValueError, match="6n"):
+            cifar_resnet_layers(depth)
 
 
 @pytest.mark.parametrize("name", sorted(PUBLISHED_GMACS))
@@ -150,7 +205,7 @@ def test_resnet_layers_follow_torchvision_order() -> None:
     assert names.index("layer1.0.downsample.0") == names.index("layer1.0.bn3") + 1
 
 
-@pytest.mark.parametrize("alias", ["ResNet50", "BERT-BASE", " gpt2 ", "WRN26-10", "DeepFM"])
+@pytest.mark.parametrize("alias", ["ResNet50", "BERT-BASE", " gpt2 ", "WRN26-10", "ResNet32", "DeepFM"])
 def test_names_are_case_and_dash_insensitive(alias: str) -> None:
     assert get_model(alias).name == alias.strip().lower().replace("-", "_")
 

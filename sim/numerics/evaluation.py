@@ -32,6 +32,13 @@ class Evaluator:
         self._done = [0] * self.world  # synchronous: iterations each worker finished
         self._copies: dict[int, dict[int, tuple]] = {}  # iteration -> rank -> (params, losses)
 
+    def begin_phase(self, synchronous: bool, start: int) -> None:
+        """A phase starts at step `start` on every worker (policies.phases); its budget kind decides
+        how iterations are evaluated, as above."""
+        self.synchronous = synchronous
+        self._done = [start] * self.world
+        self._copies.clear()
+
     def iteration_done(self, now: float, rank: int) -> None:
         self.completed += 1
         if not self.synchronous:

@@ -72,6 +72,7 @@ class Replicas:
             for r in range(world)
         ]
         self.server = ServerTensors(cfg, task.initial, world, iterations) if servers else None
+        self.serving = servers  # the phase running now has servers (policies.phases)
 
     @property
     def losses(self) -> list[list[float]]:
@@ -159,10 +160,23 @@ class Replicas:
         for a, b in ranges:
             self.params[rank, a:b] = self.server.params[a:b]
 
+    # ----------------------------------------------------------------------------- phases
+    def restart(self, from_servers: bool, updates: int) -> torch.Tensor:
+        """A switch between phases (policies.phases): checkpoint the model (the servers' parameters
+        if the phase that ended ran servers, else the replicas' mean) and restart every replica and
+        the servers from it; `updates` worker-iterations are done (the servers' schedules go on).
+        Returns the checkpoint."""
+        servers = from_servers and self.server is not None
+        checkpoint = self.server.params.clone() if servers else self.params.mean(dim=0)  # type: ignore[union-attr]
+        self.params[:] = checkpoint
+        if self.server is not None:
+            self.server.begin_phase(checkpoint, updates)
+        return checkpoint
+
     # ----------------------------------------------------------------------------- models
     def consensus(self, replicas: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """The servers' model where there are servers, else the mean of the replicas (`replicas`:
-        copies taken earlier, one row per worker; default: the replicas now)."""
-        if self.server is not None:
+        """The servers' model while a phase with servers runs, else the mean of the replicas
+        (`replicas`: copies taken earlier, one row per worker; default: the replicas now)."""
+        if self.server is not None and self.serving:
             return self.server.params
         return (self.params if replicas is None else replicas).mean(dim=0)

@@ -30,14 +30,13 @@ def attach(
     bucket_bytes: Sequence[float],
     policy: str,
     servers: bool,
-    synchronous: bool,
 ) -> tuple[Replicas, Evaluator]:
-    """`synchronous`: every worker runs the same iterations (no shared budget), so each replica is
-    evaluated as it stood after its own k-th iteration."""
+    """`servers`: some phase of the policy runs parameter-server shards. The evaluator learns each
+    phase's budget kind from `Evaluator.begin_phase`."""
     cfg = config.numerics
     assert cfg is not None
     replicas = Replicas(cfg, task, world, bucket_bytes, config.iterations, config.seed, policy, servers)
-    evaluator = Evaluator(replicas, cfg.eval_every, cfg.eval_workers, synchronous)
+    evaluator = Evaluator(replicas, cfg.eval_every, cfg.eval_workers, synchronous=True)
     evaluator.evaluate(0.0)
     return replicas, evaluator
 

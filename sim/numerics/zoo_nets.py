@@ -137,6 +137,41 @@ class WRN26x10(nn.Module):
         return self.fc(torch.flatten(F.adaptive_avg_pool2d(F.relu(self.bn(x)), 1), 1))
 
 
+class BasicBlock(nn.Module):
+    """Post-activation basic block, torchvision's names; option-B 1x1 projection where the shape changes."""
+
+    def __init__(self, cin: int, cout: int, stride: int) -> None:
+        super().__init__()
+        self.conv1, self.bn1 = _conv(cin, cout, 3, stride), _bn(cout)
+        self.conv2, self.bn2 = _conv(cout, cout, 3), _bn(cout)
+        self.downsample = nn.Sequential(_conv(cin, cout, 1, stride), _bn(cout)) if stride != 1 or cin != cout else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.bn2(self.conv2(F.relu(self.bn1(self.conv1(x)))))
+        return F.relu(out + (x if self.downsample is None else self.downsample(x)))
+
+
+class ResNet32(nn.Module):
+    """He et al.'s CIFAR ResNet-32: 16/32/64 channels, five basic blocks per stage."""
+
+    def __init__(self, classes: int = CIFAR10_CLASSES, blocks: int = 5) -> None:
+        super().__init__()
+        self.conv1, self.bn1 = _conv(3, 16, 3), _bn(16)
+        cin = 16
+        for stage, (width, stride) in enumerate(((16, 1), (32, 2), (64, 2)), 1):
+            layers = []
+            for b in range(blocks):
+                layers.append(BasicBlock(cin, width, stride if b == 0 else 1))
+                cin = width
+            setattr(self, f"layer{stage}", nn.Sequential(*layers))
+        self.fc = nn.Linear(cin, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = F.relu(self.bn1(self.conv1(x)))
+        x = self.layer3(self.layer2(self.layer1(x)))
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+
 # ---------------------------------------------------------------------------------- transformers
 class Attention(nn.Module):
     def __init__(self, d: int, heads: int, causal: bool) -> None:
@@ -276,6 +311,7 @@ BUILDERS: dict[str, Callable[[], nn.Module]] = {
     "resnet50": ResNet50,
     "vgg16": VGG16,
     "wrn26_10": WRN26x10,
+    "resnet32": ResNet32,
     "bert_base": lambda: Bert(768, 12, 12),
     "bert_large": lambda: Bert(1024, 24, 16),
     "gpt2": GPT2,

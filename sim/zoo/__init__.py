@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import cache
 
-from sim.zoo.cnn import resnet50, vgg16, wrn26_10
+from sim.zoo.cnn import resnet32, resnet50, vgg16, wrn26_10
 from sim.zoo.recsys import deepfm
 from sim.zoo.spec import Layer, ModelSpec
 from sim.zoo.transformers import bert_base, bert_large, gpt2
@@ -21,6 +21,7 @@ _BUILDERS: dict[str, Callable[[], ModelSpec]] = {
     "resnet50": resnet50,
     "vgg16": vgg16,
     "wrn26_10": wrn26_10,
+    "resnet32": resnet32,
     "bert_base": bert_base,
     "bert_large": bert_large,
     "gpt2": gpt2,

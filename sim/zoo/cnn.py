@@ -1,7 +1,8 @@
-"""Convolutional networks: ResNet-50 and VGG-16 on ImageNet, WideResNet-26-10 on CIFAR-10.
+"""Convolutional networks: ResNet-50 and VGG-16 on ImageNet, WideResNet-26-10 and ResNet-32 on CIFAR-10.
 
 Layer names follow the parameter names of the usual PyTorch implementations (torchvision for
-ResNet-50 and VGG-16), so a layer can be matched against a `state_dict` by prefix.
+ResNet-50, VGG-16 and the basic blocks of ResNet-32), so a layer can be matched against a
+`state_dict` by prefix.
 """
 
 from __future__ import annotations
@@ -164,6 +165,65 @@ def wrn26_10() -> ModelSpec:
         source=(
             "Zagoruyko & Komodakis 2016 (arXiv:1605.07146); depth counted as 6n+2, "
             "so 4 blocks per group as in their WRN-28-10"
+        ),
+        sample="one 32x32 RGB image (CIFAR-10)",
+    )
+
+
+def _basic_block(prefix: str, in_ch: int, out_ch: int, stride: int, in_size: int) -> tuple[list[Layer], int]:
+    """One post-activation basic block (two 3x3 convs); returns its layers and its output size."""
+    out_size = conv_output_size(in_size, 3, stride, 1)
+    layers = [
+        conv2d(f"{prefix}.conv1", in_ch, out_ch, 3, out_size),
+        batch_norm(f"{prefix}.bn1", out_ch, out_size, relu=True),
+        conv2d(f"{prefix}.conv2", out_ch, out_ch, 3, out_size),
+        # The residual add and the final ReLU are folded into the last batch norm.
+        plus_flops(
+            batch_norm(f"{prefix}.bn2", out_ch, out_size, relu=True),
+            out_ch * out_size * out_size,
+        ),
+    ]
+    if stride != 1 or in_ch != out_ch:
+        # Option B: a 1x1 projection (with batch norm) only where the shape changes.
+        layers += [
+            conv2d(f"{prefix}.downsample.0", in_ch, out_ch, 1, out_size),
+            batch_norm(f"{prefix}.downsample.1", out_ch, out_size),
+        ]
+    return layers, out_size
+
+
+def cifar_resnet_layers(depth: int, *, classes: int = CIFAR10_CLASSES) -> tuple[Layer, ...]:
+    """He et al.'s CIFAR ResNet (section 4.2) for 32x32 images, depth = 6n + 2.
+
+    A 3x3 conv with 16 channels, three stages of n basic blocks with 16, 32 and 64 channels (stride 2
+    at the start of the second and third), global average pooling and a linear classifier. Shortcuts
+    are identities except at the two downsampling blocks, which project with a 1x1 conv plus batch
+    norm (option B), as the TensorFlow CIFAR ResNets (official models, Tensor2Tensor) do.
+    """
+    if depth < 8 or (depth - 2) % 6:
+        raise ValueError(f"depth must be 6n + 2 with n >= 1 for a CIFAR ResNet, got {depth}")
+    n = (depth - 2) // 6
+    size = 32
+    layers = [conv2d("conv1", 3, 16, 3, size), batch_norm("bn1", 16, size, relu=True)]
+    in_ch = 16
+    for stage, (width, stride) in enumerate(((16, 1), (32, 2), (64, 2)), start=1):
+        for block in range(n):
+            block_layers, size = _basic_block(f"layer{stage}.{block}", in_ch, width, stride if block == 0 else 1, size)
+            layers += block_layers
+            in_ch = width
+    # Global average pooling folded into the classifier.
+    layers.append(plus_flops(linear("fc", in_ch, classes), in_ch * size * size))
+    return tuple(layers)
+
+
+def resnet32() -> ModelSpec:
+    """ResNet-32 on CIFAR-10: n = 5, 466,906 parameters, 0.07 GMACs per image (see docs/zoo.md)."""
+    return ModelSpec(
+        name="resnet32",
+        layers=cifar_resnet_layers(32),
+        source=(
+            "He et al. 2016 (arXiv:1512.03385), CIFAR-10 ResNet with n = 5; "
+            "1x1 projection shortcuts with batch norm at the two downsampling blocks (option B)"
         ),
         sample="one 32x32 RGB image (CIFAR-10)",
     )
