@@ -48,12 +48,17 @@ class SyncSwitchSettings(BaseModel):
         description="offline: fraction of the training budget where each phase ends (one number per switch "
         "of the pattern, increasing); 0.05 with 10 = 5% of the BSP steps, then ASP",
     )
-    switch_cost_s: float = Field(0.0, ge=0, description="idle seconds every switch costs (checkpoint and restart)")
-    threshold: float = Field(1.5, gt=1, description="online: a worker slower than this x its peers' median is slow")
+    switch_cost_s: float = Field(
+        0.0, ge=0, allow_inf_nan=False, description="idle seconds every switch costs (checkpoint and restart)"
+    )
+    threshold: float = Field(
+        1.5, gt=1, allow_inf_nan=False, description="online: a worker slower than this x its peers' median is slow"
+    )
     window: int = Field(5, ge=1, description="online: iterations in a row that make a worker slow (or recovered)")
     release: Optional[float] = Field(
         None,
         gt=1,
+        allow_inf_nan=False,
         description="online: a slow worker has recovered below this x its peers' median; default halfway "
         "between 1 and threshold (must not exceed threshold)",
     )

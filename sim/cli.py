@@ -116,7 +116,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 
 def _cmd_search(args: argparse.Namespace) -> int:
-    from sim.search import offline_search
+    from sim.search import SearchError, offline_search
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -124,15 +124,19 @@ def _cmd_search(args: argparse.Namespace) -> int:
     def save(points) -> None:  # type: ignore[no-untyped-def]
         points.to_csv(out / "search_points.csv", index=False)  # every point as it is measured
 
-    result = offline_search(
-        args.config,
-        args.policy,
-        tolerance=args.tolerance,
-        start=args.start,
-        smallest=args.smallest,
-        seeds=args.seeds,
-        on_point=save,
-    )
+    try:
+        result = offline_search(
+            args.config,
+            args.policy,
+            tolerance=args.tolerance,
+            start=args.start,
+            smallest=args.smallest,
+            seeds=args.seeds,
+            on_point=save,
+        )
+    except SearchError as exc:
+        print(f"search stopped: {exc}; the points measured so far are in {out}/search_points.csv", file=sys.stderr)
+        return 1
     result.write(out)
     shown = result.table.copy()
     shown["fraction"] = shown["fraction"].map(lambda v: f"{v:.2%}")

@@ -23,6 +23,10 @@ from sim.results import atomic_write
 COLUMNS = ("fraction", "seed", "final_accuracy", "best_accuracy", "sim_time_s", "throughput_samples_s", "switches")
 
 
+class SearchError(RuntimeError):
+    """A run of the search failed (its summary's status says why)."""
+
+
 @dataclass
 class SearchResult:
     points: pd.DataFrame  # one row per fraction and seed tried (fraction 1.0: the full-BSP reference)
@@ -59,6 +63,8 @@ def offline_search(
     entry = _entry(cfg, policy)
     if not 0 < smallest <= start < 1:
         raise ConfigError(f"search: need 0 < smallest ({smallest}) <= start ({start}) < 1")
+    if not 0 <= tolerance < float("inf"):
+        raise ConfigError(f"search: tolerance must be a finite accuracy difference >= 0, got {tolerance}")
     if seeds < 1:
         raise ConfigError(f"search: seeds must be at least 1, got {seeds}")
     rows: list[dict[str, Any]] = []
@@ -68,7 +74,7 @@ def offline_search(
             result = simulate(_variant(cfg, entry, fraction, cfg.seed + i))
             summary = result.summary.iloc[0]
             if summary["status"] != "ok":
-                raise RuntimeError(f"fraction {fraction:g}, seed {cfg.seed + i}: {summary['status']}")
+                raise SearchError(f"fraction {fraction:g}, seed {cfg.seed + i}: {summary['status']}")
             rows.append({"fraction": fraction, "seed": cfg.seed + i, **{c: summary[c] for c in COLUMNS[2:]}})
             if on_point is not None:
                 on_point(pd.DataFrame(rows, columns=list(COLUMNS)))

@@ -65,7 +65,10 @@ def write_config(tmp_path: Path, policies: list[dict[str, Any]], iterations: int
 SWITCHED = [
     {"name": "sync_switch", "label": "ps_ring", "first": "ps", "then": "ring", "switch_at": 0.5},
     {"name": "sync_switch", "label": "ps_asp", "switch_at": 0.25},
+    # online with a hair trigger: real timing noise decides when it switches, the invariants do not
+    {"name": "sync_switch", "label": "online", "switching": "online", "threshold": 1.01, "window": 1},
 ]
+ASYNC = ("ps_asp", "online")
 
 
 def test_real_gloo_run_equals_the_simulators_numerics(tmp_path: Path) -> None:
@@ -81,7 +84,7 @@ def test_real_gloo_run_equals_the_simulators_numerics(tmp_path: Path) -> None:
 
     sim = simulate(config)
     real = np.load(out / "parameters.npz")
-    deterministic = [run for run in sim.runs if run.label != "ps_asp"]
+    deterministic = [run for run in sim.runs if run.label not in ASYNC]
     for run in deterministic:
         assert run.parameters is not None and run.consensus is not None
         np.testing.assert_allclose(real[f"{run.label}/workers"], run.parameters, rtol=1e-4, atol=1e-6)
@@ -89,10 +92,10 @@ def test_real_gloo_run_equals_the_simulators_numerics(tmp_path: Path) -> None:
     # the replicas did train: DS-Sync's differ from ring's, and all moved away from the start
     assert not np.allclose(real["ds_sync/workers"], real["ring/workers"])
     # the switch: the model after the deterministic BSP prefix is the same on both backends
-    for run in sim.runs[-2:]:
+    for run in sim.runs[-3:-1]:
         (checkpoint,) = run.checkpoints
         np.testing.assert_allclose(real[f"{run.label}/checkpoint0"], checkpoint, rtol=1e-5, atol=1e-7)
-    assert not np.allclose(sim.runs[-1].checkpoints[0], as_numerics_initial(config))
+    assert not np.allclose(sim.runs[-2].checkpoints[0], as_numerics_initial(config))
 
     phases = pd.read_csv(out / "phases.csv").set_index(["policy", "phase"])
     assert list(phases.loc["ps_asp", "phase_policy"]) == ["ps", "asp"]
@@ -100,22 +103,27 @@ def test_real_gloo_run_equals_the_simulators_numerics(tmp_path: Path) -> None:
         0,
         5,
     ]
+    # online: phases alternate between ps and asp, synchronous ones in whole steps, the budget all used
+    online = phases.loc["online"]
+    assert list(online["phase_policy"]) == ["ps", "asp"] * (len(online) // 2) + ["ps"] * (len(online) % 2)
+    assert online["updates"].sum() == 4 * ITERATIONS and (online.query("synchronous")["updates"] % 4 == 0).all()
+    assert (online["start_step"].diff().dropna() * 4 == online["updates"].iloc[:-1].to_numpy()).all()
     switched = pd.read_csv(out / "iterations.csv").query("policy == 'ps_asp'")
     assert switched.groupby("phase_policy").size().to_dict() == {"ps": 5 * 4, "asp": 15 * 4}
     assert switched.query("phase_policy == 'asp'")["start_s"].min() >= switched.query("phase == 0")["end_s"].max()
 
     summary = pd.read_csv(out / "summary.csv").set_index("policy")
-    assert list(summary.index) == ["ring", "hierarchical", "ps", "ds_sync", "ps_ring", "ps_asp"]
+    assert list(summary.index) == ["ring", "hierarchical", "ps", "ds_sync", "ps_ring", "ps_asp", "online"]
     assert (summary["status"] == "ok").all() and (summary["updates"] == 4 * ITERATIONS).all()
-    assert (summary.drop(index="ps_asp")["iterations"] == ITERATIONS).all()
-    assert list(summary["switches"]) == [0, 0, 0, 0, 1, 1]
-    summary = summary.drop(index="ps_asp")
+    assert (summary.drop(index=list(ASYNC))["iterations"] == ITERATIONS).all()
+    assert list(summary["switches"])[:6] == [0, 0, 0, 0, 1, 1]
+    summary = summary.drop(index=list(ASYNC))
     sim_acc = sim.summary.set_index("policy")["final_accuracy"]
     np.testing.assert_allclose(summary["final_accuracy"], sim_acc[summary.index], atol=1e-6)
     # the accuracy curve too: every eval_every iterations, the consensus and every replica
     key = ["policy", "iteration", "model", "worker"]
-    real_curve = pd.read_csv(out / "accuracy.csv").query("policy != 'ps_asp'").set_index(key).sort_index()
-    sim_curve = sim.accuracy.query("policy != 'ps_asp'").set_index(key).sort_index()
+    real_curve = pd.read_csv(out / "accuracy.csv").query("policy not in @ASYNC").set_index(key).sort_index()
+    sim_curve = sim.accuracy.query("policy not in @ASYNC").set_index(key).sort_index()
     assert list(real_curve.index) == list(sim_curve.index)
     assert sorted(real_curve.index.get_level_values("iteration").unique()) == [0, 5, 10, 15, 20]
     for column in ("train_loss", "loss", "accuracy"):
@@ -123,7 +131,7 @@ def test_real_gloo_run_equals_the_simulators_numerics(tmp_path: Path) -> None:
     assert (real_curve.groupby("policy")["time_s"].is_monotonic_increasing).all()  # measured seconds
 
     rows = pd.read_csv(out / "iterations.csv")
-    assert len(rows) == 6 * 4 * ITERATIONS
+    assert len(rows) == 7 * 4 * ITERATIONS
     for column in ("compute_s", "comm_s", "wait_s"):
         assert (rows[column] >= 0).all()
     np.testing.assert_allclose(rows["compute_s"] + rows["comm_s"] + rows["wait_s"], rows["iteration_s"], atol=1e-9)

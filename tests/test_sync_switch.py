@@ -159,6 +159,8 @@ def test_online_state_round_trips() -> None:
         ({"then": {"staleness": 1}}, "policies[0].then: needs a policy name"),
         ({"first": "sync_switch"}, "policies[0].first.name: sync_switch cannot wrap itself"),
         ({"switch_cost_s": -1}, "policies[0].switch_cost_s: should be greater than or equal to 0"),
+        ({"switch_cost_s": float("inf")}, "policies[0].switch_cost_s: should be a finite number"),
+        ({"switching": "online", "threshold": float("inf")}, "policies[0].threshold: should be a finite number"),
         ({"switching": "sometimes"}, "policies[0].switching: should be 'offline' or 'online'"),
     ],
 )

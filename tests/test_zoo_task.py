@@ -18,6 +18,7 @@ from sim.zoo import get_model  # noqa: E402
 SMALL = {
     "resnet50": {"samples": 24, "image_size": 64, "classes": 4},
     "wrn26_10": {"samples": 24, "classes": 4},
+    "resnet32": {"samples": 24, "classes": 4},
     "bert_base": {"samples": 24, "sequence": 8},
     "gpt2": {"samples": 24, "sequence": 8},
     "deepfm": {"samples": 64},

@@ -26,7 +26,7 @@ from sim.numerics.zoo_nets import FIELDS, build_zoo_module, flat_layout
 from sim.zoo import get_model
 from sim.zoo.recsys import CRITEO_HASHED_FEATURES
 
-IMAGE_MODELS = {"resnet50": 224, "vgg16": 224, "wrn26_10": 32}
+IMAGE_MODELS = {"resnet50": 224, "vgg16": 224, "wrn26_10": 32, "resnet32": 32}
 MASK_TOKEN, FIRST_SYMBOL, MASKED_SHARE = 103, 1000, 0.15
 IGNORE = -100
 EVAL_CHUNK = 64
