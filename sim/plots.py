@@ -118,7 +118,9 @@ def search_plot(table: pd.DataFrame, reference: float, tolerance: float, path: P
     ax_time.set_ylabel("time to finish (simulated s)")
     for ax in (ax_acc, ax_time):
         ax.set_xscale("log", base=2)
-        ax.set_xlabel("BSP share of training (%)")
+        ax.set_xticks(rows["fraction"] * 100, [f"{v:g}%" for v in rows["fraction"] * 100])
+        ax.minorticks_off()
+        ax.set_xlabel("BSP share of training")
         ax.grid(alpha=0.3)
     _save(fig, path)
 

@@ -196,3 +196,18 @@ def test_check_refuses_a_bad_pattern_with_exit_code_2(tmp_path, capsys) -> None:
     lines = capsys.readouterr().err.strip().splitlines()
     assert lines[1].strip().startswith("policies[1].pattern: use only the letters 1 (first) and 0 (then)")
     assert len(lines) == 2
+
+
+def test_the_docs_example_policies_are_valid() -> None:
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    from sim.api import prepare
+
+    text = (Path(__file__).parent.parent / "docs" / "sync_switch.md").read_text()
+    (block,) = re.findall(r"```yaml\n(.*?)```", text, re.S)
+    config = parse_config(synthetic(star(8), yaml.safe_load(block)["policies"], 1.0))
+    prepare(config)
+    assert [p.display for p in config.policies] == ["sync_switch", "bsp25_then_asp", "online"]
