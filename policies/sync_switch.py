@@ -25,6 +25,7 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Annotated, Any, Literal, Optional, Union
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from policies.base import Bucket, Policy, SettingError
@@ -127,7 +128,9 @@ class SyncSwitch(Policy):
             if any(b < a for a, b in zip(cuts, cuts[1:])):
                 raise SettingError("switch_at", f"fractions must not decrease, got {list(cuts[:-1])}")
         self.first, self.then = inner_policy("first", s.first), inner_policy("then", s.then)
-        self._windows: dict[int, deque[float]] = {}
+        self._windows: dict[int, deque[float]] = {}  # rank -> its last `window` paces
+        self._paces: dict[int, float] = {}  # rank -> the median of its window
+        self._recovered_ranks = 0  # ranks with `window` iterations in a row at pace
         self._suspects: tuple[int, ...] = ()
         self._recovered: dict[int, int] = {}  # rank -> iterations in a row at pace (a `then` phase)
         self._ranks: set[int] = set()  # every rank observed
@@ -175,28 +178,34 @@ class SyncSwitch(Policy):
     # -- online switching -------------------------------------------------------------------------
     def _start_window(self, straggling: bool) -> None:
         """A new online phase: fresh windows; `straggling` for a `then` phase begun for stragglers."""
-        self._windows, self._recovered, self._over = {}, {}, False
+        self._windows, self._paces, self._recovered, self._over = {}, {}, {}, False
+        self._recovered_ranks = 0
         self._straggling = straggling
         if not straggling:
             self._suspects = ()
 
     def observe(self, timing: Timing) -> None:
+        """Costs O(workers): only the observed rank is judged against its peers (a rank whose peers
+        changed is judged at its own next iteration, one step later at most)."""
         if self.settings.switching != "online" or self._over:
             return
-        self._ranks.add(timing.rank)
-        window = self._windows.setdefault(timing.rank, deque(maxlen=self.settings.window))
-        window.append(timing.busy_s)
+        rank, window = timing.rank, self.settings.window
+        self._ranks.add(rank)
+        paces = self._windows.setdefault(rank, deque(maxlen=window))
+        paces.append(timing.busy_s)
+        self._paces[rank] = statistics.median(paces)
+        peers = self._peer_median(rank)
         if not self._straggling:  # a `first` phase: look for a straggler
-            slow = self._slow_ranks()
-            if slow:
-                self._suspects, self._over = slow, True
-                self.switches.append((timing.step, f"ranks {list(slow)} slow"))
+            if len(paces) == window and peers is not None and min(paces) > self.settings.threshold * peers:
+                self._suspects, self._over = self._slow_ranks(), True
+                self.switches.append((timing.step, f"ranks {list(self._suspects)} slow"))
             return
         # a `then` phase begun for stragglers: over once every worker ran `window` in a row at pace
-        peers = self._peer_median(timing.rank)
-        fast = peers is not None and timing.busy_s < self.settings.release_factor * peers
-        self._recovered[timing.rank] = self._recovered.get(timing.rank, 0) + 1 if fast else 0
-        if all(self._recovered.get(r, 0) >= self.settings.window for r in self._ranks):
+        before = self._recovered.get(rank, 0)
+        after = before + 1 if peers is not None and timing.busy_s < self.settings.release_factor * peers else 0
+        self._recovered[rank] = after
+        self._recovered_ranks += (after >= window) - (before >= window)
+        if self._recovered_ranks == len(self._ranks):
             self.switches.append((timing.step, f"ranks {list(self._suspects)} recovered"))
             self._over = True
 
@@ -204,11 +213,13 @@ class SyncSwitch(Policy):
         return self._over
 
     def _peer_median(self, rank: int) -> Optional[float]:
-        paces = [statistics.median(w) for r, w in self._windows.items() if r != rank and w]
-        return statistics.median(paces) if paces else None
+        """The median of the other ranks' windowed median paces."""
+        others = [pace for r, pace in self._paces.items() if r != rank]
+        return float(np.median(others)) if others else None
 
     def _slow_ranks(self) -> tuple[int, ...]:
-        """Ranks whose last `window` paces all exceed `threshold` x their peers' median pace."""
+        """Ranks whose last `window` paces all exceed `threshold` x their peers' median pace (at a
+        switch only: O(workers^2))."""
         window, slow = self.settings.window, []
         for rank, paces in sorted(self._windows.items()):
             peers = self._peer_median(rank)

@@ -94,7 +94,7 @@ def phases_frame(runs: list[PolicyRun]) -> pd.DataFrame:
 def phase_summary(run: PolicyRun) -> dict[str, float]:
     """Switches, their idle time, and the time spent in synchronous and asynchronous phases."""
     phases = run.phases or []
-    span = [(row[5] if row[5] == row[5] else run.sim_time_s) - row[4] for row in phases]
+    span = [(run.sim_time_s if np.isnan(row[5]) else row[5]) - row[4] for row in phases]  # open: to the end
     return {
         "switches": max(0, len(phases) - 1),
         "switch_s": float(sum(row[7] for row in phases)),
