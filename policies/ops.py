@@ -5,6 +5,11 @@ A policy never touches a network or a tensor: it yields these small, immutable v
 *whole* tensor a rank contributes (an all-reduce of an n-byte gradient has `nbytes=n` whatever
 the group size); each backend derives per-step chunk sizes itself.
 
+Sparse tensors: an op with `density=SPARSE` carries a `SparseCoding`: the rows that are non-zero
+are data (a worker's embedding rows touched by its batch, its top-k positions), so the bytes each
+member sends are resolved by the backend from the real index sets when the op runs; `nbytes` stays
+the dense size of the tensor. See docs/sparse.md for the rules and their closed forms.
+
 Programs: a policy hook returns an iterable whose items are either one op or a tuple/list of ops.
 Items run one after another; the ops inside one item run concurrently and the item ends when all
 of them have. Collectives on the same group execute in issue order (as on one NCCL communicator);
@@ -16,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Union
+from typing import Optional, Union
 
 
 class Payload(str, Enum):
@@ -30,6 +35,36 @@ class Payload(str, Enum):
 class Density(str, Enum):
     DENSE = "dense"
     SPARSE = "sparse"
+
+
+PARTITIONS: tuple[str, ...] = ("hash", "contiguous", "none")
+INDEX_FORMATS: tuple[str, ...] = ("list", "bitmap", "auto")
+INDEX_BYTES: tuple[int, ...] = (4, 8)
+
+
+@dataclass(frozen=True)
+class SparseCoding:
+    """How a sparse tensor's non-zero rows travel.
+
+    `partition` says which member (or shard) owns a row: `hash` (a fixed hash of the row id, so every
+    owner gets an equal share of the index space whatever the skew, as in Zen), `contiguous` (owner j
+    holds the j-th of n equal ranges of row ids, as a range-partitioned parameter server does), or
+    `none` (the op moves a member's whole sparse tensor). `index_format`: ids as a `list` of
+    `index_bytes`-wide integers, a `bitmap` with one bit per row of the owner's share, or `auto`,
+    whichever of the two is smaller for each message.
+    """
+
+    partition: str = "hash"
+    index_format: str = "list"
+    index_bytes: int = 4
+
+    def __post_init__(self) -> None:
+        if self.partition not in PARTITIONS:
+            raise ValueError(f"partition {self.partition!r}; allowed: {', '.join(PARTITIONS)}")
+        if self.index_format not in INDEX_FORMATS:
+            raise ValueError(f"index_format {self.index_format!r}; allowed: {', '.join(INDEX_FORMATS)}")
+        if self.index_bytes not in INDEX_BYTES:
+            raise ValueError(f"index_bytes {self.index_bytes!r}; allowed: 4, 8")
 
 
 @dataclass(frozen=True)
@@ -78,6 +113,7 @@ class Collective(Op):
     nbytes: float
     payload: Payload = Payload.GRADIENTS
     density: Density = Density.DENSE
+    coding: Optional[SparseCoding] = None  # set exactly when density is SPARSE
 
 
 @dataclass(frozen=True)
@@ -94,12 +130,20 @@ class ReduceScatter(Collective):
 
 @dataclass(frozen=True)
 class AllGather(Collective):
-    """Each member holds 1/p of an `nbytes` tensor; afterwards everyone holds all of it."""
+    """Each member holds 1/p of an `nbytes` tensor; afterwards everyone holds all of it.
+
+    Sparse, `partition` hash or contiguous: each member holds the rows it owns (as a sparse AllToAll
+    left them) and sends them to everyone. Sparse, `partition: none`: each member sends its whole
+    sparse tensor to everyone, and everyone reduces what it received (an all-gather of index/value
+    pairs)."""
 
 
 @dataclass(frozen=True)
 class AllToAll(Collective):
-    """Each member sends `nbytes / p` to every member (its own share stays local)."""
+    """Each member sends `nbytes / p` to every member (its own share stays local).
+
+    Sparse: each member sends every other member the non-zero rows that member owns (`coding`);
+    owners reduce what they receive. Per-pair sizes follow the real index sets, so they differ."""
 
 
 @dataclass(frozen=True)
@@ -121,6 +165,7 @@ class Push(Op):
     nbytes: float
     key: int = 0
     payload: Payload = Payload.GRADIENTS
+    coding: Optional[SparseCoding] = None  # sparse: only this rank's non-zero rows the shard owns
 
 
 @dataclass(frozen=True)
@@ -135,6 +180,7 @@ class Pull(Op):
     nbytes: float
     key: int = 0
     payload: Payload = Payload.PARAMETERS
+    coding: Optional[SparseCoding] = None  # sparse: only the rows the shard updated in the last round
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,9 @@ BUILTIN: dict[str, str] = {
     "no_sync": "policies.no_sync:NoSync",
     "ds_sync": "policies.ds_sync:DSSync",
     "sync_switch": "policies.sync_switch:SyncSwitch",
+    "zen": "policies.zen:Zen",
+    "sparse_allgather": "policies.sparse_allgather:SparseAllGather",
+    "sparse_ps": "policies.sparse_ps:SparsePS",
 }
 
 

@@ -34,10 +34,14 @@ class RackInfo:
 
 @dataclass(frozen=True)
 class ModelInfo:
-    """What a policy may know of the model: sizes only, in bytes."""
+    """What a policy may know of the model: sizes in bytes, and which buckets are sparse."""
 
     parameter_bytes: float  # one replica's parameters (what parameter averaging moves)
     bucket_bytes: tuple[float, ...]  # gradient buckets in the order backward produces them
+    sparse_buckets: tuple[bool, ...] = ()  # buckets holding sparse gradients (docs/sparse.md); () = none
+
+    def is_sparse(self, bucket: int) -> bool:
+        return bucket < len(self.sparse_buckets) and self.sparse_buckets[bucket]
 
     @property
     def gradient_bytes(self) -> float:

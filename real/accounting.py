@@ -46,6 +46,7 @@ def account(reports: Sequence[RankReport]) -> tuple[list[IterationRow], list[tup
             step, rank, key, seq = record[:4]
             calls[(key, seq)].append(record)
     groups: dict[tuple[int, ...], int] = {}
+    nan = float("nan")
     ops: list[tuple] = []
     for (key, _seq), members in sorted(calls.items(), key=lambda kv: min(r[6] for r in kv[1])):
         last = max(r[6] for r in members)
@@ -55,10 +56,12 @@ def account(reports: Sequence[RankReport]) -> tuple[list[IterationRow], list[tup
         gid = groups.setdefault(key, len(groups))
         ops.append(
             (first[0], -1, first[4], gid, len(key), -1, 1, float(first[5]), first[6], last, max(r[7] for r in members))
+            + (nan, nan)  # wire bytes and imbalance: not measured per call on a real cluster
         )
     for report in reports:
         for step, rank, kind, shard, count, nbytes, issued, finished in report.p2p:
-            ops.append((step, rank, kind, -1, 1, shard, count, float(nbytes), issued, issued, finished))
+            row = (step, rank, kind, -1, 1, shard, count, float(nbytes), issued, issued, finished, float(nbytes), nan)
+            ops.append(row)
     rows: list[IterationRow] = []
     for report in reports:
         for step, rank, start, begin_end, forward_end, compute_end, end, compute_s, _, phase in report.rows:

@@ -3,7 +3,8 @@
 The rules are the simulator's (`sim/numerics/replicas.py`): AllReduce leaves the group mean,
 ReduceScatter leaves member i the mean of the i-th slice (and narrows the bucket's later ops to it),
 AllGather gathers the slices back. Every call is asynchronous (`async_op=True`); `Started.finish`
-runs once the work completes (averaging, copying gathered slices into place).
+runs once the work completes (averaging, copying gathered slices into place). Sparse ops (a
+`coding`) exchange (index, value) pairs: `real/sparse_collectives.py`.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import torch.distributed as dist
 
 from policies.ops import AllGather, AllReduce, Barrier, Collective, Payload, ReduceScatter
 from real.groups import group_order
+from real.sparse_collectives import Shares, start_sparse
 from sim.errors import PolicyError
 from sim.numerics.replica import Replica, partition
 
@@ -27,18 +29,23 @@ class Started:
 
     work: Any
     finish: Optional[Callable[[], None]]
-    nbytes: int  # what this rank contributed
+    nbytes: int  # what this rank contributed (sparse ops: the bytes it sent)
 
 
-def start(op: Collective, replica: Replica, bucket: Optional[int], pg: Any) -> Started:
+def start(op: Collective, replica: Replica, bucket: Optional[int], pg: Any, shares: Optional[Shares] = None) -> Started:
     """Issue `op` for `replica` on process group `pg` (the op's group, created up front; None for a
-    group of one, where the op's rule applies locally and nothing is sent)."""
+    group of one, where the op's rule applies locally and nothing is sent). `shares`: the rank's
+    state between a sparse AllToAll and the AllGather after it (sparse ops need it)."""
     p = op.group.size
     if p == 1:
         pg = None
     if isinstance(op, Barrier) or op.payload is Payload.CONTROL:
         token = torch.zeros(1, device=replica.data(op).device)
         return Started(_call(dist.all_reduce, token, pg), None, 4)
+    if op.coding is not None:
+        if shares is None:
+            raise PolicyError(f"policy {replica.policy!r}: {op!r} is sparse, which this caller cannot run")
+        return Started(*start_sparse(op, replica, bucket, pg, shares))
     data = replica.data(op)
     if isinstance(op, AllReduce):
         a, b = replica.range(bucket)
@@ -75,8 +82,8 @@ def start(op: Collective, replica: Replica, bucket: Optional[int], pg: Any) -> S
 
         return Started(_call(dist.all_gather, outs, pg, mine), gathered, 4 * width)
     raise PolicyError(
-        f"the real backend has no tensor rule for {type(op).__name__} (yielded by {replica.policy!r}); "
-        "it needs index/value semantics that are not defined yet"
+        f"policy {replica.policy!r}: the real backend has no tensor rule for a dense {type(op).__name__} "
+        f"({op!r}); AllToAll is defined for sparse tensors only (a `coding`)"
     )
 
 

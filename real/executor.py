@@ -13,6 +13,10 @@ another's progress.
 Timing: every collective records (step, group, sequence number, issue and finish time) for the
 wait/comm split computed after the run (`real/accounting.py`); pulls and clock waits report the
 seconds the server held them, which is time blocked on other workers.
+
+Sparse pushes and pulls (a `coding`) carry (index, value) pairs (`real/protocol.py`): a push the
+non-zero elements of its range, a pull the elements the shard's round updated (with the plain sgd
+`Replica.pull_ranges` requires, the only ones that changed since this rank's last pull).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from policies.ops import Collective, Op, Pull, Push, WaitForClock, step_ops
 from real import protocol as wire
 from real.collectives import Started, start
 from real.groups import ProcessGroups
+from real.sparse_collectives import Shares
 from sim.numerics.replica import Replica
 from sim.validation import OpValidator
 
@@ -92,6 +97,7 @@ class RankExecutor:
     collectives: list[CollectiveRecord] = field(default_factory=list)
     p2p: list[P2PRecord] = field(default_factory=list)
     blocked: list[tuple[int, float, float]] = field(default_factory=list)  # (step, start, end)
+    shares: Shares = field(default_factory=dict)  # sparse AllToAll results awaiting their AllGather
     _sequence: dict[tuple[int, ...], int] = field(default_factory=dict)
     _busy: set[tuple[int, ...]] = field(default_factory=set)  # groups with a call in flight
     _done: deque = field(default_factory=deque)
@@ -169,7 +175,7 @@ class RankExecutor:
         slot.issued = time.perf_counter()
         self._busy.add(key)
         pg = self.groups.get(op.group) if op.group.size > 1 else None
-        started: Started = start(op, self.replica, slot.bucket, pg)
+        started: Started = start(op, self.replica, slot.bucket, pg, self.shares)
         self._launch(_Flight(slot, [started.work] if started.work is not None else [], started.finish, started.nbytes))
 
     def _issue_p2p(self, step: int, bucket: Optional[int], slots: list[_Slot]) -> int:
@@ -180,24 +186,32 @@ class RankExecutor:
         if pushes:
             updates = replica.push_updates(bucket, [s.op for s in pushes], servers=bool(self.shard_ranks))
             for slot, update in zip(pushes, updates):
-                dst = self.shard_ranks[slot.op.shard]  # type: ignore[attr-defined]
-                key = slot.op.key  # type: ignore[attr-defined]
-                message = wire.frame(wire.Kind.PUSH, key, update.a, update.b, payload=update.values)
+                op = slot.op
+                assert isinstance(op, Push)
+                if op.coding is None:
+                    message = wire.frame(wire.Kind.PUSH, op.key, update.a, update.b, payload=update.values)
+                else:  # a shard's posted receive holds a whole model's values
+                    room = replica.params.numel()
+                    message = wire.sparse_push(op.key, update.a, update.b, update.values, op.coding.index_bytes, room)
                 slot.issued = now
-                self._launch(_Flight(slot, [wire.send(message, dst)], None, 4 * update.values.numel()))
+                sent = 4 * (message.numel() - wire.HEADER_FLOATS)
+                self._launch(_Flight(slot, [wire.send(message, self.shard_ranks[op.shard])], None, sent))
         if pulls:
             ranges = replica.pull_ranges(bucket, [s.op for s in pulls])
             for slot, (a, b) in zip(pulls, ranges):
                 op = slot.op
                 assert isinstance(op, Pull)
                 src = self.shard_ranks[op.shard]
-                reply = torch.empty(b - a + 1)
+                index_bytes = op.coding.index_bytes if op.coding is not None else 0
+                reply = torch.empty(wire.pull_reply_floats(a, b, index_bytes) if index_bytes else b - a + 1)
                 works = [  # the reply's receive first, so the shard's answer finds it posted
                     dist.irecv(reply, src, tag=wire.REPLY_BASE + op.key),
-                    wire.send(wire.frame(wire.Kind.PULL, op.key, a, b), src),
+                    wire.send(wire.frame(wire.Kind.PULL, op.key, a, b, value=index_bytes), src),
                 ]
                 slot.issued = now
-                self._launch(_Flight(slot, works, self._pulled(step, slot, a, b, reply), 4 * (b - a)))
+                flight = _Flight(slot, works, None, 4 * (b - a))
+                flight.finish = self._pulled(step, slot, a, b, reply, flight if index_bytes else None)
+                self._launch(flight)
         for slot in clocks:
             if self.clock_rank is None:
                 raise RuntimeError(
@@ -215,10 +229,22 @@ class RankExecutor:
             self._launch(_Flight(slot, works, lambda s=slot: self._blocked_for(step, s.issued), 0))
         return len(pushes) + len(pulls) + len(clocks)
 
-    def _pulled(self, step: int, slot: _Slot, a: int, b: int, reply: torch.Tensor) -> Callable[[], None]:
+    def _pulled(
+        self, step: int, slot: _Slot, a: int, b: int, reply: torch.Tensor, sparse: Optional[_Flight] = None
+    ) -> Callable[[], None]:
+        """Copy the reply into place; `sparse`: the flight of a sparse pull, whose bytes the reply sets."""
+
         def finish() -> None:
-            self.replica.params[a:b] = reply[:-1]
-            held = float(reply[-1])
+            if sparse is None:
+                self.replica.params[a:b] = reply[:-1]
+                held = float(reply[-1])
+            else:
+                got = wire.read_pull_reply(reply)
+                if got.index is None:
+                    self.replica.params[a:b] = got.values
+                else:
+                    self.replica.params[a + got.index] = got.values
+                held, sparse.nbytes = got.held, got.nbytes
             if held > 0:
                 self.blocked.append((step, slot.issued, slot.issued + held))
 

@@ -12,6 +12,12 @@ posted, the data leaves at once. gloo accepts a frame shorter than the posted bu
 one buffer size serves every kind of message. For the same reason a worker posts the receive for
 a reply before it sends the request.
 
+Sparse buckets (ops with a `coding`) travel as (index, value) *pairs* (`pack_pairs`): the ids as
+`index_bytes`-wide integers (their bit patterns in float32 slots, as the header's), then the values.
+A SPARSE_PUSH frame carries a shard range's non-zero pairs (ids are offsets from `a`); a sparse
+PULL asks for the elements the shard's round updated, and its reply is a frame too (`pull_reply`).
+Dense frames and replies are unchanged.
+
 After DONE a worker sends one CLOSE frame per other posted receive, so no receive outlives the
 policy. Replies travel on their own tags; a worker matches them by kind and key whatever order
 the shard answers in. Point-to-point (rather than torch.distributed.rpc) keeps server traffic on
@@ -22,7 +28,7 @@ and runs its own transport.
 from __future__ import annotations
 
 from enum import IntEnum
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 import torch
 import torch.distributed as dist
@@ -41,6 +47,8 @@ class Kind(IntEnum):
     WAIT_CLOCK = 5  # value: min clock; reply on CLOCK_REPLY once every worker reached it
     DONE = 6  # I finished this policy
     CLOSE = 7  # after DONE: fills one of the shard's remaining posted receives
+    SPARSE_PUSH = 8  # value: n pairs of grads[a:b] follow, ids `spare` bytes wide (-1: grads[a:b] dense)
+    # a PULL with value w > 0 is sparse: reply a `pull_reply` frame of the last round's rows, ids w bytes wide
 
 
 MESSAGE = 1
@@ -50,12 +58,18 @@ REPLY_BASE = 1000  # + key
 
 
 def frame(
-    kind: Kind, key: int = 0, a: int = 0, b: int = 0, value: int = 0, payload: Optional[torch.Tensor] = None
+    kind: Kind,
+    key: int = 0,
+    a: int = 0,
+    b: int = 0,
+    value: int = 0,
+    payload: Optional[torch.Tensor] = None,
+    spare: int = 0,
 ) -> torch.Tensor:
     """One message: the header, then `payload` (float32) if any."""
     size = 0 if payload is None else payload.numel()
     out = torch.empty(HEADER_FLOATS + size, dtype=torch.float32)
-    out[:HEADER_FLOATS].view(torch.int64).copy_(torch.tensor([int(kind), key, a, b, value, 0]))
+    out[:HEADER_FLOATS].view(torch.int64).copy_(torch.tensor([int(kind), key, a, b, value, spare]))
     if payload is not None:
         out[HEADER_FLOATS:] = payload.reshape(-1)
     return out
@@ -78,6 +92,84 @@ def header_of(message: torch.Tensor) -> tuple[int, int, int, int, int]:
 def payload_of(message: torch.Tensor, a: int, b: int) -> torch.Tensor:
     """A copy of a push frame's values (the buffer is posted again right after)."""
     return message[HEADER_FLOATS : HEADER_FLOATS + b - a].clone()
+
+
+def pack_pairs(index: torch.Tensor, values: torch.Tensor, index_bytes: int) -> torch.Tensor:
+    """Pairs as float32 slots: the ids as `index_bytes`-wide integers (bit patterns), then the values."""
+    ids = index.to(_ID_TYPES[index_bytes]).contiguous().view(torch.float32)
+    return torch.cat([ids, values.to(torch.float32)])
+
+
+def unpack_pairs(packed: torch.Tensor, index_bytes: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(int64 ids, values) of `pack_pairs` output; the pair count follows from the length."""
+    slots = index_bytes // 4
+    n = packed.numel() // (slots + 1)
+    ids = packed[: n * slots].clone().view(_ID_TYPES[index_bytes]).to(torch.int64)
+    return ids, packed[n * slots : n * (slots + 1)].clone()
+
+
+def pair_floats(n: int, index_bytes: int) -> int:
+    """float32 slots that n packed pairs take."""
+    return n * (1 + index_bytes // 4)
+
+
+def sparse_push(key: int, a: int, b: int, values: torch.Tensor, index_bytes: int, room: int) -> torch.Tensor:
+    """A SPARSE_PUSH frame of grads[a:b] (`values`): its non-zero pairs, or the dense values if the
+    pairs would not fit the `room` floats of payload a shard's posted receive holds (a nearly dense
+    range with wide ids)."""
+    index = torch.nonzero(values, as_tuple=True)[0]
+    if pair_floats(len(index), index_bytes) > room:
+        return frame(Kind.SPARSE_PUSH, key, a, b, -1, values, index_bytes)
+    return frame(Kind.SPARSE_PUSH, key, a, b, len(index), pack_pairs(index, values[index], index_bytes), index_bytes)
+
+
+def sparse_values_of(message: torch.Tensor, a: int, b: int) -> torch.Tensor:
+    """grads[a:b] of a received SPARSE_PUSH frame, dense (zero where no pair came)."""
+    n, index_bytes = (int(v) for v in message[:HEADER_FLOATS].view(torch.int64)[4:6])
+    if n < 0:
+        return payload_of(message, a, b)
+    index, values = unpack_pairs(message[HEADER_FLOATS : HEADER_FLOATS + pair_floats(n, index_bytes)], index_bytes)
+    return torch.zeros(b - a).index_put_((index,), values)
+
+
+def pull_reply(
+    key: int, a: int, b: int, held: float, index_bytes: int, params: torch.Tensor, rows: Optional[torch.Tensor]
+) -> torch.Tensor:
+    """A sparse pull's reply: the seconds the request was held, then the pairs of `rows` (offsets from
+    `a`) of params[a:b], or params[a:b] dense (value -1) where the shard has no rows for the round."""
+    held_t = torch.tensor([held], dtype=torch.float32)
+    if rows is None:
+        return frame(Kind.PULL, key, a, b, -1, torch.cat([held_t, params[a:b]]), index_bytes)
+    pairs = pack_pairs(rows, params[a + rows], index_bytes)
+    return frame(Kind.PULL, key, a, b, len(rows), torch.cat([held_t, pairs]), index_bytes)
+
+
+def pull_reply_floats(a: int, b: int, index_bytes: int) -> int:
+    """The largest `pull_reply` frame for [a, b) (every element a pair): what a worker posts for it."""
+    return HEADER_FLOATS + 1 + pair_floats(b - a, index_bytes)
+
+
+class PullReply(NamedTuple):
+    index: Optional[torch.Tensor]  # offsets from a; None: the whole range, dense
+    values: torch.Tensor
+    held: float  # seconds the shard held the request
+    nbytes: int  # bytes of ids and values that came
+
+
+def read_pull_reply(reply: torch.Tensor) -> PullReply:
+    """What a received `pull_reply` frame carries."""
+    _, _, a, b, n = header_of(reply)
+    index_bytes = int(reply[:HEADER_FLOATS].view(torch.int64)[5])
+    held = float(reply[HEADER_FLOATS])
+    body = reply[HEADER_FLOATS + 1 :]
+    if n < 0:
+        return PullReply(None, body[: b - a].clone(), held, 4 * (b - a))
+    floats = pair_floats(n, index_bytes)
+    index, values = unpack_pairs(body[:floats], index_bytes)
+    return PullReply(index, values, held, 4 * floats)
+
+
+_ID_TYPES = {4: torch.int32, 8: torch.int64}
 
 
 def preposted(elements: int) -> int:

@@ -7,6 +7,12 @@ each update's staleness. Shard 0 also keeps the workers' clocks (SSP's bound) an
 a shared budget (ASP, SSP), hands out the phase's updates one claim at a time (`SharedClaims`, the
 simulator's rule; an adaptive phase's claims carry timings its policy observes, policies.phases).
 A server serves one phase; a phased policy builds a new one on the same tensors after each switch.
+
+Sparse pushes arrive as (index, value) pairs and are applied as the dense range they stand for
+(zeros add nothing, so the parameters are numerics mode's). A synchronous shard remembers which
+elements each round of a sparse key touched, and answers a sparse pull of that round with just
+those (`protocol.pull_reply`); a pull it has no such round for (asynchronous, or a restarted
+shard's first read) gets the dense range.
 """
 
 from __future__ import annotations
@@ -69,9 +75,12 @@ class ShardServer:
         self._pulled: dict[tuple[int, int], int] = defaultdict(lambda: first)  # (rank, key) -> next round
         self._count: dict[tuple[int, int], int] = defaultdict(int)  # (key, round) -> pushes received
         self._done_rounds: set[tuple[int, int]] = set()
-        self._waiting: dict[tuple[int, int], list[tuple[int, int, int, float]]] = defaultdict(list)
+        # (key, round) -> pulls held for it: (rank, key, a, b, arrival, round, index bytes)
+        self._waiting: dict[tuple[int, int], list[tuple[int, int, int, int, float, int, int]]] = defaultdict(list)
         self._applied_to: dict[int, int] = defaultdict(int)  # key -> updates applied
         self._sent_version: dict[tuple[int, int], int] = defaultdict(int)  # (rank, key) -> version last sent
+        self._rows: dict[tuple[int, int], tuple[int, torch.Tensor]] = {}  # (key, round) -> (a, touched) sparse
+        self._replies: dict[tuple[int, int], int] = defaultdict(int)  # (key, round) -> pulls answered
         self._clock = [start] * workers
         self._clock_waiters: list[tuple[int, int, float]] = []  # (rank, min clock, arrival)
         self._finished = 0
@@ -93,10 +102,10 @@ class ShardServer:
             src, kind, key, a, b, value, values, arrival = inbox.get()
             if isinstance(kind, BaseException):
                 raise kind
-            if kind == wire.Kind.PUSH:
-                self._push(src, key, a, b, values)
+            if kind in (wire.Kind.PUSH, wire.Kind.SPARSE_PUSH):
+                self._push(src, key, a, b, values, sparse=kind == wire.Kind.SPARSE_PUSH)
             elif kind == wire.Kind.PULL:
-                self._pull(src, key, a, b, arrival)
+                self._pull(src, key, a, b, arrival, index_bytes=value)
             elif kind == wire.Kind.CLAIM:
                 last = Timing(src, key, a / 1e6, b / 1e6) if value else None
                 granted = self.claims is None or self.claims.claim(last)
@@ -130,7 +139,11 @@ class ShardServer:
                 works[i].wait()
                 arrival, message = time.perf_counter(), buffers[i]
                 kind, key, a, b, value = wire.header_of(message)
-                values = wire.payload_of(message, a, b) if kind == wire.Kind.PUSH else None
+                values = None
+                if kind == wire.Kind.PUSH:
+                    values = wire.payload_of(message, a, b)
+                elif kind == wire.Kind.SPARSE_PUSH:
+                    values = wire.sparse_values_of(message, a, b)
                 if kind == wire.Kind.DONE:
                     for j in range(1, posted):  # the CLOSE frames that follow DONE
                         works[(i + j) % posted].wait()
@@ -142,7 +155,7 @@ class ShardServer:
         except BaseException as exc:  # noqa: BLE001 - handed to the main thread
             inbox.put((src, exc, 0, 0, 0, 0, None, 0.0))
 
-    def _push(self, rank: int, key: int, a: int, b: int, values: torch.Tensor) -> None:
+    def _push(self, rank: int, key: int, a: int, b: int, values: torch.Tensor, sparse: bool = False) -> None:
         rnd = self._pushed[(rank, key)]
         self._pushed[(rank, key)] = rnd + 1
         update = Update(rank, a, b, values)
@@ -155,6 +168,9 @@ class ShardServer:
             self._maybe_snapshot()
             return
         self.tensors.add(self.spec.shard, key, rnd, update)
+        if sparse:
+            _, touched = self._rows.setdefault((key, rnd), (a, torch.zeros(b - a, dtype=torch.bool)))
+            touched |= values != 0
         self._count[(key, rnd)] += 1
         if self._count[(key, rnd)] == self.workers:
             del self._count[(key, rnd)]
@@ -181,21 +197,43 @@ class ShardServer:
             if room_for_snapshot(self.snapshots, self.tensors.params):
                 self.snapshots.append((iteration, time.perf_counter() - e.t0, self.tensors.params.clone()))
 
-    def _pull(self, rank: int, key: int, a: int, b: int, arrival: float) -> None:
+    def _pull(self, rank: int, key: int, a: int, b: int, arrival: float, index_bytes: int = 0) -> None:
+        """`index_bytes` > 0: a sparse pull, answered with the rows round `rnd` touched."""
         rnd = self._pulled[(rank, key)]
         self._pulled[(rank, key)] = rnd + 1
         if self.spec.sync and rnd >= 0 and (key, rnd) not in self._done_rounds:
-            self._waiting[(key, rnd)].append((rank, key, a, b, arrival))  # type: ignore[arg-type]
+            self._waiting[(key, rnd)].append((rank, key, a, b, arrival, rnd, index_bytes))
             return
-        self._reply(rank, key, a, b, arrival)
+        self._reply(rank, key, a, b, arrival, rnd, index_bytes)
 
-    def _reply(self, rank: int, key: int, a: int, b: int, arrival: float) -> None:
-        """Send params[a:b] and, last, the seconds the request waited for its round."""
+    def _reply(self, rank: int, key: int, a: int, b: int, arrival: float, rnd: int = -1, index_bytes: int = 0) -> None:
+        """Send params[a:b] and, last, the seconds the request waited for its round (dense pulls), or
+        a `pull_reply` frame (sparse pulls)."""
         self._sent_version[(rank, key)] = self._applied_to[key]
+        held = time.perf_counter() - arrival
+        if index_bytes:
+            rows = self._touched(key, rnd, a, b)
+            self._send(
+                wire.pull_reply(key, a, b, held, index_bytes, self.tensors.params, rows), rank, wire.REPLY_BASE + key
+            )
+            return
         out = torch.empty(b - a + 1)
         out[:-1] = self.tensors.params[a:b]
-        out[-1] = time.perf_counter() - arrival
+        out[-1] = held
         self._send(out, rank, wire.REPLY_BASE + key)
+
+    def _touched(self, key: int, rnd: int, a: int, b: int) -> Optional[torch.Tensor]:
+        """Offsets from `a` of the elements round `rnd` of `key` updated (None: not known, send all);
+        the round's record goes once every worker has read it."""
+        if not self.spec.sync or (key, rnd) not in self._rows:
+            return None
+        start, touched = self._rows[(key, rnd)]
+        self._replies[(key, rnd)] += 1
+        if self._replies[(key, rnd)] == self.workers:
+            del self._rows[(key, rnd)], self._replies[(key, rnd)]
+        if (start, start + touched.numel()) != (a, b):
+            return None  # pulled with other bounds than pushed: the rows would not cover the range
+        return torch.nonzero(touched, as_tuple=True)[0]
 
     def _answer_clocks(self) -> None:
         slowest = min(self._clock)

@@ -259,6 +259,7 @@ class _RankRun:
             ),
             self.config.iterations,
             self.entry.display,
+            sparsity=self.config.workload.sparsity,  # top-k with error feedback, as numerics mode does
         )
         self.executor = RankExecutor(
             rank, self.entry.display, self.groups, self.replica, [], None, self.timeout_s, OpValidator("", workers, 0)

@@ -11,17 +11,28 @@ contention they agree closely (tests compare them), because the stepwise ring al
 pace of its slowest flow.
 
 All-to-all sends n/p from every member to every other member at once.
+
+Sparse ops (`op.coding` set) resolve their sizes from the run's index sets (`sim.sparse_traffic`):
+a sparse all-to-all is one flow per ordered pair of members with that pair's bytes, a sparse
+all-gather one flow from every member to every other carrying the member's rows (all-gather-v by
+direct sends, which reaches the receive-bandwidth bound however unequal the members are). In the
+pipelined model a member's copies to the others are one coupled transfer (the fine model, one flow
+each, is compared with it in tests).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple, Optional
 
+import numpy as np
 import simpy
 
 from policies.ops import AllGather, AllReduce, AllToAll, Barrier, Collective, ReduceScatter
+from sim.errors import PolicyError
 from sim.network import Network
 from sim.routing import Path, Router
+from sim.sparse_traffic import SparseTraffic, exchange_matrix, gather_sizes, received_imbalance
 
 MODELS = ("pipelined", "stepwise")
 
@@ -35,31 +46,98 @@ def ring_steps(op: Collective, p: int) -> int:
     raise TypeError(f"{type(op).__name__} is not a ring collective")
 
 
-class CollectiveRunner:
-    """Turns a launched collective into flows; `run` returns the event of its completion."""
+class Launched(NamedTuple):
+    """A collective under way: its completion event, the bytes it puts on the wire in all, and for a
+    sparse collective max / mean of the bytes its members receive (NaN for dense ones)."""
 
-    def __init__(self, env: simpy.Environment, net: Network, router: Router, rank_nodes: Sequence[str], model: str):
+    done: simpy.Event
+    nbytes: float
+    imbalance: float = float("nan")
+
+
+class CollectiveRunner:
+    """Turns a launched collective into flows; `run` returns it under way.
+
+    `traffic` resolves the sizes of sparse collectives (None: a run without sparse gradients)."""
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        net: Network,
+        router: Router,
+        rank_nodes: Sequence[str],
+        model: str,
+        traffic: Optional[SparseTraffic] = None,
+    ):
         if model not in MODELS:
             raise ValueError(f"collective model {model!r}; allowed: {', '.join(MODELS)}")
         self.env, self.net, self.router, self.model = env, net, router, model
-        self.rank_nodes = rank_nodes
+        self.rank_nodes, self.traffic = rank_nodes, traffic
 
-    def run(self, op: Collective) -> simpy.Event:
+    def run(self, op: Collective, step: int = 0, buckets: Optional[Mapping[int, Any]] = None) -> Launched:
+        """Launch `op`; `step` and `buckets` (each member's gradient bucket) place a sparse op's data."""
         ranks = op.group.ranks
         p = len(ranks)
         if p == 1:
             done = self.env.event()
             done.succeed()
-            return done
+            return Launched(done, 0.0)
+        if op.coding is not None:
+            return self._sparse(op, step, buckets or {})
+        wire = _wire_bytes(op, p)
         if isinstance(op, AllToAll):
-            return self._all_to_all(ranks, op.nbytes / p)
+            return Launched(self._all_to_all(ranks, op.nbytes / p), wire)
         steps = ring_steps(op, p)
         paths = [self._path(ranks[i], ranks[(i + 1) % p]) for i in range(p)]
         chunk = op.nbytes / p
         if self.model == "pipelined":
             latency = steps * max(self.net.path_latency(path) for path in paths)
-            return self.net.transfer(paths, steps * chunk, latency=latency)
-        return _StepwiseRing(self.env, self.net, paths, steps, chunk).done
+            return Launched(self.net.transfer(paths, steps * chunk, latency=latency), wire)
+        return Launched(_StepwiseRing(self.env, self.net, paths, steps, chunk).done, wire)
+
+    def _sparse(self, op: Collective, step: int, buckets: Mapping[int, Any]) -> Launched:
+        ranks = op.group.ranks
+        bucket = buckets.get(ranks[0])
+        if self.traffic is None or bucket is None:
+            raise PolicyError(
+                f"{op!r}: a sparse collective acts on a gradient bucket (yield it from on_gradients) "
+                "of a workload with sparse layers"
+            )
+        coding = op.coding
+        assert coding is not None
+        p = len(ranks)
+        if isinstance(op, AllToAll):
+            sizes = exchange_matrix(self.traffic.census(step, bucket, ranks, coding.partition, p), coding)
+        elif isinstance(op, AllGather):
+            owners = 1 if coding.partition == "none" else p
+            sent = gather_sizes(self.traffic.census(step, bucket, ranks, coding.partition, owners), coding)
+            sizes = np.repeat(sent[:, None], p, axis=1)
+            np.fill_diagonal(sizes, 0.0)
+            if self.model == "pipelined":  # a member's copies to everyone as one coupled transfer
+                return self._sparse_launch(
+                    [
+                        self.net.transfer([self._path(ranks[i], ranks[j]) for j in range(p) if j != i], float(sent[i]))
+                        for i in range(p)
+                        if sent[i] > 0
+                    ],
+                    sizes,
+                )
+        else:
+            raise PolicyError(f"{op!r}: only AllToAll and AllGather have a sparse form")
+        events = [
+            self.net.transfer([self._path(ranks[i], ranks[j])], float(sizes[i, j]))
+            for i in range(p)
+            for j in range(p)
+            if sizes[i, j] > 0
+        ]
+        return self._sparse_launch(events, sizes)
+
+    def _sparse_launch(self, events: list[simpy.Event], sizes: np.ndarray) -> Launched:
+        """`sizes[i, j]`: bytes member i sends member j, in flows whose deliveries are `events`."""
+        done = self.env.all_of(events) if events else self.env.event()
+        if not events:
+            done.succeed()
+        return Launched(done, float(sizes.sum()), received_imbalance(sizes.sum(axis=0)))
 
     def _path(self, a: int, b: int) -> Path:
         return self.router.path(self.rank_nodes[a], self.rank_nodes[b])
@@ -70,6 +148,13 @@ class CollectiveRunner:
         if self.model == "pipelined":
             return self.net.transfer(paths, share)
         return self.env.all_of([self.net.transfer([path], share) for path in paths])
+
+
+def _wire_bytes(op: Collective, p: int) -> float:
+    """Bytes a dense collective puts on the wire over all its members."""
+    if isinstance(op, AllToAll):
+        return (p - 1) * op.nbytes
+    return ring_steps(op, p) * op.nbytes if not isinstance(op, Barrier) else 0.0
 
 
 class _StepwiseRing:

@@ -17,11 +17,12 @@ from typing import Any, Optional
 import simpy
 
 from policies.ops import Collective, Group
-from sim.collectives import CollectiveRunner
+from sim.collectives import CollectiveRunner, Launched
 from sim.errors import PolicyError
 
-# Called when a collective finishes: (op, step of the first issuer, first issue time, launch time).
-OnFinish = Callable[[Collective, int, float, float], None]
+# Called when a collective finishes: (op, step of the first issuer, first issue time, launch time,
+# what it put on the wire: `sim.collectives.Launched`).
+OnFinish = Callable[[Collective, int, float, float, Launched], None]
 # Called at launch for every member that arrived before the last one: (rank, its step, its arrival,
 # the last member's arrival). Time queued behind the group's previous call is communication, not this.
 OnBlocked = Callable[[int, int, float, float], None]
@@ -116,10 +117,13 @@ class Communicators:
             for rank, (step, arrived) in call.arrivals.items():
                 if arrived < last:
                     self.on_blocked(rank, step, arrived, last)
-        done = self.runner.run(call.op)
-        done.callbacks.append(lambda _ev: self._finish(comm, call, launched))
+        try:
+            under_way = self.runner.run(call.op, call.step, call.contexts)
+        except PolicyError as exc:
+            raise PolicyError(f"policy {self.policy!r}: {exc}") from None
+        under_way.done.callbacks.append(lambda _ev: self._finish(comm, call, launched, under_way))
 
-    def _finish(self, comm: _Communicator, call: _Call, launched: float) -> None:
+    def _finish(self, comm: _Communicator, call: _Call, launched: float, under_way: Launched) -> None:
         del comm.calls[comm.next_launch]
         comm.next_launch += 1
         comm.busy = False
@@ -128,5 +132,5 @@ class Communicators:
         for event in call.events.values():
             event.succeed()
         if self.on_finish is not None:
-            self.on_finish(call.op, call.step, call.issued, launched)
+            self.on_finish(call.op, call.step, call.issued, launched, under_way)
         self._try_launch(comm)

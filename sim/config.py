@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from sim.config_errors import describe
 from sim.config_faults import BackgroundFlow, FaultsConfig
 from sim.config_numerics import NumericsConfig
+from sim.config_sparsity import SparsityConfig
 from sim.errors import ConfigError
 from sim.gpus import GPU_NAMES
 from sim.zoo import MODEL_NAMES, canonical_name
@@ -117,6 +118,7 @@ class WorkloadConfig(Strict):
     gradient_mb: Optional[PosFloat] = Field(None, description="synthetic only: gradient size")
     compute_ms: Optional[NonNegFloat] = Field(None, description="synthetic only: forward + backward time")
     synthetic_layers: PosInt = Field(1, description="synthetic only: equal layers the gradient is split into")
+    sparsity: SparsityConfig = Field(SparsityConfig(), description="which gradients are sparse (docs/sparse.md)")
 
     @field_validator("model")
     @classmethod
@@ -136,6 +138,8 @@ class WorkloadConfig(Strict):
             for name in synthetic_only:
                 if getattr(self, name) is not None:
                     raise ValueError(f"{name}: applies only to model 'synthetic' (a zoo model sets it)")
+            if self.sparsity.lookups is not None:
+                raise ValueError("sparsity.lookups: applies only to model 'synthetic' (a zoo model's tables set it)")
         return self
 
 

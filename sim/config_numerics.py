@@ -111,6 +111,9 @@ class ZooData(Strict):
         None, description="image models: input height and width (default: the model's own, 224 or 32)"
     )
     sequence: PosInt = Field(32, description="transformers: tokens per sample (at most the model's positions)")
+    features: Optional[Annotated[int, Field(ge=39)]] = Field(
+        None, description="deepfm: rows of the hashed feature space (default: Criteo's 10^6; smaller trains faster)"
+    )
 
 
 class NumericsConfig(Strict):
@@ -164,6 +167,8 @@ class NumericsConfig(Strict):
             )
         if self.model in ZOO_CLASSES and self.zoo.classes > ZOO_CLASSES[self.model]:
             raise ValueError(f"zoo.classes: {self.model} classifies into {ZOO_CLASSES[self.model]} classes at most")
+        if self.zoo.features is not None and self.model != "deepfm":
+            raise ValueError(f"zoo.features: applies only to model deepfm (got model {self.model})")
         if self.model in ZOO_POSITIONS and self.zoo.sequence > ZOO_POSITIONS[self.model]:
             raise ValueError(f"zoo.sequence: {self.model} has {ZOO_POSITIONS[self.model]} positions at most")
         if self.model == "cnn" and self.dataset != "digits":

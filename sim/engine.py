@@ -21,7 +21,7 @@ from policies.base import Policy, SettingError
 from policies.registry import create
 from policies.view import ModelInfo
 from sim.clocks import ClockBoard
-from sim.collectives import CollectiveRunner
+from sim.collectives import CollectiveRunner, Launched
 from sim.communicators import Communicators
 from sim.compute import ComputeModel
 from sim.config import Config, PolicyEntry
@@ -33,6 +33,8 @@ from sim.phase_runner import PhaseRunner
 from sim.routing import Router
 from sim.sampling import LinkSampler
 from sim.servers import Shard
+from sim.sparse_traffic import SparseTraffic
+from sim.sparsity import IndexSets
 from sim.topology import Cluster
 from sim.worker import BlockedTime, IterationRow
 from sim.workload import ComputePlan
@@ -75,7 +77,9 @@ class PolicyRun:
 
 
 def model_info(plan: ComputePlan) -> ModelInfo:
-    return ModelInfo(plan.parameter_bytes, tuple(b.nbytes for b in plan.buckets))
+    return ModelInfo(
+        plan.parameter_bytes, tuple(b.nbytes for b in plan.buckets), tuple(layout.sparse for layout in plan.layouts)
+    )
 
 
 def bind_policy(entry: PolicyEntry, index: int, cluster: Cluster, plan: ComputePlan) -> Policy:
@@ -117,12 +121,28 @@ def run_policy(
     progress = {"last": 0.0}
     group_ids: dict[Any, int] = {}
 
-    def on_collective(op: Any, step: int, issued: float, launched: float) -> None:
+    def on_collective(op: Any, step: int, issued: float, launched: float, wire: Launched) -> None:
         gid = group_ids.setdefault(op.group, len(group_ids))
-        run.ops.append((step, -1, type(op).__name__, gid, op.group.size, -1, 1, op.nbytes, issued, launched, env.now))
+        kind = type(op).__name__
+        row = (
+            step,
+            -1,
+            kind,
+            gid,
+            op.group.size,
+            -1,
+            1,
+            op.nbytes,
+            issued,
+            launched,
+            env.now,
+            wire.nbytes,
+            wire.imbalance,
+        )
+        run.ops.append(row)
 
     def on_op(rank: int, step: int, kind: str, shard: int, count: int, nbytes: float, start: float, end: float) -> None:
-        run.ops.append((step, rank, kind, -1, 1, shard, count, nbytes, start, start, end))
+        run.ops.append((step, rank, kind, -1, 1, shard, count, nbytes, start, start, end, nbytes, float("nan")))
 
     def on_iteration() -> None:
         progress["last"] = env.now
@@ -136,7 +156,8 @@ def run_policy(
         replicas, evaluator = attach(
             config, task, world, [b.nbytes for b in plan.buckets], entry.display, bool(policy.all_servers())
         )
-    runner = CollectiveRunner(env, net, router, cluster.rank_gpus, model)
+    traffic = SparseTraffic(IndexSets(plan.layouts, config.seed)) if any(x.sparse for x in plan.layouts) else None
+    runner = CollectiveRunner(env, net, router, cluster.rank_gpus, model, traffic)
     comms = Communicators(
         env, runner, entry.display, on_collective, blocked.add, replicas.collective_done if replicas else None
     )
@@ -156,6 +177,7 @@ def run_policy(
             on_op,
             blocked.add,
             replicas,
+            traffic,
         )
 
     phases = PhaseRunner(

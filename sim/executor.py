@@ -2,7 +2,9 @@
 
 An item of a program (one op, or a tuple of ops that run concurrently) finishes when all its ops
 have. In the pipelined model, a rank's concurrent pushes (or pulls) of equal size travel as one
-coupled transfer, the point-to-point counterpart of a pipelined collective.
+coupled transfer, the point-to-point counterpart of a pipelined collective. A sparse push or pull
+(`op.coding` set) carries only rows (`sim.sparse_traffic`): a push this rank's non-zero rows the
+shard owns, a pull the rows the shard updated in the last round (the union of that round's pushes).
 """
 
 from __future__ import annotations
@@ -15,9 +17,11 @@ import simpy
 from policies.ops import Collective, Op, Pull, Push, WaitForClock, step_ops
 from sim.clocks import ClockBoard
 from sim.communicators import Communicators
+from sim.errors import PolicyError
 from sim.network import Network
 from sim.routing import Router
 from sim.servers import Shard
+from sim.sparse_traffic import SparseTraffic, message_bytes
 from sim.validation import OpValidator
 
 # (rank, step, op kind, shard (-1 for several), ops in the batch, total nbytes, start, end):
@@ -40,13 +44,16 @@ class Executor:
         on_op: OnOp,
         on_blocked: Callable[[int, int, float, float], None],
         numerics: Any = None,
+        traffic: Optional[SparseTraffic] = None,
     ) -> None:
-        """`numerics` (a `sim.numerics.replicas.Replicas`) makes ops act on real tensors."""
+        """`numerics` (a `sim.numerics.replicas.Replicas`) makes ops act on real tensors; `traffic`
+        sizes sparse pushes and pulls."""
         self.env, self.policy, self.rank_nodes = env, policy, rank_nodes
         self.net, self.router, self.comms, self.shards, self.clocks = net, router, comms, shards, clocks
         self.coupled_p2p, self.on_op, self.on_blocked = coupled_p2p, on_op, on_blocked
-        self.numerics = numerics
+        self.numerics, self.traffic = numerics, traffic
         self.world = len(rank_nodes)
+        self._everyone = tuple(range(self.world))
         self.validator = OpValidator(policy, self.world, len(shards))
 
     def run(self, rank: int, step: int, program: Iterable[Any], bucket: Optional[int] = None) -> simpy.Event:
@@ -115,26 +122,50 @@ class Executor:
         updates = numerics.push_updates(rank, bucket, pushes) if numerics and pushes else [None] * len(pushes)
         ranges = numerics.pull_ranges(rank, bucket, pulls) if numerics and pulls else [None] * len(pulls)
         for batch in self._batches(list(zip(pushes, updates))):
-            events.append(self._push(rank, step, [op for op, _ in batch], [u for _, u in batch]))
+            size = self._p2p_bytes(rank, step, bucket, batch[0][0])
+            events.append(self._push(rank, step, [op for op, _ in batch], [u for _, u in batch], size))
         for batch in self._batches(list(zip(pulls, ranges))):
-            events.append(self._pull(rank, step, [op for op, _ in batch], [r for _, r in batch if r is not None]))
+            size = self._p2p_bytes(rank, step, bucket, batch[0][0])
+            ops_ = [op for op, _ in batch]
+            events.append(self._pull(rank, step, ops_, [r for _, r in batch if r is not None], size))
         return events
 
     def _batches(self, pairs: list[tuple[Any, Any]]) -> list[list[tuple[Any, Any]]]:
-        """(op, tensor data) pairs: ops of equal size travel as one coupled transfer (pipelined model),
-        else one each."""
+        """(op, tensor data) pairs: dense ops of equal size travel as one coupled transfer (pipelined
+        model), else one each."""
         if not self.coupled_p2p:
             return [[pair] for pair in pairs]
-        by_size: dict[float, list[Any]] = {}
-        for pair in pairs:
-            by_size.setdefault(pair[0].nbytes, []).append(pair)
+        by_size: dict[Any, list[Any]] = {}
+        for i, pair in enumerate(pairs):
+            key = ("sparse", i) if pair[0].coding is not None else pair[0].nbytes
+            by_size.setdefault(key, []).append(pair)
         return list(by_size.values())
 
-    def _timed(self, rank: int, step: int, kind: str, ops: Sequence[Any], event: simpy.Event) -> simpy.Event:
+    def _p2p_bytes(self, rank: int, step: int, bucket: Optional[int], op: Any) -> float:
+        """Bytes one push or pull moves: `nbytes`, or for a sparse one the rows it carries."""
+        coding = op.coding
+        if coding is None:
+            return float(op.nbytes)
+        if self.traffic is None or bucket is None:
+            raise PolicyError(
+                f"policy {self.policy!r}: {op!r} is sparse; sparse pushes and pulls act on a gradient bucket "
+                "of a workload with sparse layers"
+            )
+        shards = len(self.shards)
+        if isinstance(op, Push):
+            c = self.traffic.census(step, bucket, self._everyone, coding.partition, shards)
+            return float(message_bytes(c.values[rank, op.shard], c.rows[rank, op.shard], c.share, coding))
+        c = self.traffic.census(step - 1, bucket, self._everyone, coding.partition, shards)
+        return float(message_bytes(c.union_values[op.shard], c.union_rows[op.shard], c.share, coding))
+
+    def _timed(
+        self, rank: int, step: int, kind: str, ops: Sequence[Any], event: simpy.Event, nbytes: Optional[float] = None
+    ) -> simpy.Event:
         start = self.env.now
 
         shard = getattr(ops[0], "shard", -1) if len(ops) == 1 else -1
-        nbytes = float(sum(getattr(op, "nbytes", 0.0) for op in ops))
+        if nbytes is None:
+            nbytes = float(sum(getattr(op, "nbytes", 0.0) for op in ops))
 
         def record(_ev: simpy.Event) -> None:
             self.on_op(rank, step, kind, shard, len(ops), nbytes, start, self.env.now)
@@ -142,17 +173,17 @@ class Executor:
         event.callbacks.append(record)
         return event
 
-    def _push(self, rank: int, step: int, batch: list[Push], updates: list[Any]) -> simpy.Event:
+    def _push(self, rank: int, step: int, batch: list[Push], updates: list[Any], size: float) -> simpy.Event:
         src = self.rank_nodes[rank]
         paths = [self.router.path(src, self.shards[op.shard].spec.host) for op in batch]
-        delivered = self.net.transfer(paths, batch[0].nbytes)
+        delivered = self.net.transfer(paths, size)
 
         def arrive(_ev: simpy.Event) -> None:
             for op, update in zip(batch, updates):
-                self.shards[op.shard].received(rank, op.key, op.nbytes, update)
+                self.shards[op.shard].received(rank, op.key, size, update)
 
         delivered.callbacks.insert(0, arrive)  # the shard hears of it before the pusher moves on
-        return self._timed(rank, step, "push", batch, delivered)
+        return self._timed(rank, step, "push", batch, delivered, size * len(batch))
 
     def _blocking(self, rank: int, step: int, event: simpy.Event) -> simpy.Event:
         """Count the time until `event` fires as blocked on other workers."""
@@ -160,7 +191,7 @@ class Executor:
         event.callbacks.append(lambda _ev: self.on_blocked(rank, step, start, self.env.now))
         return event
 
-    def _pull(self, rank: int, step: int, batch: list[Pull], ranges: list[tuple[int, int]]) -> simpy.Event:
+    def _pull(self, rank: int, step: int, batch: list[Pull], ranges: list[tuple[int, int]], size: float) -> simpy.Event:
         dst = self.rank_nodes[rank]
         ready = self._blocking(rank, step, self.env.all_of([self.shards[op.shard].ready(rank, op.key) for op in batch]))
         done = self.env.event()
@@ -171,7 +202,7 @@ class Executor:
             if ranges:
                 self.numerics.pulled(rank, ranges)
             paths = [self.router.path(self.shards[op.shard].spec.host, dst) for op in batch]
-            self.net.transfer(paths, batch[0].nbytes).callbacks.append(lambda _e: done.succeed())
+            self.net.transfer(paths, size).callbacks.append(lambda _e: done.succeed())
 
         ready.callbacks.append(send)
-        return self._timed(rank, step, "pull", batch, done)
+        return self._timed(rank, step, "pull", batch, done, size * len(batch))

@@ -22,7 +22,14 @@ def progressive_filling(
     ceiling: np.ndarray,
     tol: float,
 ) -> np.ndarray:
-    """Per-sub-flow rates; arguments as `sim.maxmin.max_min_rates` (scale 0 = idle transfer)."""
+    """Per-sub-flow rates; arguments as `sim.maxmin.max_min_rates` (scale 0 = idle transfer).
+
+    Incremental: link loads are summed once, then the weights of each round's newly frozen transfers
+    are taken off (weights are whole numbers, multiplicities times transfer counts, so this is exact
+    and equals the reference's fresh sums); saturated links find their transfers through a
+    link-to-entries index, and an unfrozen transfer's rate is the common level, set when it freezes.
+    A round costs O(links + entries it freezes), not O(entries): all-to-alls with thousands of
+    transfers and as many bottleneck levels stay fast."""
     n_links, n_entries, n_transfers = capacity.size, links.size, scale.size
     rates = np.zeros(n_transfers)
     frozen = np.ones(n_transfers, dtype=np.bool_)  # until it is seen on a link
@@ -39,31 +46,53 @@ def progressive_filling(
             capped = True
     residual = capacity.copy()
     weights = np.empty(n_entries)
+    load = np.zeros(n_links)
+    active = np.zeros(n_links, dtype=np.int64)  # unfrozen entries per link
     for e in range(n_entries):
         t = transfers[e]
         weights[e] = 0.0 if frozen[t] else mult[e] * scale[t]
+        if weights[e] > 0.0:
+            load[links[e]] += weights[e]
+            active[links[e]] += 1
+    # entries by link and by transfer, each in entry order
+    by_link_start = np.zeros(n_links + 1, dtype=np.int64)
+    by_transfer_start = np.zeros(n_transfers + 1, dtype=np.int64)
+    for e in range(n_entries):
+        by_link_start[links[e] + 1] += 1
+        by_transfer_start[transfers[e] + 1] += 1
+    for lk in range(n_links):
+        by_link_start[lk + 1] += by_link_start[lk]
+    for t in range(n_transfers):
+        by_transfer_start[t + 1] += by_transfer_start[t]
+    by_link = np.empty(n_entries, dtype=np.int64)
+    by_transfer = np.empty(n_entries, dtype=np.int64)
+    fill_link = by_link_start[:-1].copy()
+    fill_transfer = by_transfer_start[:-1].copy()
+    for e in range(n_entries):
+        by_link[fill_link[links[e]]] = e
+        fill_link[links[e]] += 1
+        by_transfer[fill_transfer[transfers[e]]] = e
+        fill_transfer[transfers[e]] += 1
     unfrozen = 0
     for t in range(n_transfers):
         if not frozen[t]:
             unfrozen += 1
-    load = np.empty(n_links)
-    saturated = np.empty(n_links, dtype=np.bool_)
-    newly = np.empty(n_transfers, dtype=np.bool_)
+    saturated = np.zeros(n_links, dtype=np.bool_)
+    newly = np.zeros(n_transfers, dtype=np.bool_)
+    fresh = np.empty(n_transfers, dtype=np.int64)  # the transfers frozen this round
+    level = 0.0
     while unfrozen > 0:
-        load[:] = 0.0
-        for e in range(n_entries):
-            load[links[e]] += weights[e]
         delta, k = np.inf, -1
         for lk in range(n_links):
-            if load[lk] > 0.0:
+            if active[lk] > 0:
                 share = residual[lk] / load[lk]
                 if share < delta:
                     delta, k = share, lk
         at_cap = False
         if capped:
             for t in range(n_transfers):
-                if not frozen[t] and ceiling[t] - rates[t] < delta:
-                    delta, at_cap = ceiling[t] - rates[t], True
+                if not frozen[t] and ceiling[t] - level < delta:
+                    delta, at_cap = ceiling[t] - level, True
         if k < 0 and not at_cap:  # what is left crosses no loaded link: only its cap limits it
             for t in range(n_transfers):
                 if not frozen[t]:
@@ -71,31 +100,44 @@ def progressive_filling(
             break
         if delta < 0.0:
             delta = 0.0
-        for t in range(n_transfers):
-            if not frozen[t]:
-                rates[t] += delta
+        level += delta
         for lk in range(n_links):
             saturated[lk] = False
-            if load[lk] > 0.0:
+            if active[lk] > 0:
                 residual[lk] -= delta * load[lk]
                 if residual[lk] <= tol * capacity[lk]:
                     saturated[lk] = True
         if not at_cap and k >= 0:  # the argmin link saturates by construction: guard against rounding
             saturated[k] = True
             residual[k] = 0.0
-        newly[:] = False
-        for e in range(n_entries):
-            if saturated[links[e]]:
-                newly[transfers[e]] = True
+        n_fresh = 0
+        for lk in range(n_links):
+            if saturated[lk] and active[lk] > 0:
+                for i in range(by_link_start[lk], by_link_start[lk + 1]):
+                    t = transfers[by_link[i]]
+                    if not frozen[t] and not newly[t]:
+                        newly[t] = True
+                        fresh[n_fresh] = t
+                        n_fresh += 1
         if capped:
             for t in range(n_transfers):
-                if rates[t] >= ceiling[t] * (1.0 - tol):
+                if not frozen[t] and not newly[t] and level >= ceiling[t] * (1.0 - tol):
                     newly[t] = True
-        for t in range(n_transfers):
-            if newly[t] and not frozen[t]:
-                frozen[t] = True
-                unfrozen -= 1
-        for e in range(n_entries):
-            if newly[transfers[e]]:
-                weights[e] = 0.0
+                    fresh[n_fresh] = t
+                    n_fresh += 1
+        for i in range(n_fresh):
+            t = fresh[i]
+            newly[t] = False
+            frozen[t] = True
+            rates[t] = level
+            unfrozen -= 1
+            for j in range(by_transfer_start[t], by_transfer_start[t + 1]):
+                e = by_transfer[j]
+                if weights[e] > 0.0:
+                    lk = links[e]
+                    load[lk] -= weights[e]
+                    active[lk] -= 1
+                    if active[lk] == 0:
+                        load[lk] = 0.0
+                    weights[e] = 0.0
     return rates

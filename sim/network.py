@@ -26,8 +26,10 @@ from sim.maxmin import max_min_rates
 
 # The network solves with numpy until this many recomputes, then with the compiled kernel: a short run
 # never pays the kernel's one-off load (about 0.5 s per process), a long one gains several times over.
-# Both give bitwise-identical rates, so where the switch falls changes no result.
+# Both give bitwise-identical rates, so where the switch falls changes no result. Large solves (an
+# all-to-all's thousands of flows) switch sooner: after this many incidence entries solved in all.
 COMPILE_AFTER = 2_000
+COMPILE_AFTER_ENTRIES = 2_000_000
 
 # Transfers whose remaining bytes would take under this long (or are under this fraction of their
 # size) finish in the same event; floating-point residue must never schedule a zero-length timer.
@@ -77,6 +79,7 @@ class Network:
         self.latency = np.asarray(latency, dtype=float)
         self._folded_bytes = np.zeros(len(self.capacity))  # bytes of classes since forgotten, per link
         self.recomputes = 0
+        self._solved_entries = 0
         self.transfers_started = 0
         # transfers, by slot
         self._slots: list[Optional[Transfer]] = []
@@ -313,7 +316,8 @@ class Network:
         self.recomputes += 1
         e, ne = self._e, self._n_entries
         # a class stands for its `count` identical transfers; classes with none are idle (rate 0)
-        compiled = self.recomputes > COMPILE_AFTER
+        self._solved_entries += ne
+        compiled = self.recomputes > COMPILE_AFTER or self._solved_entries > COMPILE_AFTER_ENTRIES
         c.rate[:nc] = max_min_rates(
             e.link[:ne], e.cls[:ne], e.mult[:ne], self.capacity, nc, c.cap[:nc], c.count[:nc], compiled
         )

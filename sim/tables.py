@@ -25,8 +25,11 @@ ITERATION_FIELDS = (
 # one row per phase of a run (policies.phases); switch_s: the idle switch before it (0 for the first)
 PHASE_FIELDS = ("phase", "phase_policy", "synchronous", "start_step", "start_s", "end_s", "updates", "switch_s")
 # `count` > 1: a rank's concurrent point-to-point ops that travelled as one coupled transfer
+# nbytes: the tensor size the op names (a sparse op: its dense size); wire_bytes: what it put on the
+# network (a collective: over all members); imbalance: a sparse collective's max / mean bytes received
 OP_FIELDS = (
-    "step", "rank", "kind", "group", "group_size", "shard", "count", "nbytes", "issued_s", "launched_s", "finished_s"
+    "step", "rank", "kind", "group", "group_size", "shard", "count", "nbytes", "issued_s", "launched_s", "finished_s",
+    "wire_bytes", "imbalance",
 )  # fmt: skip
 SUMMARY_COLUMNS = (
     "policy",
@@ -47,6 +50,7 @@ SUMMARY_COLUMNS = (
     "mean_staleness",
     "p99_staleness",
     "max_staleness",
+    "mean_recv_imbalance",
     "sim_time_s",
     "switches",
     "switch_s",
@@ -196,6 +200,9 @@ def summary_frame(
                 p99_staleness=float(np.percentile(stale, 99)),
                 max_staleness=int(stale.max()),
             )
+        imbalance = [op[12] for op in run.ops if op[1] == -1 and not np.isnan(op[12])]
+        if imbalance:  # sparse collectives: max / mean bytes their members received
+            row["mean_recv_imbalance"] = float(np.mean(imbalance))
         row["sim_time_s"] = run.sim_time_s
         row.update(phase_summary(run))
         if numerics:

@@ -5,7 +5,20 @@ from __future__ import annotations
 
 import math
 
-from policies.ops import ALLREDUCE_ALGORITHMS, AllReduce, Collective, Group, Op, Pull, Push, WaitForClock
+from policies.ops import (
+    ALLREDUCE_ALGORITHMS,
+    AllGather,
+    AllReduce,
+    AllToAll,
+    Collective,
+    Density,
+    Group,
+    Op,
+    Pull,
+    Push,
+    SparseCoding,
+    WaitForClock,
+)
 from sim.errors import PolicyError
 
 
@@ -34,11 +47,29 @@ class OpValidator:
                 raise self.fail(rank, step, op, f"rank {rank} is not a member of the group")
             if isinstance(op, AllReduce) and op.algorithm not in ALLREDUCE_ALGORITHMS:
                 raise self.fail(rank, step, op, f"unknown algorithm; allowed: {', '.join(ALLREDUCE_ALGORITHMS)}")
+            self._check_sparse(rank, step, op, (op.density is Density.SPARSE), (AllToAll, AllGather))
+            if isinstance(op, AllToAll) and op.coding is not None and op.coding.partition == "none":
+                raise self.fail(rank, step, op, "a sparse AllToAll needs partition hash or contiguous")
         elif isinstance(op, (Push, Pull)):
             if not 0 <= op.shard < self.shards:
                 raise self.fail(rank, step, op, f"no shard {op.shard}; the policy declared {self.shards} shards")
+            self._check_sparse(rank, step, op, op.coding is not None, (Push, Pull))
+            if op.coding is not None and op.coding.partition == "none":
+                raise self.fail(rank, step, op, "a sparse push or pull needs partition hash or contiguous")
         elif isinstance(op, WaitForClock):
             if not isinstance(op.min_clock, int):
                 raise self.fail(rank, step, op, "min_clock must be an int")
         else:
             raise self.fail(rank, step, op, "the backend has no rule for this op type")
+
+    def _check_sparse(self, rank: int, step: int, op: Op, sparse: bool, allowed: tuple[type, ...]) -> None:
+        coding = getattr(op, "coding", None)
+        if not sparse and coding is None:
+            return
+        if not isinstance(op, allowed):
+            names = "AllToAll, AllGather, Push, Pull"
+            raise self.fail(rank, step, op, f"{type(op).__name__} has no sparse form; sparse ops: {names}")
+        if not isinstance(coding, SparseCoding):
+            raise self.fail(rank, step, op, "a sparse op needs coding=SparseCoding(...)")
+        if isinstance(op, Collective) and op.density is not Density.SPARSE:
+            raise self.fail(rank, step, op, "coding is set but density is not SPARSE")

@@ -2,16 +2,22 @@
 
 Backward runs through the layers in reverse; each layer's gradients join the open bucket, and a
 bucket closes (becomes ready for communication) once it holds at least `bucket_mb`, as DDP's
-reducer does. The last bucket closes when backward ends. Backward costs twice the forward FLOPs.
+reducer does. The last bucket closes when backward ends. An embedding table whose gradient is
+sparse (`workload.sparsity`) gets a bucket of its own, as DDP gives every sparse gradient. Backward
+costs twice the forward FLOPs.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from sim.config import WorkloadConfig
 from sim.gpus import GpuSpec
 from sim.zoo import Layer, ModelSpec, get_model
+
+if TYPE_CHECKING:
+    from sim.sparsity import BucketLayout
 
 MB = 1e6
 BYTES_PER_VALUE = {"fp32": 4, "fp16": 2}
@@ -21,6 +27,7 @@ BYTES_PER_VALUE = {"fp32": 4, "fp16": 2}
 class GradientBucket:
     nbytes: float
     backward_s: float  # backward compute between the previous bucket becoming ready and this one
+    layers: tuple[int, ...] = ()  # indices into the model's layers, in the order backward produced them
 
 
 @dataclass(frozen=True)
@@ -34,6 +41,7 @@ class ComputePlan:
     params: int
     gradient_bytes: float
     parameter_bytes: float  # one replica's parameters at training precision
+    layouts: tuple[BucketLayout, ...] = ()  # per bucket: which rows are non-zero (sim.sparsity)
 
     @property
     def backward_s(self) -> float:
@@ -55,6 +63,14 @@ def model_spec(cfg: WorkloadConfig) -> ModelSpec:
     return ModelSpec("synthetic", layers, source="synthetic workload from gradient_mb and compute_ms")
 
 
+def sparse_table(layer: Layer, cfg: WorkloadConfig) -> bool:
+    """Is `layer` an embedding table whose gradient is sparse under `cfg.sparsity`?"""
+    sp = cfg.sparsity
+    if sp.lookups is not None:  # a synthetic workload of tables
+        return True
+    return layer.lookup is not None and sp.embeddings and layer.params > sp.dense_below
+
+
 def compute_plan(cfg: WorkloadConfig, gpu: GpuSpec) -> ComputePlan:
     """The per-iteration timeline of `cfg` on `gpu`."""
     spec = model_spec(cfg)
@@ -71,14 +87,21 @@ def compute_plan(cfg: WorkloadConfig, gpu: GpuSpec) -> ComputePlan:
     forward_s = spec.forward_flops * flops_scale
     buckets: list[GradientBucket] = []
     cap = cfg.bucket_mb * MB
-    open_bytes, open_s = 0.0, 0.0
-    for layer, nbytes in zip(reversed(spec.layers), reversed(grad_bytes)):
-        open_bytes += nbytes
-        open_s += 2.0 * layer.forward_flops * flops_scale
-        if open_bytes >= cap:
-            buckets.append(GradientBucket(open_bytes, open_s))
-            open_bytes, open_s = 0.0, 0.0
+    open_bytes, open_s, members = 0.0, 0.0, []
+    for index in reversed(range(len(spec.layers))):
+        if sparse_table(spec.layers[index], cfg) and members:  # close the open bucket first
+            buckets.append(GradientBucket(open_bytes, open_s, tuple(members)))
+            open_bytes, open_s, members = 0.0, 0.0, []
+        open_bytes += grad_bytes[index]
+        open_s += 2.0 * spec.layers[index].forward_flops * flops_scale
+        members.append(index)
+        if open_bytes >= cap or sparse_table(spec.layers[index], cfg):
+            buckets.append(GradientBucket(open_bytes, open_s, tuple(members)))
+            open_bytes, open_s, members = 0.0, 0.0, []
     if open_bytes > 0 or not buckets:
-        buckets.append(GradientBucket(open_bytes, open_s))
+        buckets.append(GradientBucket(open_bytes, open_s, tuple(members)))
     total = float(sum(grad_bytes))
-    return ComputePlan(spec.name, cfg.batch_size, forward_s, tuple(buckets), spec.params, total, total)
+    from sim.sparsity import bucket_layouts  # it reads the buckets cut here
+
+    layouts = bucket_layouts(cfg, spec, buckets)
+    return ComputePlan(spec.name, cfg.batch_size, forward_s, tuple(buckets), spec.params, total, total, layouts)

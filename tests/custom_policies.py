@@ -94,3 +94,18 @@ class ClockedAsyncPS(Policy):
 
         yield Push(0, bucket.nbytes)
         yield Pull(0, bucket.nbytes)
+
+
+class SparseOnEndStep(Policy):
+    """A sparse all-gather from a whole-model hook, where no gradient bucket says whose rows move."""
+
+    name = "sparse_on_end_step"
+
+    def bind(self, view: ClusterView, model: ModelInfo) -> None:
+        super().bind(view, model)
+        self.world = Group.of(range(view.world_size))
+
+    def end_step(self, rank: int, step: int) -> Program:
+        from policies.ops import AllGather, Density, SparseCoding
+
+        yield AllGather(self.world, 8.0, density=Density.SPARSE, coding=SparseCoding("none"))

@@ -26,7 +26,7 @@ def run_collective(op, hosts: int, model: str) -> float:  # type: ignore[no-unty
     env = simpy.Environment()
     net = Network(env, cluster.capacity, cluster.latency)
     runner = CollectiveRunner(env, net, Router(cluster), cluster.rank_gpus, model)
-    done = runner.run(op)
+    done = runner.run(op).done
     env.run()
     assert done.processed
     return env.now

@@ -74,7 +74,7 @@ def test_wait_is_the_time_until_the_last_member_issued() -> None:
     waits = {row[1]: row[8] for row in rows}
     assert waits[0] == pytest.approx(0.3 + 0.1) and waits[1] == 0.0
     (op,) = ops
-    assert op[2] == "AllReduce" and op[8:] == (1.0, 1.3, 1.5)  # issued by the first, launched by the last
+    assert op[2] == "AllReduce" and op[8:11] == (1.0, 1.3, 1.5)  # issued by the first, launched by the last
 
 
 def test_the_verdict_names_the_rank_that_caused_the_failure() -> None:

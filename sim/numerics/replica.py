@@ -25,11 +25,13 @@ import torch
 
 from policies.ops import Collective, Payload, Pull, Push
 from sim.config_numerics import NumericsConfig
+from sim.config_sparsity import SparsityConfig
 from sim.errors import PolicyError
 from sim.numerics.batches import ShardSampler
 from sim.numerics.optim import FlatOptimizer, learning_rate
 from sim.numerics.servers import Update
 from sim.numerics.tasks import Task
+from sim.numerics.topk import ErrorFeedbackTopK
 
 Range = tuple[int, int]
 
@@ -77,8 +79,17 @@ class Replica:
         sampler: ShardSampler,
         iterations: int,
         policy: str,
+        *,
+        sparsity: Optional[SparsityConfig] = None,
     ) -> None:
+        """`sparsity`: the workload's; with `topk` the real gradient is top-k sparsified with error
+        feedback before any op sees it."""
         self.cfg, self.task, self.rank, self.iterations, self.policy = cfg, task, rank, iterations, policy
+        self.sparsifier = (
+            ErrorFeedbackTopK(task.tensor_sizes, sparsity.topk, sparsity.dense_below)
+            if sparsity is not None and sparsity.topk is not None
+            else None
+        )
         self.params, self.grads, self.optimizer, self.row = params, grads, optimizer, row
         self.ranges, self.sampler = list(ranges), sampler
         self.step = 0  # the step this worker is in
@@ -92,7 +103,7 @@ class Replica:
         idx = torch.from_numpy(self.sampler.next())
         data = self.task.data
         grad, loss = self.task.gradient(self.params, data.x_train[idx], data.y_train[idx])
-        self.grads.copy_(grad)
+        self.grads.copy_(grad if self.sparsifier is None else self.sparsifier(grad))
         self.losses.append(loss)
         self.step = step
         self._settled.clear()
@@ -129,6 +140,10 @@ class Replica:
         nested.pop()
         return self.range(bucket)
 
+    def _row_sparse_optimizer(self) -> bool:
+        opt = self.cfg.optimizer
+        return opt.name == "sgd" and opt.momentum == 0 and opt.weight_decay == 0
+
     def data(self, op: Collective) -> torch.Tensor:
         return self.params if op.payload is Payload.PARAMETERS else self.grads
 
@@ -160,5 +175,13 @@ class Replica:
         for op in pulls:
             if op.payload is not Payload.PARAMETERS:
                 raise PolicyError(f"policy {self.policy!r}: numerics mode pulls parameters only, got {op!r}")
+            if op.coding is not None and not self._row_sparse_optimizer():
+                opt = self.cfg.optimizer
+                raise PolicyError(
+                    f"policy {self.policy!r}: a sparse pull returns only the rows the last round updated, which "
+                    "is the servers' whole change only if the optimizer touches just those rows; set "
+                    f"numerics.optimizer name: sgd, momentum: 0, weight_decay: 0 (got name: {opt.name}, "
+                    f"momentum: {opt.momentum}, weight_decay: {opt.weight_decay})"
+                )
         a, b = self.range(bucket)
         return partition(a, b, [op.nbytes for op in pulls])

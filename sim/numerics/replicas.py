@@ -9,6 +9,8 @@ an op:
 - ReduceScatter: member i gets the mean of the i-th 1/p slice, and its later ops on that bucket act
   on that slice until an AllGather gathers the slices back (so 2-D all-reduce nests correctly).
 - AllGather: every member gets every member's slice.
+- Sparse AllToAll and AllGather (ops with a `coding`): on (index, value) pairs, see
+  `sim.numerics.sparse_rules`; the members end with the mean, as after an AllReduce.
 - Push (gradients): the pushes of one program item split the range in proportion to their bytes;
   the shard receives the values as they are when the push is issued.  Pull (parameters): the
   rank's range is overwritten with the servers' values when the shard replies.
@@ -23,13 +25,15 @@ from typing import Optional
 
 import torch
 
-from policies.ops import AllGather, AllReduce, Barrier, Collective, Payload, Pull, Push, ReduceScatter
+from policies.ops import AllGather, AllReduce, AllToAll, Barrier, Collective, Payload, Pull, Push, ReduceScatter
 from sim.config_numerics import NumericsConfig
+from sim.config_sparsity import SparsityConfig
 from sim.errors import PolicyError
 from sim.numerics.batches import ShardSampler, per_worker_batch
 from sim.numerics.optim import FlatOptimizer
 from sim.numerics.replica import Range, Replica, bucket_ranges, partition
 from sim.numerics.servers import ServerTensors, Update
+from sim.numerics.sparse_rules import Pairs, reduce_pairs, scatter, split_by_owner
 from sim.numerics.tasks import Task
 
 __all__ = ["Replicas", "Range", "bucket_ranges", "partition"]
@@ -46,7 +50,9 @@ class Replicas:
         seed: int,
         policy: str,
         servers: bool,
+        sparsity: Optional[SparsityConfig] = None,
     ) -> None:
+        """`sparsity`: the workload's (its `topk` sparsifies every worker's real gradient)."""
         self.cfg, self.task, self.world, self.iterations, self.policy = cfg, task, world, iterations, policy
         n = task.size
         self.params = task.initial.repeat(world, 1)
@@ -68,9 +74,11 @@ class Replicas:
                 ShardSampler(n_train, world, r, batch, seed),
                 iterations,
                 policy,
+                sparsity=sparsity,
             )
             for r in range(world)
         ]
+        self._owned: dict[tuple[Optional[int], int], Pairs] = {}  # (bucket, owner rank) -> its reduced share
         self.server = ServerTensors(cfg, task.initial, world, iterations) if servers else None
         self.serving = servers  # the phase running now has servers (policies.phases)
 
@@ -97,6 +105,9 @@ class Replicas:
         data = self.params if op.payload is Payload.PARAMETERS else self.grads
         ranks = op.group.ranks
         reps = self.replicas
+        if op.coding is not None:
+            self._sparse(op, data, ranks, buckets)
+            return
         if isinstance(op, AllGather):
             self._all_gather(op, data, ranks, buckets)
             return
@@ -138,6 +149,36 @@ class Replicas:
                 if q != r:
                     a, b = parts[j][i]
                     data[q, a:b] = values
+
+    def _sparse(
+        self, op: Collective, data: torch.Tensor, ranks: Sequence[int], buckets: Mapping[int, Optional[int]]
+    ) -> None:
+        """Sparse AllToAll and AllGather on (index, value) pairs (`sim.numerics.sparse_rules`)."""
+        coding = op.coding
+        assert coding is not None
+        if op.payload is not Payload.GRADIENTS:
+            raise PolicyError(f"policy {self.policy!r}: sparse ops carry gradients, got {op!r}")
+        ranges = [self.replicas[r].range(buckets[r]) for r in ranks]
+        self._same_sizes(op, ranges)
+        p, size, bucket = len(ranks), ranges[0][1] - ranges[0][0], buckets[ranks[0]]
+        pairs = [Pairs.of(data[r, a:b]) for r, (a, b) in zip(ranks, ranges)]
+        if isinstance(op, AllToAll):
+            sent = [split_by_owner(mine, coding, p, size) for mine in pairs]
+            for j in range(p):
+                self._owned[(bucket, ranks[j])] = reduce_pairs([sent[i][j] for i in range(p)], size, p)
+            return
+        if coding.partition == "none":
+            result = scatter([reduce_pairs(pairs, size, p)], size, data.dtype)
+        else:
+            missing = [r for r in ranks if (bucket, r) not in self._owned]
+            if missing:
+                raise PolicyError(
+                    f"policy {self.policy!r}: {op!r} gathers owners' shares, but no sparse AllToAll on "
+                    f"bucket {bucket} reduced them first"
+                )
+            result = scatter([self._owned.pop((bucket, r)) for r in ranks], size, data.dtype)
+        for r, (a, b) in zip(ranks, ranges):
+            data[r, a:b] = result
 
     def _same_sizes(self, op: Collective, ranges: Sequence[Range]) -> None:
         if len({b - a for a, b in ranges}) != 1:

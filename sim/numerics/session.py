@@ -35,7 +35,9 @@ def attach(
     phase's budget kind from `Evaluator.begin_phase`."""
     cfg = config.numerics
     assert cfg is not None
-    replicas = Replicas(cfg, task, world, bucket_bytes, config.iterations, config.seed, policy, servers)
+    replicas = Replicas(
+        cfg, task, world, bucket_bytes, config.iterations, config.seed, policy, servers, config.workload.sparsity
+    )
     evaluator = Evaluator(replicas, cfg.eval_every, cfg.eval_workers, synchronous=True)
     evaluator.evaluate(0.0)
     return replicas, evaluator

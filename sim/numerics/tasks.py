@@ -98,6 +98,7 @@ class Task:
         self.initial = torch.cat([p.detach().reshape(-1) for p in self.module.parameters()]).clone()
         self.size = int(self.initial.numel())
         self.layers = list(self.module) if isinstance(self.module, nn.Sequential) else [self.module]
+        self.tensor_sizes = [int(p.numel()) for p in self.module.parameters()]  # in flat order
 
     def forward(self, flat: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """The model's logits with parameters taken from `flat`, layer by layer (functional_call costs

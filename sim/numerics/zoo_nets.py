@@ -12,6 +12,7 @@ only (no running buffers shared between replicas) and VGG's dropout is off.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Optional
 
 import torch
 from torch import nn
@@ -319,7 +320,10 @@ BUILDERS: dict[str, Callable[[], nn.Module]] = {
 }
 
 
-def build_zoo_module(name: str) -> nn.Module:
+def build_zoo_module(name: str, features: Optional[int] = None) -> nn.Module:
+    """The zoo model `name`; `features` shrinks DeepFM's hashed feature space."""
+    if name == "deepfm" and features is not None:
+        return DeepFM(features)
     return BUILDERS[name]()
 
 

@@ -37,7 +37,7 @@ class ZooTask:
         self.cfg, self.name = cfg, cfg.model
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            self.module = build_zoo_module(self.name)
+            self.module = build_zoo_module(self.name, cfg.zoo.features)
         params = dict(self.module.named_parameters())
         self.slices: list[tuple[str, int, int, torch.Size]] = []
         offset = 0
@@ -47,6 +47,7 @@ class ZooTask:
                 self.slices.append((name, offset, offset + n, params[name].shape))
                 offset += n
         self.size = offset
+        self.tensor_sizes = [b - a for _, a, b, _ in self.slices]  # in flat order
         self.initial = torch.cat([params[name].detach().reshape(-1) for name, *_ in self.slices]).clone()
         self.data = _synthetic(self.name, cfg, seed)
         self.loss, self._correct = _objective(self.name)
@@ -116,7 +117,7 @@ def _synthetic(name: str, cfg: NumericsConfig, seed: int) -> Dataset:
         y = torch.randint(z.classes, (n,), generator=g)
         x = 0.5 * patterns[y] + torch.randn(n, 3, size, size, generator=g)
     elif name == "deepfm":
-        fields, features = FIELDS, CRITEO_HASHED_FEATURES
+        fields, features = FIELDS, z.features or CRITEO_HASHED_FEATURES
         block = features // fields
         x = torch.arange(fields) * block + torch.randint(block, (n, fields), generator=g)
         teacher = torch.randn(features, generator=g)

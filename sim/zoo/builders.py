@@ -14,8 +14,9 @@ Conventions (shared by every model in the zoo):
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Optional
 
-from sim.zoo.spec import Layer
+from sim.zoo.spec import Layer, Lookup
 
 # Batch norm in training: mean and variance (about 2 FLOPs per element) plus one fused
 # scale-and-shift (a multiply-add, 2 FLOPs).
@@ -88,9 +89,10 @@ def linear(
     return Layer(name, weights + (out_features if bias else 0), flops)
 
 
-def embedding(name: str, num_embeddings: int, dim: int) -> Layer:
-    """An embedding table: a lookup costs no arithmetic, but every row is a trainable parameter."""
-    return Layer(name, num_embeddings * dim, 0.0)
+def embedding(name: str, num_embeddings: int, dim: int, lookup: Optional[Lookup] = None) -> Layer:
+    """An embedding table: a lookup costs no arithmetic, but every row is a trainable parameter.
+    `lookup`: how batches read it, when only the rows read get a gradient (docs/sparse.md)."""
+    return Layer(name, num_embeddings * dim, 0.0, rows=num_embeddings, lookup=lookup)
 
 
 def layer_norm(name: str, dim: int, tokens: int) -> Layer:

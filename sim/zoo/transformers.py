@@ -13,12 +13,16 @@ from sim.zoo.builders import (
     plus_flops,
     transformer_block,
 )
-from sim.zoo.spec import Layer, ModelSpec
+from sim.zoo.spec import Layer, Lookup, ModelSpec
 
 BERT_VOCAB = 30522
 BERT_POSITIONS = 512
 BERT_TOKEN_TYPES = 2
 BERT_SEQ_LEN = 128
+
+# Zipf's law: a token's frequency falls about as 1 / its frequency rank. WordPiece and BPE number
+# tokens roughly by frequency, so the popular rows come first.
+TOKEN_ZIPF_S = 1.0
 
 GPT2_VOCAB = 50257
 GPT2_POSITIONS = 1024
@@ -28,9 +32,11 @@ GPT2_SEQ_LEN = 1024
 def bert_layers(*, n_layers: int, d_model: int, n_heads: int, seq_len: int = BERT_SEQ_LEN) -> tuple[Layer, ...]:
     """BERT's embeddings, encoder and pooler (Hugging Face `BertModel`, no pre-training heads)."""
     tokens = seq_len
+    words = Lookup(per_sample=seq_len, zipf_s=TOKEN_ZIPF_S, hot_rows="first", source=f"{seq_len} tokens per sequence")
+    positions = Lookup(per_sample=seq_len, space=seq_len, source=f"positions 0..{seq_len - 1} of every sequence")
     layers = [
-        embedding("embeddings.word", BERT_VOCAB, d_model),
-        embedding("embeddings.position", BERT_POSITIONS, d_model),
+        embedding("embeddings.word", BERT_VOCAB, d_model, words),
+        embedding("embeddings.position", BERT_POSITIONS, d_model, positions),
         embedding("embeddings.token_type", BERT_TOKEN_TYPES, d_model),
         # Summing the three embeddings (2 adds per element) is folded into the layer norm.
         plus_flops(layer_norm("embeddings.ln", d_model, tokens), 2 * tokens * d_model),
@@ -75,6 +81,7 @@ def gpt2_layers(
 ) -> tuple[Layer, ...]:
     """GPT-2: pre-norm decoder blocks, a final layer norm, an LM head tied to the token table."""
     tokens = seq_len
+    # `wte` is also the LM head, whose gradient touches every row: it is dense, not a lookup table.
     layers = [
         embedding("wte", GPT2_VOCAB, d_model),
         # Adding position to token embeddings: one add per element.

@@ -1,0 +1,112 @@
+"""Sparse AllToAll and AllGather with torch.distributed: the rules of `sim.numerics.sparse_rules`
+(the same helpers, so both backends share the arithmetic) on (index, value) pairs.
+
+Each op is one `PairExchange` on the op's process group: an `all_to_all_single` of int64 sizes
+(the float32 slots this member sends each member), then an `all_to_all_single` of the pairs with
+those per-member split sizes, so nothing is padded, and a member sends itself nothing. A message
+is `real.protocol.pack_pairs`: positions in the bucket range as `coding.index_bytes`-wide integers,
+then the values; ids always travel as a list (a bitmap `index_format` is priced by the simulator
+only). Received pairs are put back in the op's member order (`real.groups.group_order`) before
+they are reduced, in that order, as numerics mode reduces them.
+
+- AllToAll: member j receives the pairs it owns from everyone and keeps their mean (`reduce_pairs`)
+  as its share of the bucket in `shares` until the AllGather after it.
+- AllGather, partitioned: every member sends its share to everyone; the bucket range becomes the
+  union of the shares (`scatter`).
+- AllGather, `partition: none`: every member sends its pairs to everyone and keeps their mean.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, MutableMapping, Sequence
+from typing import Any, Optional
+
+import torch
+import torch.distributed as dist
+
+from policies.ops import AllGather, AllToAll, Collective, Payload
+from real.groups import group_order
+from real.protocol import pack_pairs, unpack_pairs
+from sim.errors import PolicyError
+from sim.numerics.replica import Replica
+from sim.numerics.sparse_rules import Pairs, reduce_pairs, scatter, split_by_owner
+
+Shares = MutableMapping[Optional[int], Pairs]  # bucket -> the share a sparse AllToAll left this rank
+
+
+class PairExchange:
+    """Send `outgoing[i]` to op member i and receive every member's pairs for this one; `wait` runs
+    the two chained calls (sizes, then pairs) and leaves `received` in the op's member order."""
+
+    def __init__(self, outgoing: Sequence[Pairs], me: int, order: Sequence[int], pg: Any, index_bytes: int) -> None:
+        self.me, self.order, self.pg, self.index_bytes = me, list(order), pg, index_bytes
+        self.received: list[Pairs] = list(outgoing)  # each slot but `me` is overwritten by `wait`
+        packed: dict[int, torch.Tensor] = {}  # an all-gather sends one batch to everyone: pack it once
+        empty = torch.empty(0, dtype=torch.float32)
+        self.chunks = [  # torch's member order
+            empty if i == me else packed.setdefault(id(outgoing[i]), pack_pairs(*_fields(outgoing[i]), index_bytes))
+            for i in self.order
+        ]
+        self.nbytes = sum(4 * c.numel() for c in self.chunks) + 8 * (len(self.order) - 1)  # pairs, then sizes
+
+    def wait(self) -> bool:
+        splits = torch.tensor([c.numel() for c in self.chunks], dtype=torch.int64)
+        incoming = torch.empty_like(splits)
+        dist.all_to_all_single(incoming, splits, group=self.pg)
+        sizes = incoming.tolist()
+        out = torch.empty(sum(sizes), dtype=torch.float32)
+        dist.all_to_all_single(out, torch.cat(self.chunks), sizes, splits.tolist(), group=self.pg)
+        for t, chunk in enumerate(out.split(sizes)):
+            if self.order[t] != self.me:
+                self.received[self.order[t]] = Pairs(*unpack_pairs(chunk, self.index_bytes))
+        return True
+
+
+def start_sparse(
+    op: Collective, replica: Replica, bucket: Optional[int], pg: Any, shares: Shares
+) -> tuple[Optional[PairExchange], Callable[[], None], int]:
+    """(work, finish, bytes sent) of a sparse op (`op.coding` set); `pg` None: a group of one."""
+    coding = op.coding
+    assert coding is not None
+    if op.payload is not Payload.GRADIENTS:
+        raise PolicyError(f"policy {replica.policy!r}: sparse ops carry gradients, got {op!r}")
+    p, me = op.group.size, op.group.ranks.index(replica.rank)
+    data = replica.data(op)
+    a, b = replica.range(bucket)
+    size = b - a
+    outgoing: Sequence[Pairs]
+    if isinstance(op, AllToAll):
+        outgoing = split_by_owner(Pairs.of(data[a:b]), coding, p, size)
+
+        def finish() -> None:
+            shares[bucket] = reduce_pairs(exchange.received, size, p)
+
+    elif isinstance(op, AllGather) and coding.partition == "none":
+        outgoing = [Pairs.of(data[a:b])] * p
+
+        def finish() -> None:
+            data[a:b] = scatter([reduce_pairs(exchange.received, size, p)], size, data.dtype)
+
+    elif isinstance(op, AllGather):
+        share = shares.pop(bucket, None)
+        if share is None:
+            raise PolicyError(
+                f"policy {replica.policy!r}: {op!r} gathers owners' shares, but no sparse AllToAll on "
+                f"bucket {bucket} reduced them first"
+            )
+        outgoing = [share] * p
+
+        def finish() -> None:
+            data[a:b] = scatter(exchange.received, size, data.dtype)
+
+    else:
+        raise PolicyError(
+            f"policy {replica.policy!r}: the real backend has no sparse rule for {type(op).__name__} ({op!r}); "
+            "sparse ops are AllToAll and AllGather"
+        )
+    exchange = PairExchange(outgoing, me, group_order(op.group) if pg is not None else [0], pg, coding.index_bytes)
+    return (exchange if pg is not None else None), finish, exchange.nbytes
+
+
+def _fields(pairs: Pairs) -> tuple[torch.Tensor, torch.Tensor]:
+    return pairs.index, pairs.values

@@ -1,0 +1,65 @@
+"""What sparse collectives do to real tensors, as (index, value) pairs.
+
+A member's sparse tensor is the non-zero elements of its bucket range. Owners follow the op's
+`SparseCoding` over element positions in the bucket (the same `owner_of` the simulator sizes
+messages with), so an element's owner is the same on every member and on both backends.
+
+- Sparse AllToAll: each member sends each owner its pairs there; an owner sums what it receives
+  (its own pairs included) and divides by the group size: it now holds the mean of its share.
+- Sparse AllGather, partitioned: every member's bucket becomes the union of the owners' shares
+  (zero where nobody had a non-zero). Needs the AllToAll before it on the same bucket.
+- Sparse AllGather, `partition: none`: every member receives every member's pairs and keeps their
+  sum divided by the group size.
+
+The result equals a dense all-reduce mean of the same tensors up to the order of float additions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from policies.ops import SparseCoding
+from sim.sparse_traffic import owner_of
+
+
+@dataclass(frozen=True)
+class Pairs:
+    """Positions (within a bucket range) and values of a sparse tensor."""
+
+    index: torch.Tensor  # int64
+    values: torch.Tensor
+
+    @classmethod
+    def of(cls, dense: torch.Tensor) -> Pairs:
+        index = torch.nonzero(dense, as_tuple=True)[0]
+        return cls(index, dense[index])
+
+
+def owners(index: torch.Tensor, coding: SparseCoding, n: int, size: int) -> torch.Tensor:
+    return torch.from_numpy(owner_of(index.numpy(), coding.partition, n, size))
+
+
+def split_by_owner(pairs: Pairs, coding: SparseCoding, n: int, size: int) -> list[Pairs]:
+    """A member's pairs, one batch per owner (what its AllToAll sends each member)."""
+    who = owners(pairs.index, coding, n, size)
+    return [Pairs(pairs.index[who == j], pairs.values[who == j]) for j in range(n)]
+
+
+def reduce_pairs(received: Sequence[Pairs], size: int, members: int) -> Pairs:
+    """Sum pairs by position and divide by `members`: the mean over the group of what was sent."""
+    total = torch.zeros(size, dtype=received[0].values.dtype if received else torch.float32)
+    for batch in received:
+        total.index_add_(0, batch.index, batch.values)
+    index = torch.unique(torch.cat([b.index for b in received])) if received else torch.zeros(0, dtype=torch.int64)
+    return Pairs(index, total[index] / members)
+
+
+def scatter(pairs: Sequence[Pairs], size: int, dtype: torch.dtype) -> torch.Tensor:
+    """A dense range holding disjoint pairs (zero elsewhere)."""
+    out = torch.zeros(size, dtype=dtype)
+    for batch in pairs:
+        out[batch.index] = batch.values
+    return out
