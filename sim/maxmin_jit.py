@@ -4,12 +4,22 @@ The solver runs once per transfer start or finish on a few thousand incidence en
 per-call overhead (a dozen calls per round, each a few microseconds) dominates the arithmetic. This is
 the same algorithm as `sim.maxmin.max_min_rates_numpy`, entry by entry, so the two agree to rounding
 (tests compare them); numba only removes the interpreter from the loop.
+
+A round first rescans every incidence entry, which is cheapest when a solve has a few bottleneck
+levels, as most do. A solve still running after `SCAN_ROUNDS` rounds (an all-to-all's thousands of
+transfers of unequal sizes, with as many levels) builds link and transfer indexes and continues
+incrementally: loads lose the weights of each round's newly frozen transfers, and saturated links
+find their transfers through the index, so a round costs O(links + entries it freezes). Weights are
+whole numbers (multiplicities times transfer counts), so both ways sum them exactly: the rates are
+the same whichever way a solve ends.
 """
 
 from __future__ import annotations
 
 import numpy as np
 from numba import njit
+
+SCAN_ROUNDS = 8
 
 
 @njit(cache=True, nogil=True)
@@ -22,14 +32,7 @@ def progressive_filling(
     ceiling: np.ndarray,
     tol: float,
 ) -> np.ndarray:
-    """Per-sub-flow rates; arguments as `sim.maxmin.max_min_rates` (scale 0 = idle transfer).
-
-    Incremental: link loads are summed once, then the weights of each round's newly frozen transfers
-    are taken off (weights are whole numbers, multiplicities times transfer counts, so this is exact
-    and equals the reference's fresh sums); saturated links find their transfers through a
-    link-to-entries index, and an unfrozen transfer's rate is the common level, set when it freezes.
-    A round costs O(links + entries it freezes), not O(entries): all-to-alls with thousands of
-    transfers and as many bottleneck levels stay fast."""
+    """Per-sub-flow rates; arguments as `sim.maxmin.max_min_rates` (scale 0 = idle transfer)."""
     n_links, n_entries, n_transfers = capacity.size, links.size, scale.size
     rates = np.zeros(n_transfers)
     frozen = np.ones(n_transfers, dtype=np.bool_)  # until it is seen on a link
@@ -46,11 +49,77 @@ def progressive_filling(
             capped = True
     residual = capacity.copy()
     weights = np.empty(n_entries)
-    load = np.zeros(n_links)
-    active = np.zeros(n_links, dtype=np.int64)  # unfrozen entries per link
     for e in range(n_entries):
         t = transfers[e]
         weights[e] = 0.0 if frozen[t] else mult[e] * scale[t]
+    unfrozen = 0
+    for t in range(n_transfers):
+        if not frozen[t]:
+            unfrozen += 1
+    load = np.empty(n_links)
+    saturated = np.empty(n_links, dtype=np.bool_)
+    newly = np.empty(n_transfers, dtype=np.bool_)
+    rounds, level = 0, 0.0
+    while unfrozen > 0:
+        if rounds == SCAN_ROUNDS:
+            _continue_incrementally(links, transfers, weights, frozen, rates, residual, capacity, ceiling, capped, tol)
+            break
+        rounds += 1
+        load[:] = 0.0
+        for e in range(n_entries):
+            load[links[e]] += weights[e]
+        delta, k, at_cap = _smallest_step(load, residual, ceiling, frozen, level, capped)
+        if k < 0 and not at_cap:  # what is left crosses no loaded link: only its cap limits it
+            _rise_to_caps(rates, frozen, ceiling)
+            break
+        level += delta
+        for t in range(n_transfers):
+            if not frozen[t]:
+                rates[t] += delta  # the same sum as `level`
+        _saturate(load, residual, capacity, delta, k, at_cap, tol, saturated)
+        newly[:] = False
+        for e in range(n_entries):
+            if saturated[links[e]]:
+                newly[transfers[e]] = True
+        if capped:
+            for t in range(n_transfers):
+                if rates[t] >= ceiling[t] * (1.0 - tol):
+                    newly[t] = True
+        for t in range(n_transfers):
+            if newly[t] and not frozen[t]:
+                frozen[t] = True
+                unfrozen -= 1
+        for e in range(n_entries):
+            if newly[transfers[e]]:
+                weights[e] = 0.0
+    return rates
+
+
+@njit(cache=True, nogil=True)
+def _continue_incrementally(
+    links: np.ndarray,
+    transfers: np.ndarray,
+    weights: np.ndarray,
+    frozen: np.ndarray,
+    rates: np.ndarray,
+    residual: np.ndarray,
+    capacity: np.ndarray,
+    ceiling: np.ndarray,
+    capped: bool,
+    tol: float,
+) -> None:
+    """Finish a solve from its state after some rounds (`rates` of unfrozen transfers: the common
+    level so far); fills `rates` in place."""
+    n_links, n_entries, n_transfers = capacity.size, links.size, frozen.size
+    level = 0.0
+    unfrozen = 0
+    for t in range(n_transfers):
+        if not frozen[t]:
+            level = rates[t]  # every unfrozen transfer has risen by the same deltas
+            unfrozen += 1
+    load = np.zeros(n_links)
+    active = np.zeros(n_links, dtype=np.int64)  # unfrozen entries per link
+    for e in range(n_entries):
         if weights[e] > 0.0:
             load[links[e]] += weights[e]
             active[links[e]] += 1
@@ -73,46 +142,19 @@ def progressive_filling(
         fill_link[links[e]] += 1
         by_transfer[fill_transfer[transfers[e]]] = e
         fill_transfer[transfers[e]] += 1
-    unfrozen = 0
-    for t in range(n_transfers):
-        if not frozen[t]:
-            unfrozen += 1
     saturated = np.zeros(n_links, dtype=np.bool_)
     newly = np.zeros(n_transfers, dtype=np.bool_)
     fresh = np.empty(n_transfers, dtype=np.int64)  # the transfers frozen this round
-    level = 0.0
     while unfrozen > 0:
-        delta, k = np.inf, -1
-        for lk in range(n_links):
-            if active[lk] > 0:
-                share = residual[lk] / load[lk]
-                if share < delta:
-                    delta, k = share, lk
-        at_cap = False
-        if capped:
-            for t in range(n_transfers):
-                if not frozen[t] and ceiling[t] - level < delta:
-                    delta, at_cap = ceiling[t] - level, True
+        delta, k, at_cap = _smallest_step(load, residual, ceiling, frozen, level, capped)
         if k < 0 and not at_cap:  # what is left crosses no loaded link: only its cap limits it
-            for t in range(n_transfers):
-                if not frozen[t]:
-                    rates[t] = ceiling[t]
-            break
-        if delta < 0.0:
-            delta = 0.0
+            _rise_to_caps(rates, frozen, ceiling)
+            return
         level += delta
-        for lk in range(n_links):
-            saturated[lk] = False
-            if active[lk] > 0:
-                residual[lk] -= delta * load[lk]
-                if residual[lk] <= tol * capacity[lk]:
-                    saturated[lk] = True
-        if not at_cap and k >= 0:  # the argmin link saturates by construction: guard against rounding
-            saturated[k] = True
-            residual[k] = 0.0
+        _saturate(load, residual, capacity, delta, k, at_cap, tol, saturated)
         n_fresh = 0
         for lk in range(n_links):
-            if saturated[lk] and active[lk] > 0:
+            if saturated[lk] and load[lk] > 0.0:
                 for i in range(by_link_start[lk], by_link_start[lk + 1]):
                     t = transfers[by_link[i]]
                     if not frozen[t] and not newly[t]:
@@ -129,7 +171,7 @@ def progressive_filling(
             t = fresh[i]
             newly[t] = False
             frozen[t] = True
-            rates[t] = level
+            rates[t] = level  # it rose with every other unfrozen transfer until now
             unfrozen -= 1
             for j in range(by_transfer_start[t], by_transfer_start[t + 1]):
                 e = by_transfer[j]
@@ -140,4 +182,54 @@ def progressive_filling(
                     if active[lk] == 0:
                         load[lk] = 0.0
                     weights[e] = 0.0
-    return rates
+
+
+@njit(cache=True, nogil=True)
+def _smallest_step(
+    load: np.ndarray, residual: np.ndarray, ceiling: np.ndarray, frozen: np.ndarray, level: float, capped: bool
+) -> tuple[float, int, bool]:
+    """How far the common level can rise: to the first loaded link's saturation (k) or, if sooner,
+    to an unfrozen transfer's cap (at_cap), never below zero. A link is loaded while an unfrozen
+    transfer crosses it."""
+    delta, k = np.inf, -1
+    for lk in range(load.size):
+        if load[lk] > 0.0:
+            share = residual[lk] / load[lk]
+            if share < delta:
+                delta, k = share, lk
+    at_cap = False
+    if capped:
+        for t in range(frozen.size):
+            if not frozen[t] and ceiling[t] - level < delta:
+                delta, at_cap = ceiling[t] - level, True
+    return max(delta, 0.0), k, at_cap
+
+
+@njit(cache=True, nogil=True)
+def _rise_to_caps(rates: np.ndarray, frozen: np.ndarray, ceiling: np.ndarray) -> None:
+    for t in range(frozen.size):
+        if not frozen[t]:
+            rates[t] = ceiling[t]
+
+
+@njit(cache=True, nogil=True)
+def _saturate(
+    load: np.ndarray,
+    residual: np.ndarray,
+    capacity: np.ndarray,
+    delta: float,
+    k: int,
+    at_cap: bool,
+    tol: float,
+    saturated: np.ndarray,
+) -> None:
+    """Raise every loaded link's use by `delta` and mark the links left without capacity."""
+    for lk in range(load.size):
+        saturated[lk] = False
+        if load[lk] > 0.0:
+            residual[lk] -= delta * load[lk]
+            if residual[lk] <= tol * capacity[lk]:
+                saturated[lk] = True
+    if not at_cap and k >= 0:  # the argmin link saturates by construction: guard against rounding
+        saturated[k] = True
+        residual[k] = 0.0

@@ -25,7 +25,7 @@ def run_blocks(page: Path) -> None:
         exec(compile(code, str(page), "exec"), namespace)
 
 
-@pytest.mark.parametrize("page", ["policies.md", "zoo.md"])
+@pytest.mark.parametrize("page", ["policies.md", "zoo.md", "sparse.md"])
 def test_docs_page_examples_run(page: str) -> None:
     run_blocks(ROOT / "docs" / page)
 

@@ -403,3 +403,30 @@ def test_compiled_and_numpy_solvers_agree(instance, data) -> None:
     reference = maxmin.max_min_rates_numpy(*args, scale)
     assert compiled == pytest.approx(reference, rel=REL, abs=1e-12 * max(capacity))
     assert (compiled[scale == 0] == 0).all()
+
+
+def test_many_level_solves_continue_incrementally_with_the_same_rates() -> None:
+    """An all-to-all on a star (one transfer per ordered pair, as many bottleneck levels as links)
+    runs past the compiled kernel's scan rounds into its incremental continuation; its rates equal
+    the numpy reference's exactly, integer weights summing exactly either way."""
+    from sim import maxmin
+    from sim.maxmin_jit import SCAN_ROUNDS
+
+    if maxmin.progressive_filling is None:
+        pytest.skip("numba is not available; only the numpy solver runs")
+    rng = np.random.default_rng(7)
+    hosts = 24
+    capacity = rng.uniform(1.0, 3.0, size=2 * hosts)  # host i's uplink is i, its downlink hosts + i
+    links, owners, mult = [], [], []
+    pairs = [(a, b) for a in range(hosts) for b in range(hosts) if a != b]
+    for t, (a, b) in enumerate(pairs):
+        links += [a, hosts + b]
+        owners += [t, t]
+        mult += [1.0, 1.0]
+    scale = rng.integers(0, 4, size=len(pairs)).astype(float)  # transfers per class, some idle
+    args = (np.array(links), np.array(owners), np.array(mult), capacity, len(pairs))
+    compiled = maxmin.max_min_rates(*args, None, scale)
+    reference = maxmin.max_min_rates_numpy(*args, None, scale)
+    levels = len(np.unique(reference[scale > 0]))
+    assert levels > SCAN_ROUNDS  # the continuation really ran
+    assert np.array_equal(compiled, reference)
