@@ -13,6 +13,9 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
+from sim.sparse_traffic import received_imbalance
 from sim.worker import BlockedTime, IterationRow
 
 
@@ -35,6 +38,15 @@ class RankReport:
     error: str | None = None
 
 
+def _traffic(members: Sequence[tuple]) -> tuple[float, float]:
+    """A sparse call's bytes on the wire (what its members sent) and max / mean of what they
+    received; NaN for dense calls, whose records carry no received bytes."""
+    received = [r[8] if len(r) > 8 else -1 for r in members]
+    if min(received) < 0:
+        return float("nan"), float("nan")
+    return float(sum(r[5] for r in members)), received_imbalance(np.asarray(received, dtype=float))
+
+
 def account(reports: Sequence[RankReport]) -> tuple[list[IterationRow], list[tuple]]:
     """Iteration rows with wait_s filled in, and op rows (sim/tables.py OP_FIELDS)."""
     blocked = BlockedTime()
@@ -50,13 +62,13 @@ def account(reports: Sequence[RankReport]) -> tuple[list[IterationRow], list[tup
     ops: list[tuple] = []
     for (key, _seq), members in sorted(calls.items(), key=lambda kv: min(r[6] for r in kv[1])):
         last = max(r[6] for r in members)
-        for step, rank, *_rest, issued, _finished in members:
-            blocked.add(rank, step, issued, last)
+        for record in members:
+            blocked.add(record[1], record[0], record[6], last)
         first = min(members, key=lambda r: r[6])
         gid = groups.setdefault(key, len(groups))
         ops.append(
             (first[0], -1, first[4], gid, len(key), -1, 1, float(first[5]), first[6], last, max(r[7] for r in members))
-            + (nan, nan)  # wire bytes and imbalance: not measured per call on a real cluster
+            + _traffic(members)
         )
     for report in reports:
         for step, rank, kind, shard, count, nbytes, issued, finished in report.p2p:

@@ -30,6 +30,7 @@ class Started:
     work: Any
     finish: Optional[Callable[[], None]]
     nbytes: int  # what this rank contributed (sparse ops: the bytes it sent)
+    received: Optional[Callable[[], int]] = None  # sparse ops: the bytes it received, once finished
 
 
 def start(op: Collective, replica: Replica, bucket: Optional[int], pg: Any, shares: Optional[Shares] = None) -> Started:

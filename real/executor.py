@@ -39,8 +39,9 @@ from real.sparse_collectives import Shares
 from sim.numerics.replica import Replica
 from sim.validation import OpValidator
 
-# (step, rank, group key, sequence on the group, op kind, nbytes, issued, finished)
-CollectiveRecord = tuple[int, int, tuple[int, ...], int, str, int, float, float]
+# (step, rank, group key, sequence on the group, op kind, nbytes, issued, finished, bytes received:
+# sparse ops only, else -1)
+CollectiveRecord = tuple[int, int, tuple[int, ...], int, str, int, float, float, int]
 # (step, rank, kind, shard, count, nbytes, issued, finished)
 P2PRecord = tuple[int, int, str, int, int, int, float, float]
 
@@ -82,6 +83,7 @@ class _Flight:
     nbytes: int
     error: Optional[BaseException] = None
     finished: float = 0.0
+    received: Optional[Callable[[], int]] = None
 
 
 @dataclass
@@ -176,7 +178,8 @@ class RankExecutor:
         self._busy.add(key)
         pg = self.groups.get(op.group) if op.group.size > 1 else None
         started: Started = start(op, self.replica, slot.bucket, pg, self.shares)
-        self._launch(_Flight(slot, [started.work] if started.work is not None else [], started.finish, started.nbytes))
+        works = [started.work] if started.work is not None else []
+        self._launch(_Flight(slot, works, started.finish, started.nbytes, received=started.received))
 
     def _issue_p2p(self, step: int, bucket: Optional[int], slots: list[_Slot]) -> int:
         replica, now = self.replica, time.perf_counter()
@@ -296,7 +299,9 @@ class RankExecutor:
             key = tuple(sorted(op.group.ranks))
             self._busy.discard(key)
             kind = type(op).__name__
-            self.collectives.append((step, self.rank, key, slot.seq, kind, flight.nbytes, slot.issued, flight.finished))
+            received = flight.received() if flight.received is not None else -1
+            record = (step, self.rank, key, slot.seq, kind, flight.nbytes, slot.issued, flight.finished, received)
+            self.collectives.append(record)
         else:
             kind = {Push: "push", Pull: "pull", WaitForClock: "wait_clock"}[type(op)]
             shard = getattr(op, "shard", -1)

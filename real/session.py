@@ -345,7 +345,7 @@ class _RankRun:
         if ex is None or self.replica is None:
             return
         report.blocked = [(s, a - t0, b - t0) for s, a, b in ex.blocked]
-        report.collectives = [(*r[:6], r[6] - t0, r[7] - t0) for r in ex.collectives]
+        report.collectives = [(*r[:6], r[6] - t0, r[7] - t0, *r[8:]) for r in ex.collectives]
         report.p2p = [(*r[:6], r[6] - t0, r[7] - t0) for r in ex.p2p]
         report.losses = self.replica.losses
         report.parameters = self.replica.params

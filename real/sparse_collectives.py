@@ -48,12 +48,14 @@ class PairExchange:
             for i in self.order
         ]
         self.nbytes = sum(4 * c.numel() for c in self.chunks) + 8 * (len(self.order) - 1)  # pairs, then sizes
+        self.received_bytes = 0  # set by `wait`
 
     def wait(self) -> bool:
         splits = torch.tensor([c.numel() for c in self.chunks], dtype=torch.int64)
         incoming = torch.empty_like(splits)
         dist.all_to_all_single(incoming, splits, group=self.pg)
         sizes = incoming.tolist()
+        self.received_bytes = 4 * sum(sizes) + 8 * (len(self.order) - 1)
         out = torch.empty(sum(sizes), dtype=torch.float32)
         dist.all_to_all_single(out, torch.cat(self.chunks), sizes, splits.tolist(), group=self.pg)
         for t, chunk in enumerate(out.split(sizes)):
@@ -64,8 +66,9 @@ class PairExchange:
 
 def start_sparse(
     op: Collective, replica: Replica, bucket: Optional[int], pg: Any, shares: Shares
-) -> tuple[Optional[PairExchange], Callable[[], None], int]:
-    """(work, finish, bytes sent) of a sparse op (`op.coding` set); `pg` None: a group of one."""
+) -> tuple[Optional[PairExchange], Callable[[], None], int, Callable[[], int]]:
+    """(work, finish, bytes sent, bytes received once done) of a sparse op (`op.coding` set); `pg`
+    None: a group of one."""
     coding = op.coding
     assert coding is not None
     if op.payload is not Payload.GRADIENTS:
@@ -105,7 +108,7 @@ def start_sparse(
             "sparse ops are AllToAll and AllGather"
         )
     exchange = PairExchange(outgoing, me, group_order(op.group) if pg is not None else [0], pg, coding.index_bytes)
-    return (exchange if pg is not None else None), finish, exchange.nbytes
+    return (exchange if pg is not None else None), finish, exchange.nbytes, lambda: exchange.received_bytes
 
 
 def _fields(pairs: Pairs) -> tuple[torch.Tensor, torch.Tensor]:

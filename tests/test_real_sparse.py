@@ -261,5 +261,8 @@ def test_sparse_policies_on_gloo_end_with_numerics_modes_parameters(tmp_path: Pa
     dense = sent[("ring", "AllReduce")]
     assert sent[("zen", "AllToAll")] + sent[("zen", "AllGather")] < dense / 2
     assert sent[("sparse_allgather", "AllGather")] < dense
+    sparse = ops[(ops.policy == "zen") & (ops.kind == "AllToAll")]
+    assert (sparse.wire_bytes > sparse["nbytes"]).all()  # every member's bytes, not the first's
+    assert (sparse.imbalance >= 1).all() and np.isnan(ops[ops.policy == "ring"].wire_bytes).all()
     ps = ops.query("policy == 'sparse_ps'").groupby("kind")["nbytes"].sum()
     assert ps["push"] / 4 < dense / 2 and ps["pull"] / 4 < dense / 2  # per worker

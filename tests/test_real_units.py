@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import yaml
@@ -75,6 +76,18 @@ def test_wait_is_the_time_until_the_last_member_issued() -> None:
     assert waits[0] == pytest.approx(0.3 + 0.1) and waits[1] == 0.0
     (op,) = ops
     assert op[2] == "AllReduce" and op[8:11] == (1.0, 1.3, 1.5)  # issued by the first, launched by the last
+    assert np.isnan(op[11]) and np.isnan(op[12])  # a dense call: no wire bytes or imbalance
+
+
+def test_a_sparse_call_reports_what_its_members_sent_and_how_evenly_they_received() -> None:
+    reports = [RankReport(0), RankReport(1)]
+    # a sparse all-to-all: rank 0 sent 100 bytes and received 300, rank 1 sent 300 and received 100
+    reports[0].collectives = [(0, 0, (0, 1), 0, "AllToAll", 100, 1.0, 1.5, 300)]
+    reports[1].collectives = [(0, 1, (0, 1), 0, "AllToAll", 300, 1.0, 1.5, 100)]
+    for report in reports:
+        report.rows = [(0, report.rank, 0.0, 0.1, 0.5, 1.0, 2.0, 0.5, 0.0, 0)]
+    _, (op,) = account(reports)
+    assert op[11] == 400.0 and op[12] == pytest.approx(1.5)  # max 300 over mean 200
 
 
 def test_the_verdict_names_the_rank_that_caused_the_failure() -> None:
