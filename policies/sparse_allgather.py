@@ -10,10 +10,9 @@ from typing import ClassVar, Literal
 
 from pydantic import BaseModel, Field
 
-from policies.base import Bucket, Policy
-from policies.ops import AllGather, AllReduce, Density, Group, Program
-from policies.sparse_coding import CodingSettings
-from policies.view import ClusterView, ModelInfo
+from policies.base import Bucket
+from policies.ops import AllGather, Density, Program
+from policies.sparse_coding import CodingSettings, SparseCollectivePolicy
 
 
 class GatherSettings(CodingSettings):
@@ -22,17 +21,10 @@ class GatherSettings(CodingSettings):
     )
 
 
-class SparseAllGather(Policy):
+class SparseAllGather(SparseCollectivePolicy):
     name = "sparse_allgather"
     Settings: ClassVar[type[BaseModel]] = GatherSettings
+    partition = "none"  # a worker's whole sparse tensor moves
 
-    def bind(self, view: ClusterView, model: ModelInfo) -> None:
-        super().bind(view, model)
-        self.world = Group.of(range(view.world_size))
-        self.coding = self.settings.coding("none")
-
-    def on_gradients(self, rank: int, step: int, bucket: Bucket) -> Program:
-        if not self.bound_model.is_sparse(bucket.index):
-            yield AllReduce(self.world, bucket.nbytes)
-            return
-        yield AllGather(self.world, bucket.nbytes, density=Density.SPARSE, coding=self.coding)
+    def sparse_program(self, bucket: Bucket) -> Program:
+        return (AllGather(self.world, bucket.nbytes, density=Density.SPARSE, coding=self.coding),)

@@ -14,28 +14,21 @@ from typing import ClassVar, Literal
 
 from pydantic import BaseModel, Field
 
-from policies.base import Bucket, Policy
-from policies.ops import AllGather, AllReduce, AllToAll, Density, Group, Program
-from policies.sparse_coding import CodingSettings
-from policies.view import ClusterView, ModelInfo
+from policies.base import Bucket
+from policies.ops import AllGather, AllToAll, Density, Program
+from policies.sparse_coding import CodingSettings, SparseCollectivePolicy
 
 
 class ZenSettings(CodingSettings):
     partition: Literal["hash", "contiguous"] = Field("hash", description="how row ids map to owners")
 
 
-class Zen(Policy):
+class Zen(SparseCollectivePolicy):
     name = "zen"
     Settings: ClassVar[type[BaseModel]] = ZenSettings
 
-    def bind(self, view: ClusterView, model: ModelInfo) -> None:
-        super().bind(view, model)
-        self.world = Group.of(range(view.world_size))
-        self.coding = self.settings.coding(self.settings.partition)
-
-    def on_gradients(self, rank: int, step: int, bucket: Bucket) -> Program:
-        if not self.bound_model.is_sparse(bucket.index):
-            yield AllReduce(self.world, bucket.nbytes)
-            return
-        yield AllToAll(self.world, bucket.nbytes, density=Density.SPARSE, coding=self.coding)
-        yield AllGather(self.world, bucket.nbytes, density=Density.SPARSE, coding=self.coding)
+    def sparse_program(self, bucket: Bucket) -> Program:
+        return (
+            AllToAll(self.world, bucket.nbytes, density=Density.SPARSE, coding=self.coding),
+            AllGather(self.world, bucket.nbytes, density=Density.SPARSE, coding=self.coding),
+        )

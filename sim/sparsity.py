@@ -27,7 +27,7 @@ from typing import Optional
 import numpy as np
 
 from sim.config import WorkloadConfig
-from sim.workload import BYTES_PER_VALUE, GradientBucket
+from sim.workload import BYTES_PER_VALUE, GradientBucket, sparse_table
 from sim.zoo import Layer, ModelSpec
 
 SEGMENT_KINDS = ("dense", "lookup", "topk")
@@ -70,10 +70,6 @@ class BucketLayout:
     def sparse(self) -> bool:
         return any(s.kind != "dense" for s in self.segments)
 
-    @property
-    def elements(self) -> int:
-        return sum(s.rows * s.width for s in self.segments)
-
 
 def bucket_layouts(cfg: WorkloadConfig, spec: ModelSpec, buckets: Sequence[GradientBucket]) -> tuple[BucketLayout, ...]:
     """Every bucket's layout for a workload (`sim.workload.compute_plan` calls it)."""
@@ -98,16 +94,15 @@ def _segment(layer: Layer, offset: int, cfg: WorkloadConfig) -> Segment:
         return Segment(
             layer.name, offset, rows, dim, "lookup", sp.lookups, rows, sp.zipf_s or 0.0, sp.hot_rows or "first"
         )
-    if layer.params <= sp.dense_below:
-        return Segment(layer.name, offset, layer.params, 1)
-    if layer.lookup is not None and sp.embeddings:
+    if sparse_table(layer, cfg):
         look = layer.lookup
+        assert look is not None
         width = layer.params // layer.rows
         lookups = max(1, int(round(look.per_sample * cfg.batch_size)))
         zipf = look.zipf_s if sp.zipf_s is None else sp.zipf_s
         hot = look.hot_rows if sp.hot_rows is None else sp.hot_rows
         return Segment(layer.name, offset, layer.rows, width, "lookup", lookups, look.space or layer.rows, zipf, hot)
-    if sp.topk is not None:
+    if sp.topk is not None and layer.params > sp.dense_below:
         k = max(1, int(math.ceil(sp.topk * layer.params)))
         return Segment(layer.name, offset, layer.params, 1, "topk", k=k, shared=int(round(sp.topk_overlap * k)))
     return Segment(layer.name, offset, layer.params, 1)
