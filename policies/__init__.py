@@ -1,6 +1,6 @@
 """Synchronization policies: backend-agnostic objects that decide what to synchronize with whom.
 
-Nothing here imports simpy or torch (DESIGN.md §2): policies yield ops from `policies.ops`, and a
+Nothing here imports simpy or torch (docs/policies.md): policies yield ops from `policies.ops`, and a
 backend executes them.
 """
 

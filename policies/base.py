@@ -42,10 +42,26 @@ class SettingError(ValueError):
         super().__init__(f"{field}: {message}")
         self.field = field
         self.detail = message
+        self.problems: list[tuple[str, str]] = [(field, message)]  # every bad setting, when there are several
+
+    @classmethod
+    def of(cls, problems: Sequence[tuple[str, str]]) -> SettingError:
+        """One error carrying several (field, message) problems; it reads as the first."""
+        error = cls(*problems[0])
+        error.problems = list(problems)
+        return error
 
 
-class NoSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class PolicySettings(BaseModel):
+    """Base of a policy's settings: unknown keys, NaN/inf and type coercions (a YAML `true` read as 1)
+    are errors. Plug-ins should derive from it; `registry.create` refuses non-finite values of any
+    settings model all the same."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+
+
+class NoSettings(PolicySettings):
+    pass
 
 
 @dataclass(frozen=True)

@@ -15,10 +15,10 @@ from __future__ import annotations
 from math import lcm
 from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from policies import ds_schedule as ds
-from policies.base import Bucket, Policy, SettingError
+from policies.base import Bucket, Policy, PolicySettings, SettingError
 from policies.ops import AllReduce, Group, Payload, Program
 from policies.view import ClusterView, ModelInfo
 
@@ -29,9 +29,8 @@ CACHED_PATTERNS = 256
 Table = tuple[tuple[Group, ...], tuple[Group, ...]]  # (the pattern's groups, the group of each rank)
 
 
-class DSSyncSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    group_size: Union[Literal["auto"], Annotated[int, Field(ge=1)]] = Field(
+class DSSyncSettings(PolicySettings):
+    group_size: Union[Literal["auto"], Annotated[int, Field(ge=1, le=2**20)]] = Field(
         "auto",
         description="ranks per group; auto = one island (a rack when uplinks are oversubscribed, else the "
         "whole cluster); larger values are clipped to the island",
@@ -42,9 +41,12 @@ class DSSyncSettings(BaseModel):
         "or a list of partitions (each a list of groups of ranks) cycled step by step",
     )
     mixing_period: int = Field(
-        2, ge=1, description="auto schedule: one cross-rack mixing pattern every this many steps (2 = alternate)"
+        2,
+        ge=1,
+        le=1_000_000,
+        description="auto schedule: one cross-rack mixing pattern every this many steps (2 = alternate)",
     )
-    seed: int = Field(0, ge=0, description="shuffle schedule: seeds the random groups")
+    seed: int = Field(0, ge=0, lt=2**63, description="shuffle schedule: seeds the random groups")
 
 
 # settings each schedule ignores: setting them is an error rather than a silent no-op

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from policies.base import Bucket, Policy, SettingError
+from policies.base import Bucket, Policy, PolicySettings, SettingError
 from policies.ops import AllGather, AllReduce, Group, Program, ReduceScatter
 from policies.view import ClusterView, ModelInfo
 
 
-class HierarchicalSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class HierarchicalSettings(PolicySettings):
     level: Literal["auto", "host", "rack"] = Field(
         "auto", description="what a local group shares; auto: host when hosts hold several GPUs, else rack"
     )

@@ -10,23 +10,22 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Annotated, ClassVar, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
-from policies.base import Bucket, Policy, SettingError
+from policies.base import Bucket, Policy, PolicySettings, SettingError
 from policies.ops import Program, Pull, Push, ServerSpec
 from policies.view import ClusterView, ModelInfo
 
 
-class PSSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    shards: Union[Literal["auto"], Annotated[int, Field(ge=1)]] = Field(
+class PSSettings(PolicySettings):
+    shards: Union[Literal["auto"], Annotated[int, Field(ge=1, le=2**20)]] = Field(
         "auto", description="number of server shards; auto = one per candidate host"
     )
     placement: Literal["colocated", "dedicated"] = Field(
         "colocated", description="colocated: on the worker hosts; dedicated: on cluster.server_hosts"
     )
     hosts: Optional[list[str]] = Field(None, description="explicit server hosts; overrides placement")
-    apply_ms_per_mb: float = Field(0.0, ge=0, description="server time to apply one MB of update")
+    apply_ms_per_mb: float = Field(0.0, ge=0, le=1e4, description="server time to apply one MB of update")
 
 
 class ShardedPolicy(Policy):

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping
+import math
+from collections.abc import Iterator, Mapping
 from importlib import metadata
 from typing import Any
 
@@ -62,23 +63,52 @@ def resolve(name: str) -> type[Policy]:
 
 
 def create(name: str, settings: Mapping[str, Any] | None = None) -> Policy:
-    """Instantiate a policy, validating its settings; errors name the offending setting."""
+    """Instantiate a policy, validating its settings; errors name the offending settings (all of them:
+    `SettingError.problems`)."""
     cls = resolve(name)
     try:
         parsed = cls.Settings(**dict(settings or {}))
     except ValidationError as exc:
-        errors = exc.errors()
-        field = str(errors[0]["loc"][0]) if errors[0]["loc"] else "settings"
-        if errors[0]["type"] == "extra_forbidden":
-            allowed = ", ".join(cls.Settings.model_fields)
-            why = f"allowed: {allowed}" if allowed else f"policy {name!r} takes no settings"
-            raise SettingError(field, f"unknown setting for policy {name!r}; {why}") from None
-        shown = errors[0].get("input")
-        if errors[0]["type"] == "value_error":  # a validator's own sentence says what is allowed
-            raise SettingError(field, str(errors[0]["ctx"]["error"])) from None
-        # a union (e.g. 'auto' or an int >= 1) reports one error per branch: say them together
-        reasons = [
-            e["msg"].removeprefix("Input should be ") for e in errors if e["loc"] and e["loc"][0] == errors[0]["loc"][0]
-        ]
-        raise SettingError(field, f"should be {' or '.join(dict.fromkeys(reasons))} (got {shown!r})") from None
+        raise _setting_errors(cls, name, exc.errors()) from None
+    except TypeError as exc:  # e.g. a key that is not a string (a YAML mapping as a key)
+        raise SettingError("settings", f"cannot read the settings of policy {name!r}: {exc}") from None
+    if bad := list(_non_finite(parsed.model_dump())):  # plug-ins whose settings skip PolicySettings
+        raise SettingError.of([(field, "should be a finite number (got nan or inf)") for field in bad])
     return cls(parsed)
+
+
+def _setting_errors(cls: type[Policy], name: str, errors: list[Any]) -> SettingError:
+    """One problem per setting: unknown keys together, a union's branches (e.g. 'auto' or an int >= 1) together."""
+    problems: dict[str, list[str]] = {}
+    unknown = [str(e["loc"][0]) for e in errors if e["type"] == "extra_forbidden" and e["loc"]]
+    for err in errors:
+        field = ".".join(str(p) for p in err["loc"][:1]) or "settings"
+        if err["type"] == "extra_forbidden":
+            continue
+        if err["type"] == "value_error":  # a validator's own sentence says what is allowed
+            problems.setdefault(field, []).append(str(err["ctx"]["error"]))
+        else:
+            problems.setdefault(field, []).append(err["msg"].removeprefix("Input should be "))
+    out = []
+    for field, reasons in problems.items():
+        shown = next((e.get("input") for e in errors if e["loc"][:1] == (field,)), None)
+        if all(e["type"] == "value_error" for e in errors if e["loc"][:1] == (field,)):
+            out.append((field, "; ".join(dict.fromkeys(reasons))))
+        else:
+            out.append((field, f"should be {' or '.join(dict.fromkeys(reasons))} (got {shown!r})"))
+    if unknown:
+        allowed = ", ".join(cls.Settings.model_fields)
+        why = f"allowed: {allowed}" if allowed else f"policy {name!r} takes no settings"
+        out.append((", ".join(unknown), f"unknown setting{'s' if len(unknown) > 1 else ''} for policy {name!r}; {why}"))
+    return SettingError.of(out)
+
+
+def _non_finite(value: Any, path: str = "") -> Iterator[str]:
+    if isinstance(value, float) and not math.isfinite(value):
+        yield path or "settings"
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            yield from _non_finite(item, f"{path}.{key}" if path else str(key))
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            yield from _non_finite(item, f"{path}[{i}]")

@@ -5,15 +5,14 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from policies.base import Bucket, Policy
+from policies.base import Bucket, Policy, PolicySettings
 from policies.ops import AllReduce, Group, Program, SparseCoding
 from policies.view import ClusterView, ModelInfo
 
 
-class CodingSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class CodingSettings(PolicySettings):
     index_format: Literal["list", "bitmap", "auto"] = Field(
         "auto", description="row ids as a list, a bitmap over the owner's share of rows, or whichever is smaller"
     )

@@ -9,7 +9,9 @@ from policies.ps import AsyncShardedPolicy, PSSettings
 
 
 class SSPSettings(PSSettings):
-    staleness: int = Field(3, ge=0, description="bound s: start step c only once every worker finished step c-s-1")
+    staleness: int = Field(
+        3, ge=0, le=1_000_000, description="bound s: start step c only once every worker finished step c-s-1"
+    )
 
 
 class SSP(AsyncShardedPolicy):

@@ -26,9 +26,9 @@ from collections.abc import Sequence
 from typing import Annotated, Any, Literal, Optional, Union
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, Field, field_validator
 
-from policies.base import Bucket, Policy, SettingError
+from policies.base import Bucket, Policy, PolicySettings, SettingError
 from policies.ops import Program, ServerSpec
 from policies.phases import Phase, Progress, Timing
 from policies.view import ClusterView, ModelInfo
@@ -36,8 +36,7 @@ from policies.view import ClusterView, ModelInfo
 InnerPolicy = Union[str, dict[str, Any]]
 
 
-class SyncSwitchSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class SyncSwitchSettings(PolicySettings):
     first: InnerPolicy = Field("ps", description="the policy of '1' phases: a name, or {name: ..., settings...}")
     then: InnerPolicy = Field("asp", description="the policy of '0' phases: a name, or {name: ..., settings...}")
     switching: Literal["offline", "online"] = Field(
@@ -50,12 +49,18 @@ class SyncSwitchSettings(BaseModel):
         "of the pattern, increasing); 0.05 with 10 = 5% of the BSP steps, then ASP",
     )
     switch_cost_s: float = Field(
-        0.0, ge=0, allow_inf_nan=False, description="idle seconds every switch costs (checkpoint and restart)"
+        0.0, ge=0, le=1e6, allow_inf_nan=False, description="idle seconds every switch costs (checkpoint and restart)"
     )
     threshold: float = Field(
-        1.5, gt=1, allow_inf_nan=False, description="online: a worker slower than this x its peers' median is slow"
+        1.5,
+        gt=1,
+        le=1e3,
+        allow_inf_nan=False,
+        description="online: a worker slower than this x its peers' median is slow",
     )
-    window: int = Field(5, ge=1, description="online: iterations in a row that make a worker slow (or recovered)")
+    window: int = Field(
+        5, ge=1, le=1_000_000, description="online: iterations in a row that make a worker slow (or recovered)"
+    )
     release: Optional[float] = Field(
         None,
         gt=1,
@@ -95,7 +100,7 @@ def inner_policy(field: str, spec: InnerPolicy) -> Policy:
     try:
         return create(name, settings)
     except SettingError as exc:
-        raise SettingError(f"{field}.{exc.field}", exc.detail) from None
+        raise SettingError.of([(f"{field}.{name}", detail) for name, detail in exc.problems]) from None
 
 
 class SyncSwitch(Policy):
@@ -144,7 +149,7 @@ class SyncSwitch(Policy):
             try:
                 policy.bind(view, model)
             except SettingError as exc:
-                raise SettingError(f"{field}.{exc.field}", exc.detail) from None
+                raise SettingError.of([(f"{field}.{name}", detail) for name, detail in exc.problems]) from None
 
     def phase_policies(self) -> Sequence[Policy]:
         return (self.first, self.then)

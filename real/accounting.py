@@ -1,4 +1,4 @@
-"""From every rank's raw timings to the simulator's result rows (DESIGN.md §5), on rank 0.
+"""From every rank's raw timings to the simulator's result rows (sim/tables.py), on rank 0.
 
 Wait vs comm follows the simulator's definition: *wait* is time a rank was blocked on other workers,
 i.e. from its own issue of a collective until the last member issued it, plus the time servers held

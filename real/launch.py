@@ -2,9 +2,14 @@
 
 Each process runs `python -m real` with RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT set, exactly what
 `torchrun` gives it on a multi-node cluster. A `prefix` per rank (e.g. `ip netns exec <host>`) and
-extra environment (GLOO_SOCKET_IFNAME) place ranks on emulated hosts. When a process dies, the
-others notice through their own timeouts and exit naming it; anything still running `timeout_s`
-later is killed, so nothing hangs.
+extra environment (GLOO_SOCKET_IFNAME) place ranks on emulated hosts. When a process dies or freezes
+(a worker or a parameter-server shard), the others notice through their own timeouts and exit
+naming it; anything still running `timeout_s` + 5 s after the first failure is killed, so nothing
+hangs. The bound after a fault: survivors give up within `timeout_s` (at once for a dead peer,
+whose connections close) and name the culprit within 4 s more (its heartbeat going stale); rank 0
+merges their rows within min(`timeout_s`, 10) s; what still runs `timeout_s` + 5 s after the first
+of them exited is killed. So a run ends within about 2 x `timeout_s` + 10 s of a fault (with
+`timeout_s` 5: 4 s after a shard died, 15 s after one froze, tests/test_real_faults.py).
 """
 
 from __future__ import annotations
@@ -16,12 +21,13 @@ import subprocess
 import sys
 import time
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Optional
 
 from real.backends import backend_for
+from real.liveness import named
 from real.session import PEER_FAILED, placement
 from sim.config import load_config
 from sim.errors import ConfigError
@@ -33,6 +39,7 @@ Env = Callable[[int], dict[str, str]]
 @dataclass
 class Outcome:
     codes: dict[int, Optional[int]] = field(default_factory=dict)  # rank -> exit code (None: killed by us)
+    roles: Mapping[int, str] = field(default_factory=dict)  # rank -> "worker", "parameter-server shard 0"
 
     @property
     def ok(self) -> bool:
@@ -40,17 +47,20 @@ class Outcome:
 
     @property
     def failed(self) -> Optional[str]:
-        """What went wrong, naming the rank that caused it: one that died or exited on its own, else
-        one that never stopped (frozen: killed by the launcher), else the first that gave up."""
+        """What went wrong, naming the rank that caused it and its role: one that died or exited on
+        its own, else one that never stopped (frozen: killed by the launcher), else the first that
+        gave up."""
         if self.ok:
             return None
-        culprits = [f"rank {r} {_describe(c)}" for r, c in self.codes.items() if c not in (0, PEER_FAILED, None)]
-        culprits += [
-            f"rank {r} stopped responding (killed after the timeout)" for r, c in self.codes.items() if c is None
-        ]
+        codes, name = self.codes, self._name
+        culprits = [f"{name(r)} {_describe(c)}" for r, c in codes.items() if c not in (0, PEER_FAILED, None)]
+        culprits += [f"{name(r)} stopped responding (killed after the timeout)" for r, c in codes.items() if c is None]
         if not culprits:
-            culprits = [f"rank {r} gave up waiting for its peers" for r, c in self.codes.items() if c]
+            culprits = [f"{name(r)} gave up waiting for its peers" for r, c in codes.items() if c]
         return "; ".join(culprits)
+
+    def _name(self, rank: int) -> str:
+        return named(rank, self.roles)
 
 
 def on_emulation(tag: str, hosts: Sequence[str]) -> tuple[Prefix, Env, str]:
@@ -113,12 +123,13 @@ def launch(
         cmd = [*(prefix(rank) if prefix else ()), sys.executable, "-m", "real", str(config_path), "--out", str(out)]
         cmd += ["--timeout", str(timeout_s), "--backend", backend] + (["--calibrate"] if calibrate else [])
         procs[rank] = subprocess.Popen(cmd, env=env)
-    return watch(procs, timeout_s)
+    return watch(procs, timeout_s, need.roles())
 
 
-def watch(procs: dict[int, subprocess.Popen], timeout_s: float) -> Outcome:
-    """Wait for every process; after the first failure give the rest `timeout_s` to stop, then kill."""
-    outcome = Outcome()
+def watch(procs: dict[int, subprocess.Popen], timeout_s: float, roles: Optional[Mapping[int, str]] = None) -> Outcome:
+    """Wait for every process; after the first failure give the rest `timeout_s` + 5 s to stop (their
+    own timeouts, naming the culprit, rank 0 writing the tables), then kill them."""
+    outcome = Outcome(roles=dict(roles or {}))
     deadline: Optional[float] = None
     try:
         while len(outcome.codes) < len(procs):

@@ -3,7 +3,8 @@
 Every process stamps `syncsim/alive/<rank>` every `period` seconds from a background thread on its
 own store connection, and says `syncsim/state/<rank>` = failed when it gives up. When a rank's
 communication fails or times out, `suspects` names the ranks whose stamp went stale without such a
-word (waiting a few periods for the staleness to show): those died or froze.
+word (waiting a few periods for the staleness to show): those died or froze. Each is named with its
+role ("rank 4 (parameter-server shard 0)"), so a reader knows which kind of process to look at.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any, Optional
 
@@ -20,9 +22,17 @@ PREFIX = "syncsim/alive/"
 STATE = "syncsim/state/"
 
 
+def named(rank: int, roles: Mapping[int, str]) -> str:
+    """The rank and its role, "rank 4 (parameter-server shard 0)"; "rank 4" where the role is unknown."""
+    role = roles.get(rank)
+    return f"rank {rank} ({role})" if role else f"rank {rank}"
+
+
 class Heartbeat:
-    def __init__(self, rank: int, world: int, period: float = 0.5) -> None:
+    def __init__(self, rank: int, world: int, period: float = 0.5, roles: Optional[Mapping[int, str]] = None) -> None:
+        """`roles`: rank -> what it runs ("worker", "parameter-server shard 0"), for the messages."""
         self.rank, self.world, self.period = rank, world, period
+        self.roles: Mapping[int, str] = roles or {}
         self._stop = threading.Event()
         self._store = _connect()
         self._thread: Optional[threading.Thread] = None
@@ -58,7 +68,7 @@ class Heartbeat:
                     break
                 time.sleep(self.period / 2)
         except Exception:  # noqa: BLE001 - rank 0 hosts the store: its loss is the answer
-            return "rank 0 is gone (it hosted the rendezvous store)"
+            return f"{named(0, self.roles)} is gone (it hosted the rendezvous store)"
         return "dead or frozen: " + ", ".join(stale) if stale else "no rank went silent (a rank is stuck?)"
 
     def _stale(self) -> list[str]:
@@ -67,11 +77,11 @@ class Heartbeat:
             if r == self.rank or store.check([STATE + str(r)]):
                 continue
             if not store.check([PREFIX + str(r)]):
-                out.append(f"rank {r} (never started)")
+                out.append(f"{named(r, self.roles)} never started")
                 continue
             age = now - float(store.get(PREFIX + str(r)).decode())
             if age > 4 * self.period:
-                out.append(f"rank {r} (silent for {age:.1f} s)")
+                out.append(f"{named(r, self.roles)} silent for {age:.1f} s")
         return out
 
     def close(self) -> None:

@@ -16,6 +16,7 @@ import torch
 from real.accounting import RankReport, account
 from sim.config import Config, PolicyEntry
 from sim.engine import PolicyRun
+from sim.output import atomic_path
 
 
 @dataclass
@@ -132,6 +133,5 @@ def write(config: Config, cluster: Any, plan: Any, runs: list[PolicyRun], out: P
     arrays = {f"{run.label}/workers": run.parameters for run in runs if run.parameters is not None}
     arrays.update({f"{run.label}/consensus": run.consensus for run in runs if run.consensus is not None})
     arrays.update({f"{run.label}/checkpoint{k}": c for run in runs for k, c in enumerate(run.checkpoints)})
-    tmp = out / "parameters.tmp.npz"
-    np.savez(tmp, **arrays)
-    tmp.replace(out / "parameters.npz")
+    with atomic_path(out / "parameters.npz") as tmp:
+        np.savez(tmp, **arrays)

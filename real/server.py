@@ -8,6 +8,10 @@ a shared budget (ASP, SSP), hands out the phase's updates one claim at a time (`
 simulator's rule; an adaptive phase's claims carry timings its policy observes, policies.phases).
 A server serves one phase; a phased policy builds a new one on the same tensors after each switch.
 
+Every wait is bounded by the run's timeout (a worker that died or froze must not hold a shard
+forever): each receive from a worker, and the main loop waiting for any message. A shard can be
+made to die or freeze before one of its updates to rehearse failures (`worker.crash_point`).
+
 Sparse pushes arrive as (index, value) pairs and are applied as the dense range they stand for
 (zeros add nothing, so the parameters are numerics mode's). A synchronous shard remembers which
 elements each round of a sparse key touched, and answers a sparse pull of that round with just
@@ -22,6 +26,7 @@ import threading
 import time
 from collections import defaultdict
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, Optional
 
 import torch
@@ -30,7 +35,7 @@ import torch.distributed as dist
 from policies.ops import ServerSpec
 from policies.phases import Timing
 from real import protocol as wire
-from real.worker import room_for_snapshot
+from real.worker import crash_point, fail_now, room_for_snapshot, wait_all
 from sim.numerics.servers import ServerTensors, Update
 from sim.phase_budget import SharedClaims
 
@@ -57,11 +62,15 @@ class ShardServer:
         evaluation: Optional[Evaluation] = None,
         touched: Optional[torch.Tensor] = None,
         start: int = 0,
+        timeout_s: Optional[float] = None,
     ) -> None:
         """`claims`: the shared budget a coordinator hands out (asynchronous phases); `touched`: the
         elements pushed to this shard in earlier phases; `start`: the phase's first step (a shard
-        started mid-run holds the checkpoint: each worker's first pull of a key reads it at once)."""
+        started mid-run holds the checkpoint: each worker's first pull of a key reads it at once);
+        `timeout_s`: how long a receive may wait (None: the process group's timeout)."""
         self.spec, self.workers, self.tensors = spec, workers, tensors
+        self.timeout_s = timeout_s
+        self._crash = crash_point(dist.get_rank()) if dist.is_initialized() else -1
         self.coordinator, self.claims = coordinator, claims
         self.evaluation = evaluation
         self.snapshots: list[tuple[int, float, torch.Tensor]] = []  # (iteration, seconds, parameters)
@@ -99,7 +108,7 @@ class ShardServer:
         for thread in threads:
             thread.start()
         while self._finished < self.workers:
-            src, kind, key, a, b, value, values, arrival = inbox.get()
+            src, kind, key, a, b, value, values, arrival = self._next(inbox)
             if isinstance(kind, BaseException):
                 raise kind
             if kind in (wire.Kind.PUSH, wire.Kind.SPARSE_PUSH):
@@ -123,8 +132,22 @@ class ShardServer:
             else:
                 raise RuntimeError(f"shard {self.spec.shard}: unknown message kind {kind} from rank {src}")
             self._sends = [w for w in self._sends if not w.is_completed()]
-        for work in self._sends:
-            work.wait()
+        if self.timeout_s is None:
+            for work in self._sends:
+                work.wait()
+        else:
+            wait_all(self._sends, self.timeout_s)
+
+    def _next(self, inbox: queue.Queue) -> tuple:
+        """The next message; the receiving threads time out first (a margin later: none did, a bug)."""
+        if self.timeout_s is None:
+            return inbox.get()
+        try:
+            return inbox.get(timeout=self.timeout_s + 5.0)
+        except queue.Empty:
+            raise RuntimeError(
+                f"parameter-server shard {self.spec.shard}: no message from any worker in {self.timeout_s + 5.0:g} s"
+            ) from None
 
     def _receive(self, src: int, inbox: queue.Queue) -> None:
         """Worker `src`'s messages, in its order, into `inbox`, with receives always posted for it
@@ -136,7 +159,7 @@ class ShardServer:
             works = [wire.post(buffer, src) for buffer in buffers]
             i = 0
             while True:
-                works[i].wait()
+                self._wait(works[i])
                 arrival, message = time.perf_counter(), buffers[i]
                 kind, key, a, b, value = wire.header_of(message)
                 values = None
@@ -146,7 +169,7 @@ class ShardServer:
                     values = wire.sparse_values_of(message, a, b)
                 if kind == wire.Kind.DONE:
                     for j in range(1, posted):  # the CLOSE frames that follow DONE
-                        works[(i + j) % posted].wait()
+                        self._wait(works[(i + j) % posted])
                     inbox.put((src, kind, key, a, b, value, values, arrival))
                     return
                 works[i] = wire.post(message, src)
@@ -155,12 +178,19 @@ class ShardServer:
         except BaseException as exc:  # noqa: BLE001 - handed to the main thread
             inbox.put((src, exc, 0, 0, 0, 0, None, 0.0))
 
+    def _wait(self, work: Any) -> None:
+        if self.timeout_s is None:
+            work.wait()  # gloo: the process group's timeout
+        else:
+            work.wait(timeout=timedelta(seconds=self.timeout_s))
+
     def _push(self, rank: int, key: int, a: int, b: int, values: torch.Tensor, sparse: bool = False) -> None:
         rnd = self._pushed[(rank, key)]
         self._pushed[(rank, key)] = rnd + 1
         update = Update(rank, a, b, values)
         self.touched[a:b] = True
         if not self.spec.sync:
+            self._rehearse_crash()
             self.staleness.append((rank, self._applied_to[key] - self._sent_version[(rank, key)]))
             self.tensors.apply_async(update)
             self._applied_to[key] += 1
@@ -173,6 +203,7 @@ class ShardServer:
             touched |= values != 0
         self._count[(key, rnd)] += 1
         if self._count[(key, rnd)] == self.workers:
+            self._rehearse_crash()
             del self._count[(key, rnd)]
             self.tensors.apply_round(self.spec.shard, key, rnd)
             self._applied_to[key] += 1
@@ -181,6 +212,11 @@ class ShardServer:
             self._maybe_snapshot()
             for pull in self._waiting.pop((key, rnd), ()):
                 self._reply(*pull)
+
+    def _rehearse_crash(self) -> None:
+        """Die or freeze instead of applying update number `applied`, if SYNCSIM_REAL_CRASH says so."""
+        if self.applied == self._crash:
+            fail_now()
 
     def _maybe_snapshot(self) -> None:
         """Copy the parameters when the updates applied complete another `every` iterations: rounds of

@@ -39,6 +39,7 @@ from sim.numerics.batches import ShardSampler, per_worker_batch
 from sim.numerics.optim import FlatOptimizer
 from sim.numerics.replica import Replica, bucket_ranges
 from sim.numerics.servers import ServerTensors
+from sim.output import atomic_write
 from sim.phase_budget import SharedClaims
 from sim.validation import OpValidator
 
@@ -63,6 +64,13 @@ class Placement:
     @property
     def world(self) -> int:
         return len(self.hosts)
+
+    def role(self, rank: int) -> str:
+        """What `rank` runs, in the words failure messages use."""
+        return "worker" if rank < self.workers else f"parameter-server shard {rank - self.workers}"
+
+    def roles(self) -> dict[int, str]:
+        return {rank: self.role(rank) for rank in range(self.world)}
 
 
 def placement(config: Config) -> Placement:
@@ -102,7 +110,7 @@ def main(config: Config, out: Path, timeout_s: float, backend: str = "auto") -> 
     backend = backend_for(backend)
     torch.set_num_threads(config.numerics.threads)  # type: ignore[union-attr]
     dist.init_process_group(backend, rank=rank, world_size=world, timeout=timedelta(seconds=timeout_s))
-    heartbeat = Heartbeat(rank, world)
+    heartbeat = Heartbeat(rank, world, roles=need.roles())
     runs: list[Any] = []
     code = 0
     try:
@@ -112,7 +120,7 @@ def main(config: Config, out: Path, timeout_s: float, backend: str = "auto") -> 
                 runs.append(run)
                 write(config, cluster, _real_plan(config, plan, cluster), runs, out)
     except RankFailure as exc:
-        print(f"rank {rank}: {exc}", file=sys.stderr)
+        print(f"rank {rank} ({need.role(rank)}): {exc}", file=sys.stderr)
         code = PEER_FAILED
         if rank == 0:
             _keep_partial(config, cluster, plan, task, runs, len(runs), str(exc), out, timeout_s)
@@ -120,7 +128,18 @@ def main(config: Config, out: Path, timeout_s: float, backend: str = "auto") -> 
         heartbeat.close()
         if code == 0:
             dist.destroy_process_group()
+    if code != 0:
+        _leave(code)
     return code
+
+
+def _leave(code: int) -> None:
+    """Exit at once after a failure: receives still posted to a dead or frozen peer (a shard's
+    receiving threads) would be torn down mid-wait by the interpreter's exit, and abort the process
+    (SIGABRT) instead of exiting with `code`."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _keep_partial(
@@ -195,8 +214,7 @@ def _run_policy(
             run.finish()
             partial = out / "partial"
             partial.mkdir(parents=True, exist_ok=True)
-            with open(partial / f"{index}-rank{rank}.pkl", "wb") as f:
-                pickle.dump(run.report, f)
+            atomic_write(partial / f"{index}-rank{rank}.pkl", pickle.dumps(run.report))  # rank 0 reads it whole
         raise RankFailure(
             f"policy {entry.display!r} stopped ({_first_sentence(exc)}); " + heartbeat.suspects()
         ) from exc
@@ -321,8 +339,9 @@ class _RankRun:
         evaluation = Evaluation(cfg.eval_every, len(self.buckets), self.config.iterations, self.t0, progress.updates)
         assert self.tensors is not None
         server = ShardServer(
-            specs[self.spec.shard], workers, self.tensors, coordinator, claims, evaluation, self.touched, progress.step
-        )
+            specs[self.spec.shard], workers, self.tensors, coordinator, claims, evaluation, self.touched, progress.step,
+            timeout_s=self.timeout_s,
+        )  # fmt: skip
         server.serve()
         self.staleness += server.staleness
         self.snapshots += server.snapshots

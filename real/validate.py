@@ -24,6 +24,7 @@ from real.launch import launch
 from sim.api import simulate
 from sim.config import load_config
 from sim.errors import SyncsimError
+from sim.output import atomic_path, atomic_write
 from sim.phase_ensemble import JITTER, asynchronous_policies, decorrelated
 from sim.tables import steady_figures
 
@@ -66,10 +67,10 @@ def validate(
     simulate(calibrated).write(out / "sim", plot=False)
     config = load_config(calibrated)
     ensemble = decorrelated(config, asynchronous_policies(config), warmup=warmup)
-    ensemble.to_csv(out / "sim_out_of_step.csv", index=False)
+    atomic_write(out / "sim_out_of_step.csv", ensemble.to_csv(index=False))
     table = compare(calibrated, out / "sim", out / "real", warmup, ensemble)
-    table.to_csv(out / "validation.csv", index=False)
-    (out / "validation.md").write_text(markdown(table))
+    atomic_write(out / "validation.csv", table.to_csv(index=False))
+    atomic_write(out / "validation.md", markdown(table))
     plot(table, out / "validation.png")
     return Validation(table, out)
 
@@ -178,5 +179,6 @@ def plot(table: pd.DataFrame, path: Path) -> None:
     ax.set_ylabel("mean iteration (ms)")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=120)
     plt.close(fig)

@@ -23,6 +23,7 @@ import signal
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, Optional
 
 import torch
@@ -63,8 +64,8 @@ def train(setup: WorkerSetup, report: RankReport) -> int:
     forward_order = list(s.buckets)[::-1]  # the first layers sit in the last bucket backward produced
     shared = s.shared and s.clock_rank is not None
     ticks: list = []
-    crash = _crash_step(rank)
-    claims = _Claims(s.clock_rank, ahead=not s.adaptive) if shared else None
+    crash = crash_point(rank)
+    claims = _Claims(s.clock_rank, ex.timeout_s, ahead=not s.adaptive) if shared else None
     step, last, seen = s.start, None, 0
     while True:
         start = time.perf_counter()
@@ -79,7 +80,7 @@ def train(setup: WorkerSetup, report: RankReport) -> int:
         if not allowed:
             break
         if step == crash:
-            _fail_now()
+            fail_now()
         ex.run(step, [(policy.begin_step(rank, step), None)])
         begin_end = time.perf_counter()
         ex.run(step, [(policy.on_forward(rank, step, b), b.index) for b in forward_order], chained=True)
@@ -105,9 +106,15 @@ def train(setup: WorkerSetup, report: RankReport) -> int:
         s.decisions.close()
     for shard in s.shard_ranks:
         ticks.extend(wire.goodbye(shard, replica.params.numel()))
-    for work in ticks:
-        work.wait()
+    wait_all(ticks, ex.timeout_s)
     return step - s.start
+
+
+def wait_all(works: Sequence[Any], timeout_s: float) -> None:
+    """Wait for every work within one `timeout_s` in all (one wait each would add up their timeouts)."""
+    deadline = time.monotonic() + timeout_s
+    for work in works:
+        work.wait(timeout=timedelta(seconds=max(deadline - time.monotonic(), 0.001)))
 
 
 SNAPSHOT_BYTES = 256 * 2**20  # at most this much memory in snapshots per process
@@ -131,8 +138,8 @@ class _Claims:
     pushes. Not ahead (adaptive phases): each claim carries the iteration just finished, which the
     coordinating shard's policy observes before it answers (policies.phases)."""
 
-    def __init__(self, server: int, ahead: bool = True) -> None:
-        self.server, self.ahead = server, ahead
+    def __init__(self, server: int, timeout_s: float, ahead: bool = True) -> None:
+        self.server, self.timeout_s, self.ahead = server, timeout_s, ahead
         self._reply: Optional[torch.Tensor] = None
         if ahead:
             self._ask(None)
@@ -146,8 +153,7 @@ class _Claims:
         """May this worker run another iteration? (Ahead: the claim after it is already asked.)"""
         if not self.ahead:
             self._ask(last)
-        self._sent.wait()
-        self._answer.wait()
+        wait_all([self._sent, self._answer], self.timeout_s)
         assert self._reply is not None
         granted = bool(self._reply.item())
         if granted and self.ahead:
@@ -155,16 +161,22 @@ class _Claims:
         return granted
 
 
-def _crash_step(rank: int) -> int:
-    """`SYNCSIM_REAL_CRASH=rank:step[:hang]` makes that rank die (or freeze) at that step, to rehearse
-    failures."""
+def crash_point(rank: int) -> int:
+    """Where `SYNCSIM_REAL_CRASH=rank:n[:hang]` makes this rank die with exit code 17 (or, with `:hang`,
+    freeze by SIGSTOP, heartbeat included, until the launcher kills it): -1 if it names another rank.
+    A test-only switch to rehearse failures. A worker fails at step n of any policy; a
+    parameter-server shard instead of applying its n-th update (from 0) of a phase it serves: a
+    synchronous shard applies one per bucket and round (with one bucket it fails holding round n,
+    which every worker pushed, finishing step n, and none can read, to finish step n + 1), an
+    asynchronous one one per push."""
     parts = os.environ.get("SYNCSIM_REAL_CRASH", "").split(":")
     if len(parts) < 2:
         return -1
     return int(parts[1]) if int(parts[0]) == rank else -1
 
 
-def _fail_now() -> None:
+def fail_now() -> None:
+    """Die without a word, or freeze (`SYNCSIM_REAL_CRASH=...:hang`), as `crash_point` rehearses."""
     if os.environ.get("SYNCSIM_REAL_CRASH", "").endswith(":hang"):
         os.kill(os.getpid(), signal.SIGSTOP)  # frozen, heartbeat included, until someone kills it
-    os._exit(17)  # dies without a word
+    os._exit(17)

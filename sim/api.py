@@ -11,7 +11,7 @@ from typing import Any, Optional, Union
 from sim.config import Config, load_config, parse_config
 from sim.engine import PolicyRun, bind_policy, run_policy
 from sim.errors import ConfigError
-from sim.faults import check_faults
+from sim.faults import fault_problems
 from sim.results import Result
 from sim.tables import (
     accuracy_frame,
@@ -47,9 +47,14 @@ def prepare(config: Config) -> tuple[Cluster, ComputePlan]:
 def _prepare(config: Config) -> tuple[Cluster, ComputePlan, Any]:
     cluster = build_cluster(config.cluster, config.seed)
     plan = compute_plan(config.workload, cluster.gpu)
-    check_faults(config, cluster)
+    lines = fault_problems(config, cluster) + stall_problems(config, plan)
     for i in range(len(config.policies)):
-        bind_policy(config.policies[i], i, cluster, plan)
+        try:
+            bind_policy(config.policies[i], i, cluster, plan)
+        except ConfigError as exc:
+            lines += str(exc).splitlines()
+    if lines:  # every problem at once
+        raise ConfigError("\n".join(lines))
     task = None
     if config.numerics_on:
         _require_numerics_packages()
@@ -57,6 +62,19 @@ def _prepare(config: Config) -> tuple[Cluster, ComputePlan, Any]:
 
         task = check(config, cluster.world_size)
     return cluster, plan, task
+
+
+def stall_problems(config: Config, plan: ComputePlan) -> list[str]:
+    """The deadlock detector must not mistake one long compute step for a deadlock."""
+    slowest = max([1.0, *(s.compute_factor for s in config.faults.slow_workers)])
+    longest = plan.compute_s * slowest * max([1.0, *(s.compute_factor or 1.0 for s in config.faults.stragglers)])
+    timeout = config.simulation.stall_timeout_s
+    if longest >= timeout:
+        return [
+            f"simulation.stall_timeout_s: {timeout:g} s is shorter than one iteration's compute on the slowest "
+            f"worker ({longest:g} s); raise it above that, or the run would count as deadlocked"
+        ]
+    return []
 
 
 def simulate(

@@ -1,6 +1,7 @@
 """`syncsim` command line: run, real, calibrate, validate, emulate, search, check, list.
 
-Exit codes: 0 success; 1 a policy failed mid-run (results so far are written); 2 invalid config.
+Exit codes: 0 success; 1 a policy failed mid-run (results so far are written); 2 invalid config;
+3 the output folder is held by another running syncsim command.
 """
 
 from __future__ import annotations
@@ -8,10 +9,11 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Optional
 
-from sim.errors import ConfigError
+from sim.errors import ConfigError, OutputBusy
 
 TABLE_COLUMNS = {
     "policy": "policy",
@@ -42,9 +44,11 @@ def _table(summary) -> str:  # type: ignore[no-untyped-def]
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from sim.api import as_config, simulate
+    from sim.faults import late_faults
 
     config = as_config(args.config)
-    out = Path(args.out) if args.out else Path("results") / config.name
+    out = _hold(args, Path(args.out) if args.out else Path("results") / config.name)
+    (out / "summary.csv").unlink(missing_ok=True)  # an older run's summary must not describe this run's rows
 
     def save(partial) -> None:  # type: ignore[no-untyped-def]
         partial.write(out, plot=False, trace=False)  # tables only: cheap, and enough to lose nothing
@@ -62,22 +66,53 @@ def _cmd_run(args: argparse.Namespace) -> int:
     print(f"\nresults: {out}/ ({tables}: .csv; trace.json; plots)")
     for label, error in result.errors.items():
         print(f"policy {label!r} stopped early: {error}", file=sys.stderr)
+    for line in late_faults(config, {run.label: run.sim_time_s for run in result.runs if run.error is None}):
+        print(f"note: {line}", file=sys.stderr)
     return 1 if result.errors else 0
 
 
+def _hold(args: argparse.Namespace, out: Path) -> Path:
+    """Lock the output folder for the rest of the command (another run into it is refused)."""
+    from sim.output import hold_output
+
+    args.held.enter_context(hold_output(out, command=f"syncsim {args.command} {args.config}"))
+    return out
+
+
+def _require_torch(command: str) -> None:
+    """The real backend needs torch; say how to install it instead of a ModuleNotFoundError traceback."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise ConfigError(
+            f"`syncsim {command}` runs torch.distributed and torch is not installed; install it with: "
+            "pip install -c constraints.txt -e '.[numerics]'"
+        ) from None
+
+
 def _cmd_real(args: argparse.Namespace) -> int:
-    from real.launch import launch
-    from real.session import placement, require_numerics
     from sim.api import as_config
 
     config = as_config(args.config)
+    _require_torch("real")
+    from real.backends import backend_for
+    from real.launch import launch
+    from real.session import placement, require_numerics
+
     require_numerics(config)
-    out = Path(args.out) if args.out else Path("results") / f"{config.name}-real"
+    out = _hold(args, Path(args.out) if args.out else Path("results") / f"{config.name}-real")
     need = placement(config)
+    if args.nproc is not None and args.nproc != need.workers:  # before announcing anything
+        raise ConfigError(
+            f"--nproc: the config's cluster has {need.workers} GPUs (one worker process each), got {args.nproc}"
+        )
+    backend = backend_for(args.backend)
     print(
         f"starting {need.workers} workers"
         + (f" + {need.servers} parameter-server shards" if need.servers else "")
-        + f" (gloo/NCCL: {args.backend}); a silent peer counts as dead after {args.timeout:g} s",
+        + f" on {backend}"
+        + (" (--backend auto)" if args.backend == "auto" else "")
+        + f"; a silent peer counts as dead after {args.timeout:g} s",
         file=sys.stderr,
     )
     outcome = launch(Path(args.config), out, args.nproc, args.timeout, args.backend, emulation=args.emulate)
@@ -94,6 +129,7 @@ def _cmd_real(args: argparse.Namespace) -> int:
 
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
+    _require_torch("calibrate")
     from real.launch import launch
 
     outcome = launch(
@@ -107,22 +143,25 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
+    _require_torch("validate")
     from real.validate import validate
 
-    result = validate(Path(args.config), Path(args.out), args.emulate, args.timeout, args.warmup, args.queue)
+    result = validate(
+        Path(args.config), _hold(args, Path(args.out)), args.emulate, args.timeout, args.warmup, args.queue
+    )
     print(result.table.to_string(index=False, float_format=lambda v: f"{v:,.3f}"))
     print(f"\nvalidation: {result.out}/ (validation.md, validation.csv, validation.png; sim/, real/, calibrated.yaml)")
     return 0 if result.passed else 1
 
 
 def _cmd_search(args: argparse.Namespace) -> int:
+    from sim.output import atomic_write
     from sim.search import SearchError, offline_search
 
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = _hold(args, Path(args.out))
 
     def save(points) -> None:  # type: ignore[no-untyped-def]
-        points.to_csv(out / "search_points.csv", index=False)  # every point as it is measured
+        atomic_write(out / "search_points.csv", points.to_csv(index=False))  # every point as it is measured
 
     try:
         result = offline_search(
@@ -184,7 +223,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("config", help="YAML config file")
     run.add_argument("--out", help="output folder (default: results/<config name>)")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
-    run.add_argument("--no-plot", action="store_true", help="skip comparison.png")
+    run.add_argument("--no-plot", action="store_true", help="skip every figure (.png); tables and trace still written")
     run.set_defaults(func=_cmd_run)
     real = sub.add_parser("real", help="run every policy of a config on real torch.distributed processes")
     real.add_argument("config", help="YAML config file (with a numerics: section: the model to train)")
@@ -244,12 +283,16 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return int(args.func(args))
+        with ExitStack() as args.held:  # output folders locked by the command
+            return int(args.func(args))
     except ConfigError as exc:
         print(f"config error in {getattr(args, 'config', '?')}:", file=sys.stderr)
         for line in str(exc).splitlines():
             print(f"  {line}", file=sys.stderr)
         return 2
+    except OutputBusy as exc:
+        print(f"syncsim: {exc}", file=sys.stderr)
+        return 3
 
 
 if __name__ == "__main__":

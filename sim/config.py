@@ -1,4 +1,4 @@
-"""The YAML config: typed, defaults in code, unknown keys rejected (DESIGN.md §4).
+"""The YAML config: typed, defaults in code, unknown keys rejected (docs/config.md).
 
 Units live in field names (`_gbps` = 1e9 bit/s, `_us`, `_ms`, `_mb` = 1e6 bytes) and are converted
 once, where the config becomes a cluster and a workload. Every error names the field and, where the
@@ -17,31 +17,38 @@ from sim.config_errors import describe
 from sim.config_faults import BackgroundFlow, FaultsConfig
 from sim.config_numerics import NumericsConfig
 from sim.config_sparsity import SparsityConfig
+from sim.config_types import (
+    MAX_COUNT,
+    MAX_MS,
+    Count,
+    Gbps,
+    Label,
+    LatencyUs,
+    Megabytes,
+    Milliseconds,
+    Name,
+    PosSeconds,
+    Strict,
+)
+from sim.config_yaml import check_size, read_yaml
 from sim.errors import ConfigError
 from sim.gpus import GPU_NAMES
 from sim.zoo import MODEL_NAMES, canonical_name
 
-PosFloat = Annotated[float, Field(gt=0)]
-NonNegFloat = Annotated[float, Field(ge=0)]
-PosInt = Annotated[int, Field(ge=1)]
-NonNegInt = Annotated[int, Field(ge=0)]
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
 
 class ClusterBase(Strict):
-    gpus_per_host: PosInt = Field(1, description="GPUs per host (one rank each)")
+    gpus_per_host: Count = Field(1, description="GPUs per host (one rank each)")
     gpu: str = Field("V100", description="GPU model: " + ", ".join(GPU_NAMES))
-    nic_gbps: PosFloat = Field(25.0, description="each host's NIC bandwidth, per direction")
-    link_latency_us: NonNegFloat = Field(5.0, description="latency of every network link (NIC, uplink)")
-    intra_host_gbps: Optional[PosFloat] = Field(
+    nic_gbps: Gbps = Field(25.0, description="each host's NIC bandwidth, per direction")
+    link_latency_us: LatencyUs = Field(5.0, description="latency of every network link (NIC, uplink)")
+    intra_host_gbps: Optional[Gbps] = Field(
         None, description="per-GPU NVLink/PCIe bandwidth per direction; default: the GPU's"
     )
-    intra_host_latency_us: NonNegFloat = Field(1.0, description="latency of the GPU-to-host link")
-    server_hosts: NonNegInt = Field(0, description="hosts without GPUs, e.g. for dedicated PS shards")
-    server_nic_gbps: Optional[PosFloat] = Field(None, description="server hosts' NIC bandwidth; default: nic_gbps")
+    intra_host_latency_us: LatencyUs = Field(1.0, description="latency of the GPU-to-host link")
+    server_hosts: Annotated[int, Field(ge=0, le=MAX_COUNT)] = Field(
+        0, description="hosts without GPUs, e.g. for dedicated PS shards"
+    )
+    server_nic_gbps: Optional[Gbps] = Field(None, description="server hosts' NIC bandwidth; default: nic_gbps")
     placement: Literal["packed", "scattered", "random"] = Field(
         "packed",
         description="how ranks map to hosts: packed fills hosts rack by rack; scattered deals hosts round-robin "
@@ -60,35 +67,35 @@ class StarCluster(ClusterBase):
     """Every host on one switch: a non-blocking network."""
 
     topology: Literal["star"] = Field(description="star")
-    hosts: PosInt = Field(description="number of GPU hosts")
+    hosts: Count = Field(description="number of GPU hosts")
 
 
 class TwoTierCluster(ClusterBase):
     """Racks of hosts under ToR switches, each rack joined to the core by its uplink."""
 
     topology: Literal["two_tier"] = Field(description="two_tier")
-    racks: PosInt = Field(description="number of racks")
-    hosts_per_rack: PosInt = Field(description="GPU hosts per rack")
-    uplink_gbps: Optional[PosFloat] = Field(
+    racks: Count = Field(description="number of racks")
+    hosts_per_rack: Count = Field(description="GPU hosts per rack")
+    uplink_gbps: Optional[Gbps] = Field(
         None,
         description="each rack's total uplink; hosts_per_rack * nic_gbps / uplink_gbps is the oversubscription; "
         "default non-blocking (1:1)",
     )
-    core_switches: PosInt = Field(1, description="the uplink is split evenly over this many core switches (ECMP)")
+    core_switches: Count = Field(1, description="the uplink is split evenly over this many core switches (ECMP)")
 
 
 class CustomNode(Strict):
     name: str = Field(description="unique node name")
     kind: Literal["host", "switch", "server"] = Field(description="host (with GPUs), switch, or server (no GPUs)")
-    gpus: Optional[PosInt] = Field(None, description="a host's GPUs; default: gpus_per_host")
+    gpus: Optional[Count] = Field(None, description="a host's GPUs; default: gpus_per_host")
     rack: Optional[str] = Field(None, description="a host's rack, for rack-level policies")
 
 
 class CustomLink(Strict):
     a: str = Field(description="one end (a node name)")
     b: str = Field(description="the other end")
-    gbps: Optional[PosFloat] = Field(None, description="bandwidth per direction; default: nic_gbps")
-    latency_us: Optional[NonNegFloat] = Field(None, description="default: link_latency_us")
+    gbps: Optional[Gbps] = Field(None, description="bandwidth per direction; default: nic_gbps")
+    latency_us: Optional[LatencyUs] = Field(None, description="default: link_latency_us")
 
 
 class CustomCluster(ClusterBase):
@@ -106,18 +113,22 @@ class WorkloadConfig(Strict):
     """The model being trained and how each GPU computes it."""
 
     model: str = Field(description="synthetic, or a zoo model: " + ", ".join(MODEL_NAMES))
-    batch_size: PosInt = Field(32, description="samples per GPU per iteration")
+    batch_size: Count = Field(32, description="samples per GPU per iteration")
     precision: Literal["fp32", "fp16"] = Field(
         "fp32", description="fp16: tensor-core peak and 2-byte gradients; fp32: 4-byte gradients"
     )
-    efficiency: Optional[Annotated[float, Field(gt=0, le=1)]] = Field(
+    efficiency: Optional[Annotated[float, Field(ge=1e-4, le=1)]] = Field(
         None, description="fraction of the GPU's peak FLOP/s reached; default: the GPU's, for the precision"
     )
-    bucket_mb: PosFloat = Field(25.0, description="gradient bucket size (DDP's bucket_cap_mb)")
-    compute_jitter: NonNegFloat = Field(0.0, description="coefficient of variation of each iteration's compute time")
-    gradient_mb: Optional[PosFloat] = Field(None, description="synthetic only: gradient size")
-    compute_ms: Optional[NonNegFloat] = Field(None, description="synthetic only: forward + backward time")
-    synthetic_layers: PosInt = Field(1, description="synthetic only: equal layers the gradient is split into")
+    bucket_mb: Megabytes = Field(25.0, description="gradient bucket size (DDP's bucket_cap_mb)")
+    compute_jitter: Annotated[float, Field(ge=0, le=10)] = Field(
+        0.0, description="coefficient of variation of each iteration's compute time"
+    )
+    gradient_mb: Optional[Megabytes] = Field(None, description="synthetic only: gradient size")
+    compute_ms: Optional[Milliseconds] = Field(None, description="synthetic only: forward + backward time")
+    synthetic_layers: Annotated[int, Field(ge=1, le=100_000)] = Field(
+        1, description="synthetic only: equal layers the gradient is split into"
+    )
     sparsity: SparsityConfig = Field(SparsityConfig(), description="which gradients are sparse (docs/sparse.md)")
 
     @field_validator("model")
@@ -146,9 +157,11 @@ class WorkloadConfig(Strict):
 class PolicyEntry(BaseModel):
     """`name` (registered name or `module:Class`), optional `label`, and the policy's own settings."""
 
-    model_config = ConfigDict(extra="allow", frozen=True)
-    name: str = Field(description="a registered policy name (`syncsim list`) or a `module:Class` path")
-    label: Optional[str] = Field(None, description="the name in results; default: name (labels must be unique)")
+    model_config = ConfigDict(extra="allow", frozen=True, strict=True)
+    name: Annotated[str, Field(min_length=1)] = Field(
+        description="a registered policy name (`syncsim list`) or a `module:Class` path"
+    )
+    label: Optional[Label] = Field(None, description="the name in results; default: name (labels must be unique)")
 
     @property
     def settings(self) -> dict[str, Any]:
@@ -167,22 +180,30 @@ class SimulationConfig(Strict):
         description="pipelined: a collective is one set of coupled flows (fast); stepwise: every ring step is p flows",
     )
     trace: bool = Field(True, description="write trace.json")
-    utilization_samples: PosInt = Field(
+    utilization_samples: Annotated[int, Field(ge=2, le=1_000_000)] = Field(
         400, description="link-utilisation samples kept per policy; the interval doubles whenever they run out"
     )
-    utilization_interval_ms: PosFloat = Field(1.0, description="first link-utilisation sampling interval")
-    stall_timeout_s: PosFloat = Field(
+    utilization_interval_ms: Annotated[float, Field(ge=1e-3, le=MAX_MS)] = Field(
+        1.0, description="first link-utilisation sampling interval"
+    )
+    stall_timeout_s: Annotated[PosSeconds, Field(ge=1)] = Field(
         3600.0, description="simulated seconds without any worker progress before the run counts as deadlocked"
     )
-    trace_max_events: PosInt = Field(500_000, description="events kept in trace.json; the rest are counted, not kept")
+    trace_max_events: Annotated[int, Field(ge=1, le=100_000_000)] = Field(
+        500_000, description="events kept in trace.json; the rest are counted, not kept"
+    )
 
 
 class Config(Strict):
     """A whole experiment: one cluster, one workload, policies compared side by side."""
 
-    name: str = Field("experiment", description="names the default output folder")
-    seed: int = Field(0, description="seeds compute jitter and ECMP hashing; same seed, same results")
-    iterations: PosInt = Field(10, description="training iterations each worker runs")
+    name: Name = Field("experiment", description="names the default output folder")
+    seed: Annotated[int, Field(ge=0, lt=2**63)] = Field(
+        0, description="seeds compute jitter and ECMP hashing; same seed, same results"
+    )
+    iterations: Annotated[int, Field(ge=1, le=1_000_000_000)] = Field(
+        10, description="training iterations each worker runs"
+    )
     cluster: ClusterConfig = Field(description="the hardware: topology, GPUs, links")
     workload: WorkloadConfig = Field(description="the model and per-GPU batch")
     policies: list[PolicyEntry] = Field(min_length=1, description="the schemes to compare")
@@ -198,6 +219,18 @@ class Config(Strict):
         return self.numerics is not None and self.numerics.enabled
 
     @model_validator(mode="after")
+    def _cluster_fits_a_machine_room(self) -> Config:
+        c = self.cluster
+        if isinstance(c, CustomCluster):
+            gpus = sum(n.gpus or c.gpus_per_host for n in c.nodes if n.kind == "host")
+        else:
+            hosts = c.hosts if isinstance(c, StarCluster) else c.racks * c.hosts_per_rack
+            gpus = hosts * c.gpus_per_host
+        if gpus > MAX_COUNT:
+            raise ValueError(f"cluster: {gpus:,} GPUs; at most {MAX_COUNT:,} (2^20), more than any cluster has")
+        return self
+
+    @model_validator(mode="after")
     def _zoo_numerics_match_workload(self) -> Config:
         n = self.numerics
         if n is not None and n.zoo_model and canonical_name(self.workload.model) != n.model:
@@ -208,46 +241,61 @@ class Config(Strict):
         return self
 
 
-def check_policies(config: Config) -> None:
-    """Every policy entry names a known policy with valid settings, and labels are unique."""
+def policy_problems(entries: list[Any]) -> list[str]:
+    """One line per bad setting of every policy entry (all of them, not only the first bad one), and
+    duplicate labels. `entries` are raw mappings or `PolicyEntry` objects."""
     from policies.registry import create
 
+    lines: list[str] = []
     seen: set[str] = set()
-    for i, entry in enumerate(config.policies):
+    for i, entry in enumerate(entries):
+        if isinstance(entry, dict):
+            name, label = entry.get("name"), entry.get("label")
+            settings = {k: v for k, v in entry.items() if k not in ("name", "label")}
+            if not isinstance(name, str) or not name:
+                continue  # pydantic reports a missing or mistyped name
+        elif isinstance(entry, PolicyEntry):
+            name, label, settings = entry.name, entry.label, entry.settings
+        else:
+            continue  # pydantic reports an entry that is not a mapping
         try:
-            create(entry.name, entry.settings)
-        except ValueError as exc:  # SettingError carries the setting's name
-            field = getattr(exc, "field", "name")
-            raise ConfigError(f"policies[{i}].{field}: {getattr(exc, 'detail', exc)}") from None
-        if entry.display in seen:
-            raise ConfigError(f"policies[{i}].label: duplicate label {entry.display!r}; give each entry a unique label")
-        seen.add(entry.display)
+            create(name, settings)
+        except ValueError as exc:  # SettingError carries every bad setting
+            problems = getattr(exc, "problems", [(getattr(exc, "field", "name"), getattr(exc, "detail", exc))])
+            lines += [f"policies[{i}].{field}: {detail}" for field, detail in problems]
+        display = label if isinstance(label, str) else name
+        if display in seen:
+            lines.append(f"policies[{i}].label: duplicate label {display!r}; give each entry a unique label")
+        seen.add(display)
+    return lines
+
+
+def check_policies(config: Config) -> None:
+    """Every policy entry names a known policy with valid settings, and labels are unique."""
+    if lines := policy_problems(list(config.policies)):
+        raise ConfigError("\n".join(lines))
 
 
 def parse_config(data: Any) -> Config:
-    """Validate a config mapping; raise ConfigError with one line per problem."""
+    """Validate a config mapping; raise ConfigError with one line per problem, every problem at once."""
     if not isinstance(data, dict):
         raise ConfigError(f"config: expected a mapping of keys, got {type(data).__name__}")
+    check_size(data)
     try:
         config = Config.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError("\n".join(describe(exc.errors(), data, Config))) from None
+        lines = describe(exc.errors(), data, Config)
+        entries = data.get("policies")
+        if isinstance(entries, list):  # the policies' own settings are checked even when other sections fail
+            lines += [line for line in policy_problems(entries) if line not in lines]
+        raise ConfigError("\n".join(lines)) from None
     check_policies(config)
     return config
 
 
 def load_config(path: Union[str, Path]) -> Config:
     """Read and validate a YAML config file."""
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ConfigError(f"cannot read config {str(path)!r}: {exc.strerror}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
-    return parse_config(data)
+    return parse_config(read_yaml(Path(path)))
 
 
 def dump_config(config: Config) -> str:

@@ -28,7 +28,7 @@ def _format_error(err: dict[str, Any]) -> str:
     if kind == "value_error":
         field, sep, rest = msg.partition(": ")
         if sep and field.isidentifier():  # a model validator naming the field inside `where`
-            return f"{where}.{field}: {rest}"
+            return f"{field}: {rest}" if where == "config" else f"{where}.{field}: {rest}"
         return f"{where}: {msg}"
     shown = err.get("input")
     return f"{where}: {msg}" + ("" if isinstance(shown, (dict, list)) else f" (got {shown!r})")

@@ -9,16 +9,13 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, Field, model_validator
 
-PosFloat = Annotated[float, Field(gt=0)]
-NonNegFloat = Annotated[float, Field(ge=0)]
-Fraction = Annotated[float, Field(gt=0, le=1)]
+from sim.config_types import MAX_COUNT, Factor, Fraction, Gbps, PosSeconds, Rank, Seconds, Strict
+
 Uplinks = Union[Literal["all"], Annotated[list[str], Field(min_length=1)]]
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+Ranks = Annotated[list[Rank], Field(min_length=1)]
+Interval = Annotated[float, Field(ge=1e-3, le=1e9)]  # seconds; shorter on/off or Poisson gaps flood the event queue
 
 
 def _exactly_one(model: BaseModel, names: tuple[str, ...], what: str) -> str:
@@ -32,30 +29,30 @@ def _exactly_one(model: BaseModel, names: tuple[str, ...], what: str) -> str:
 class SlowWorker(Strict):
     """A worker that is always slower (a weaker or shared GPU)."""
 
-    ranks: list[Annotated[int, Field(ge=0)]] = Field(min_length=1, description="the slow workers")
-    compute_factor: PosFloat = Field(description="compute time multiplier (2 = twice as slow)")
+    ranks: Ranks = Field(description="the slow workers")
+    compute_factor: Factor = Field(description="compute time multiplier (2 = twice as slow)")
 
 
 class Straggler(Strict):
     """A transient slowdown: at fixed times (`start_s`) or as a seeded random process (`every_s`)."""
 
-    ranks: Optional[list[Annotated[int, Field(ge=0)]]] = Field(
-        None, description="workers hit; network effects act on their host's NIC"
-    )
+    ranks: Optional[Ranks] = Field(None, description="workers hit; network effects act on their host's NIC")
     uplinks: Optional[Uplinks] = Field(None, description="rack uplinks hit (rack names or all)")
-    compute_factor: Optional[PosFloat] = Field(None, description="compute time multiplier while it lasts")
-    delay_ms: Optional[NonNegFloat] = Field(
+    compute_factor: Optional[Factor] = Field(None, description="compute time multiplier while it lasts")
+    delay_ms: Optional[Annotated[float, Field(ge=0, le=1e3)]] = Field(
         None, description="extra latency on the targets' outgoing links (like netem delay)"
     )
-    bandwidth_factor: Optional[Fraction] = Field(None, description="capacity multiplier on the targets' links")
-    start_s: Optional[NonNegFloat] = Field(None, description="simulated time it starts (one occurrence)")
-    every_s: Optional[PosFloat] = Field(
+    bandwidth_factor: Optional[Annotated[float, Field(ge=1e-4, le=1)]] = Field(
+        None, description="capacity multiplier on the targets' links"
+    )
+    start_s: Optional[Seconds] = Field(None, description="simulated time it starts (one occurrence)")
+    every_s: Optional[Interval] = Field(
         None, description="mean time between occurrences of a random (Poisson) straggler process"
     )
-    count: Optional[Annotated[int, Field(ge=1)]] = Field(
+    count: Optional[Annotated[int, Field(ge=1, le=MAX_COUNT)]] = Field(
         None, description="random process: how many of the listed targets each occurrence hits (default all)"
     )
-    duration_s: PosFloat = Field(description="how long each occurrence lasts")
+    duration_s: PosSeconds = Field(description="how long each occurrence lasts")
 
     @model_validator(mode="after")
     def _shape(self) -> Straggler:
@@ -76,12 +73,12 @@ class BackgroundFlow(Strict):
         None, description="[source, destination] hosts of a one-way flow"
     )
     uplinks: Optional[Uplinks] = Field(None, description="rack uplinks crossed, both directions (rack names or all)")
-    gbps: Optional[PosFloat] = Field(None, description="the flow's rate cap")
+    gbps: Optional[Gbps] = Field(None, description="the flow's rate cap")
     fraction: Optional[Fraction] = Field(None, description="uplinks only: rate cap as a fraction of each uplink")
-    start_s: NonNegFloat = Field(0.0, description="when it starts")
-    duration_s: Optional[PosFloat] = Field(None, description="how long it runs; default: the whole run")
-    on_s: Optional[PosFloat] = Field(None, description="on/off pattern: seconds on (with off_s)")
-    off_s: Optional[PosFloat] = Field(None, description="on/off pattern: seconds off (with on_s)")
+    start_s: Seconds = Field(0.0, description="when it starts")
+    duration_s: Optional[PosSeconds] = Field(None, description="how long it runs; default: the whole run")
+    on_s: Optional[Interval] = Field(None, description="on/off pattern: seconds on (with off_s)")
+    off_s: Optional[Interval] = Field(None, description="on/off pattern: seconds off (with on_s)")
 
     @model_validator(mode="after")
     def _shape(self) -> BackgroundFlow:

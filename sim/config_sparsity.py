@@ -9,15 +9,12 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-Fraction = Annotated[float, Field(gt=0, le=1)]
-Share = Annotated[float, Field(ge=0, le=1)]
+from sim.config_types import Fraction, Share, Strict
 
 
-class SparsityConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class SparsityConfig(Strict):
     embeddings: bool = Field(
         True,
         description="embedding tables get gradients only in the rows a batch looked up; false: treat them as dense",
@@ -35,12 +32,14 @@ class SparsityConfig(BaseModel):
     topk_overlap: Share = Field(
         0.0, description="share of each worker's top-k positions that every worker selects in the same iteration"
     )
-    dense_below: Annotated[int, Field(ge=0)] = Field(
+    dense_below: Annotated[int, Field(ge=0, lt=2**40)] = Field(
         4096, description="tensors of at most this many elements stay dense (as Zen's sparsifier keeps them)"
     )
-    lookups: Optional[Annotated[int, Field(ge=1)]] = Field(
+    lookups: Optional[Annotated[int, Field(ge=1, le=100_000_000)]] = Field(
         None,
         description="synthetic only: ids each worker looks up per iteration in every synthetic layer, which then "
         "is an embedding table of embedding_dim-wide rows",
     )
-    embedding_dim: Annotated[int, Field(ge=1)] = Field(1, description="synthetic only, with lookups: values per row")
+    embedding_dim: Annotated[int, Field(ge=1, le=65_536)] = Field(
+        1, description="synthetic only, with lookups: values per row"
+    )

@@ -88,7 +88,7 @@ def bind_policy(entry: PolicyEntry, index: int, cluster: Cluster, plan: ComputeP
         policy = create(entry.name, entry.settings)
         policy.bind(cluster.view, model_info(plan))
     except SettingError as exc:
-        raise ConfigError(f"policies[{index}].{exc.field}: {exc.detail}") from None
+        raise ConfigError("\n".join(f"policies[{index}].{field}: {detail}" for field, detail in exc.problems)) from None
     for spec in policy.all_servers():
         if spec.host not in cluster.view.hosts:
             raise ConfigError(f"policies[{index}]: server shard {spec.shard} is placed on unknown host {spec.host!r}")
@@ -206,7 +206,9 @@ def run_policy(
         )
 
     def check_stall() -> None:
-        if env.now - progress["last"] > config.simulation.stall_timeout_s:
+        if net.finite_transfers:  # a long transfer on a slow link is progress, not a deadlock
+            progress["last"] = env.now
+        elif env.now - progress["last"] > config.simulation.stall_timeout_s:
             raise stalled()
 
     faults = FaultContext(env, net, cluster, router, compute, config.seed, done, check_stall, run.faults)

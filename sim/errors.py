@@ -15,3 +15,7 @@ class PolicyError(SyncsimError):
 
 class DeadlockError(SyncsimError):
     """The simulation ran out of events while workers were still waiting on each other."""
+
+
+class OutputBusy(SyncsimError):
+    """Another process holds the output folder (`sim.output.hold_output`); the message names its pid and command."""

@@ -19,30 +19,48 @@ import simpy
 from sim.compute import ComputeModel
 from sim.config import Config
 from sim.config_faults import BackgroundFlow, Straggler
-from sim.errors import ConfigError
 from sim.network import Network
 from sim.routing import Router
 from sim.topology import GBPS, Cluster
 
 
-def check_faults(config: Config, cluster: Cluster) -> None:
-    """Targets that do not exist in the cluster are config errors, found before running."""
+def fault_problems(config: Config, cluster: Cluster) -> list[str]:
+    """Targets that do not exist in the cluster, one line each (found before running)."""
     world, racks, hosts = cluster.world_size, cluster.view.racks, cluster.view.hosts
     groups: list[tuple[str, Any]] = [(f"faults.slow_workers[{i}]", s) for i, s in enumerate(config.faults.slow_workers)]
     groups += [(f"faults.stragglers[{i}]", s) for i, s in enumerate(config.faults.stragglers)]
     groups += [(f"background[{i}]", b) for i, b in enumerate(config.background)]
+    lines = []
     for where, spec in groups:
         bad = [r for r in getattr(spec, "ranks", None) or () if r >= world]
         if bad:
-            raise ConfigError(f"{where}.ranks: ranks {bad} do not exist (world size {world})")
+            lines.append(f"{where}.ranks: ranks {bad} do not exist (world size {world})")
         uplinks = getattr(spec, "uplinks", None)
         if uplinks is not None and not racks:
-            raise ConfigError(f"{where}.uplinks: this cluster has no racks; allowed here: ranks or hosts")
-        if isinstance(uplinks, list) and (unknown := [r for r in uplinks if r not in racks]):
-            raise ConfigError(f"{where}.uplinks: unknown racks {unknown}; allowed: all, {', '.join(racks)}")
+            lines.append(f"{where}.uplinks: this cluster has no racks; allowed here: ranks or hosts")
+        elif isinstance(uplinks, list) and (unknown := [r for r in uplinks if r not in racks]):
+            lines.append(f"{where}.uplinks: unknown racks {unknown}; allowed: all, {', '.join(racks)}")
         named = getattr(spec, "hosts", None) or ()
         if unknown := [h for h in named if h not in hosts]:
-            raise ConfigError(f"{where}.hosts: unknown hosts {unknown}; allowed: {', '.join(hosts)}")
+            lines.append(f"{where}.hosts: unknown hosts {unknown}; allowed: {', '.join(hosts)}")
+    return lines
+
+
+def late_faults(config: Config, ends: dict[str, float]) -> list[str]:
+    """Faults set to start after a policy's run had ended (`ends`: simulated end per policy label):
+    they never acted there, which the results alone would not tell. The run's length is known only
+    once it ran, so this is a notice after the run, not a config error."""
+    timed = [(f"faults.stragglers[{i}].start_s", s.start_s) for i, s in enumerate(config.faults.stragglers)]
+    timed += [(f"background[{i}].start_s", b.start_s) for i, b in enumerate(config.background)]
+    lines = []
+    for where, start in timed:
+        missed = [label for label, end in ends.items() if start is not None and start >= end]
+        if missed:
+            lines.append(
+                f"{where}: {start:g} s is after the end of the run of {', '.join(missed)} "
+                f"(at {min(ends[m] for m in missed):.3g} s of simulated time); it never acted there"
+            )
+    return lines
 
 
 # (what, targets, effect, value, start_s, end_s): one straggler occurrence or background window

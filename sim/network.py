@@ -85,6 +85,7 @@ class Network:
         self._slots: list[Optional[Transfer]] = []
         self._t = _Growable(64, remaining=(float, 0.0), nbytes=(float, 0.0), cls=(np.int64, 0), active=(bool, False))
         self._n_active = 0
+        self._n_open = 0  # of them, open flows (background traffic, which never ends)
         # classes of identical transfers, and their link incidence (link, class, multiplicity)
         self._class_of: dict[tuple, int] = {}
         # count: active transfers per class; rated: how many of them the current rates were computed
@@ -151,6 +152,7 @@ class Network:
         self._advance()
         slot = self._new_slot(np.inf, self._class(links, cap))
         transfer = self._slots[slot] = Transfer(slot, np.inf, 0.0, self.env.event())
+        self._n_open += 1
         self._schedule_recompute()
         return transfer
 
@@ -160,6 +162,7 @@ class Network:
             raise ValueError("that flow is not open")
         self._advance()
         self._release(transfer.slot)
+        self._n_open -= 1
         self._schedule_recompute()
 
     def set_capacity(self, links: Sequence[int], capacity: Sequence[float] | float) -> None:
@@ -191,6 +194,11 @@ class Network:
     @property
     def active_transfers(self) -> int:
         return self._n_active
+
+    @property
+    def finite_transfers(self) -> int:
+        """Transfers in flight that will end (open background flows aside): while any is, work goes on."""
+        return self._n_active - self._n_open
 
     def link_load(self) -> np.ndarray:
         """Current bytes/s on every link (for utilisation and invariant checks)."""

@@ -10,6 +10,8 @@ matplotlib.use("Agg")  # files only; never needs a display
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from sim.output import atomic_path  # noqa: E402
+
 
 def comparison_plot(
     summary: pd.DataFrame, iterations: pd.DataFrame, path: Path, phases: pd.DataFrame | None = None
@@ -140,6 +142,10 @@ def shade_phases(ax: plt.Axes, phases: pd.DataFrame | None, label: str, color: s
 
 
 def _save(fig: plt.Figure, path: Path) -> None:
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    """Through a temporary that keeps the extension (savefig picks the format from it): never half a PNG."""
+    try:
+        fig.tight_layout()
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, dpi=110)
+    finally:
+        plt.close(fig)

@@ -1,7 +1,7 @@
 """What a `simulate` call returns, and the files it writes (DESIGN.md §5; tables in `sim/tables.py`).
 
-Files are written atomically, so a crash while writing never leaves half a table, and `write` can
-be called again as more policies finish.
+Files are written atomically (`sim/output.py`), so a crash while writing never leaves half a table,
+and `write` can be called again as more policies finish.
 """
 
 from __future__ import annotations
@@ -15,6 +15,11 @@ import pandas as pd
 
 from sim.config import Config, dump_config
 from sim.engine import PolicyRun
+from sim.output import atomic_write  # importable from here too, as before
+
+# summary.csv is written after these: it lists the policies whose rows are already in them, so a run
+# killed between two files never has a summary claiming rows that are not there yet
+DETAIL_TABLES = ("iterations", "phases", "ops", "links", "utilization", "staleness", "faults")
 
 
 @dataclass
@@ -45,10 +50,11 @@ class Result:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         atomic_write(out / "config.yaml", dump_config(self.config))
-        for name in ("summary", "iterations", "phases", "ops", "links", "utilization", "staleness", "faults"):
+        for name in DETAIL_TABLES:
             atomic_write(out / f"{name}.csv", getattr(self, name).to_csv(index=False))
         if self.accuracy is not None:
             atomic_write(out / "accuracy.csv", self.accuracy.to_csv(index=False))
+        atomic_write(out / "summary.csv", self.summary.to_csv(index=False))
         if self.config.simulation.trace if trace is None else trace:
             atomic_write(out / "trace.json", chrome_trace(self, self.config.simulation.trace_max_events))
         if plot and len(self.summary):
@@ -64,9 +70,3 @@ class Result:
         elif (out / "errors.txt").exists():
             (out / "errors.txt").unlink()
         return out
-
-
-def atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)

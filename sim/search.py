@@ -18,7 +18,7 @@ import pandas as pd
 from sim.api import ConfigLike, as_config, simulate
 from sim.config import Config, parse_config
 from sim.errors import ConfigError
-from sim.results import atomic_write
+from sim.output import atomic_write
 
 COLUMNS = ("fraction", "seed", "final_accuracy", "best_accuracy", "sim_time_s", "throughput_samples_s", "switches")
 

@@ -1,4 +1,4 @@
-"""Result rows to pandas DataFrames (DESIGN.md §5): one builder per table.
+"""Result rows to pandas DataFrames (the README lists every table and column): one builder per table.
 
 iterations: one row per worker per iteration; iteration_s = compute_s + comm_s + wait_s.
 ops: one row per collective (rank -1) and per point-to-point batch or wait.

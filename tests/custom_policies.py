@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pydantic import BaseModel
+
 from policies.base import Bucket, Policy
 from policies.ops import AllReduce, Group, Op, Program
 from policies.view import ClusterView, ModelInfo
@@ -109,3 +111,19 @@ class SparseOnEndStep(Policy):
         from policies.ops import AllGather, Density, SparseCoding
 
         yield AllGather(self.world, 8.0, density=Density.SPARSE, coding=SparseCoding("none"))
+
+
+class LaxSettings(BaseModel):
+    """Settings of a plug-in that does not derive from PolicySettings (plain pydantic: inf allowed)."""
+
+    scale: float = 1.0
+
+
+class LaxSettingsPolicy(Policy):
+    """A ring all-reduce whose plug-in settings model skips the project's strict base."""
+
+    name = "lax_settings"
+    Settings = LaxSettings
+
+    def on_gradients(self, rank: int, step: int, bucket: Bucket) -> Program:
+        yield AllReduce(Group.of(range(self.bound_view.world_size)), bucket.nbytes)

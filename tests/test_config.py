@@ -64,8 +64,14 @@ def test_policy_settings_pass_through_and_label() -> None:
         # wrong types and bad numbers
         (lambda c: c["cluster"].update(racks="four"), "cluster.racks: Input should be a valid integer"),
         (lambda c: c.update(iterations=2.5), "iterations: Input should be a valid integer"),
-        (lambda c: c["cluster"].update(nic_gbps=-25), "cluster.nic_gbps: Input should be greater than 0 (got -25)"),
-        (lambda c: c["cluster"].update(uplink_gbps=0), "cluster.uplink_gbps: Input should be greater than 0 (got 0)"),
+        (
+            lambda c: c["cluster"].update(nic_gbps=-25),
+            "cluster.nic_gbps: Input should be greater than or equal to 0.001",
+        ),
+        (
+            lambda c: c["cluster"].update(uplink_gbps=0),
+            "cluster.uplink_gbps: Input should be greater than or equal to 0.001",
+        ),
         (
             lambda c: c["workload"].update(compute_jitter=-0.1),
             "workload.compute_jitter: Input should be greater than or equal to 0",
@@ -131,7 +137,7 @@ def test_bad_input_names_field_and_allowed_values(change: Callable[[dict], Any],
 def test_several_problems_are_all_reported() -> None:
     message = error_of(lambda c: (c["cluster"].update(nic_gbps=-1), c["workload"].update(batch_size=0)))
     assert message.splitlines() == [
-        "cluster.nic_gbps: Input should be greater than 0 (got -1)",
+        "cluster.nic_gbps: Input should be greater than or equal to 0.001 (got -1)",
         "workload.batch_size: Input should be greater than or equal to 1 (got 0)",
     ]
 

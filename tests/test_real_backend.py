@@ -155,7 +155,7 @@ def test_a_dead_rank_stops_the_others_and_is_named(tmp_path: Path, monkeypatch: 
     assert not outcome.ok
     assert outcome.codes[2] == 17
     assert all(outcome.codes[r] == 3 for r in (0, 1, 3))  # each stopped on its own, nobody was killed
-    assert outcome.failed == "rank 2 exited with code 17"
+    assert outcome.failed == "rank 2 (worker) exited with code 17"
     summary = pd.read_csv(out / "summary.csv")
     assert list(summary["policy"]) == ["ring"]
     assert summary["status"][0].startswith("failed") and "rank 2" in summary["status"][0]

@@ -11,6 +11,7 @@ import yaml
 
 from real.calibrate.report import CalibrationReport
 from sim.config import parse_config
+from sim.output import atomic_write
 
 # base settings calibration does not measure, kept when the topology changes
 KEEP_CLUSTER = ("gpu", "intra_host_gbps", "intra_host_latency_us", "placement")
@@ -40,5 +41,5 @@ def write_calibrated_config(report: CalibrationReport, base_config: Mapping[str,
     header = "".join(f"# {line}\n" for line in ["calibrated by real.calibrate", *report.summary().splitlines()])
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(header + yaml.safe_dump(data, sort_keys=False))
+    atomic_write(path, header + yaml.safe_dump(data, sort_keys=False))
     return path

@@ -14,6 +14,7 @@ import yaml
 
 from real.backends import backend_for, device_for
 from sim.config import Config
+from sim.output import atomic_write
 
 # at emulated Mbit/s rates, 16 MiB messages take seconds each; 4 MiB covers the models used here
 MAX_BYTES = 1 << 22
@@ -54,7 +55,7 @@ def main(config: Config, path: Path, timeout_s: float, backend: str = "auto", ma
         base = yaml.safe_load(config.model_dump_json())
         write_calibrated_config(report, base, path)
         for name, rows in report.rows().items():
-            pd.DataFrame(rows).to_csv(path.with_name(f"{path.stem}.{name}.csv"), index=False)
+            atomic_write(path.with_name(f"{path.stem}.{name}.csv"), pd.DataFrame(rows).to_csv(index=False))
         print(report.summary())
     dist.destroy_process_group()
     return 0

@@ -15,6 +15,7 @@ from typing import Any, Optional, Union
 
 from real.emulate.errors import EmulationError
 from real.emulate.names import check_tag
+from sim.output import atomic_write
 
 ENV = "SYNCSIM_EMULATE_DIR"
 DEFAULT_DIR = "/run/syncsim-emulate"
@@ -61,9 +62,7 @@ def write(tag: str, data: dict[str, Any], folder: StateDir = None) -> Path:
     path = state_path(tag, folder)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps(data, indent=2) + "\n")
-        tmp.replace(path)
+        atomic_write(path, json.dumps(data, indent=2) + "\n")
     except OSError as exc:
         raise EmulationError(f"cannot write emulation state {path}: {exc}") from None
     return path

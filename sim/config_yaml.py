@@ -1,0 +1,97 @@
+"""Reading a config file safely: UTF-8 text, plain YAML data, no duplicate keys, bounded size.
+
+Configs are often generated (sweeps, notebooks, other programs), so the reader expects anything:
+bytes that are not UTF-8, YAML tags that would build Python objects, a key given twice (PyYAML keeps
+the last one silently), alias bombs (a few lines that expand to billions of values) and documents
+nested thousands deep. Each ends as a `ConfigError` of one line, never a traceback or a hang.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from sim.errors import ConfigError
+
+MAX_BYTES = 10_000_000  # a config is a few kB; a generated one with long explicit schedules, a few MB
+MAX_VALUES = 1_000_000  # values after expanding aliases: a billion-laughs document stops here
+
+
+class _Loader(yaml.SafeLoader):
+    """Safe YAML (plain data only) that refuses a key given twice in one mapping."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # `<<: *base` merges keys that explicit keys may override
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                duplicate = key in seen
+            except TypeError:
+                continue  # an unhashable key: the base constructor reports it
+            if duplicate:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} is given twice in one mapping", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+# YAML 1.1 (PyYAML) reads `1e3` and `1e400` as strings: only a float with a dot is a number there.
+# YAML 1.2, and every user, reads them as numbers; without this a strict config would refuse `1e3`.
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
+
+
+def read_yaml(path: Path) -> Any:
+    """The plain data of a YAML config file; `ConfigError` naming the file for anything else."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read config {str(path)!r}: {exc.strerror}") from None
+    if len(raw) > MAX_BYTES:
+        raise ConfigError(f"{path}: {len(raw):,} bytes; a config is at most {MAX_BYTES:,} bytes")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"{path}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start}); save it as UTF-8"
+        ) from None
+    try:
+        data = yaml.load(text, Loader=_Loader)  # noqa: S506 - _Loader derives from SafeLoader
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {_one_line(exc)}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: nested too deeply to be a config") from None
+    if data is None:
+        raise ConfigError(f"{path}: the file is empty; a config is a mapping with cluster:, workload: and policies:")
+    check_size(data)
+    return data
+
+
+def check_size(data: Any, limit: int = MAX_VALUES) -> None:
+    """Refuse data that expands to more than `limit` values (aliases count each time they are used,
+    and a self-referencing alias never ends)."""
+    stack, count = [data], 0
+    while stack:
+        node = stack.pop()
+        count += 1
+        if count > limit:
+            raise ConfigError(f"config: more than {limit:,} values once aliases are expanded (an alias bomb?)")
+        if isinstance(node, dict):
+            stack.extend(node.keys())
+            stack.extend(node.values())
+        elif isinstance(node, (list, tuple)):
+            stack.extend(node)
+
+
+def _one_line(exc: yaml.YAMLError) -> str:
+    """PyYAML's message with its position, on one line."""
+    return " ".join(str(exc).replace('in "<unicode string>", ', "at ").split())
