@@ -12,8 +12,12 @@ from pydantic import BaseModel
 
 
 def _where(loc: tuple[Any, ...]) -> str:
-    parts = [str(p) for p in loc if p not in ("star", "two_tier", "custom")]
+    # pydantic puts union branches in the path (`literal['all']`, `list[str]`, a topology tag): drop them
+    parts = [str(p) for p in loc if isinstance(p, int) or (str(p).isidentifier() and p not in BRANCHES)]
     return ".".join(p if not p.isdigit() else f"[{p}]" for p in parts).replace(".[", "[") or "config"
+
+
+BRANCHES = ("star", "two_tier", "custom", "int", "float", "str", "bool")
 
 
 def _format_error(err: dict[str, Any]) -> str:
@@ -49,12 +53,32 @@ def describe(errors: list[dict[str, Any]], data: Any, root: type[BaseModel]) -> 
             lines.append(f"{section}: unknown key{{s}} {{keys}}; allowed keys: {allowed}")
         unknown[section].append(str(err["loc"][-1]))
     out = []
-    for line in dict.fromkeys(lines):
+    for line in _merge_branches(list(dict.fromkeys(lines))):
         section = line.partition(": ")[0]
         if "{keys}" in line:
             keys = unknown[section]
             line = line.replace("{s}", "s" if len(keys) > 1 else "").replace("{keys}", ", ".join(keys))
         out.append(line)
+    return out
+
+
+def _merge_branches(lines: list[str]) -> list[str]:
+    """A value that no branch of a union accepts gets one line per branch: say them as one line."""
+    reasons: dict[str, list[str]] = {}  # field (or a whole line kept as it is) -> why, in order
+    for line in lines:
+        field, _, why = line.partition(": ")
+        if why.startswith("Input should be ") and "{keys}" not in line:
+            reasons.setdefault(field, []).append(why.removeprefix("Input should be "))
+        else:
+            reasons.setdefault(line, [])
+    out = []
+    for key, whys in reasons.items():
+        if not whys:
+            out.append(key)
+            continue
+        got = next((w[w.rindex(" (got ") :] for w in whys if " (got " in w), "")
+        shown = dict.fromkeys(w.removesuffix(got) if got else w for w in whys)
+        out.append(f"{key}: Input should be {' or '.join(shown)}{got}")
     return out
 
 

@@ -29,6 +29,7 @@ from hypothesis import strategies as st  # noqa: E402
 
 from sim.api import simulate  # noqa: E402
 from sim.cli import main  # noqa: E402
+from sim.config_yaml import read_yaml  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = int(os.environ.get("SYNCSIM_FUZZ_EXAMPLES", "120"))
@@ -74,7 +75,7 @@ HOSTILE: list[Any] = [
     0.5,
     1e-6,
     1e6,
-    1_000_000,
+    8,
 ]
 # a field line: `cluster.nic_gbps: ...`, `policies[2].first.shards: ...`, `faults.stragglers[0]: ...`
 FIELD_LINE = re.compile(r"^[A-Za-z_][\w]*(\[\d+\])*(\.[\w, ]+(\[\d+\])*)*: \S")
@@ -130,7 +131,7 @@ def assert_refused_by_field(code: int, lines: list[str], what: str) -> None:
 
 
 def run_small(path: Path, what: str) -> None:
-    data = yaml.safe_load(path.read_text())
+    data = read_yaml(path)  # as `check` read it (`1e3` is a number there, a string to plain PyYAML)
     data["iterations"] = min(data.get("iterations", 10), BUDGET)
     with _bounded(HANG_S):
         result = simulate(data)
