@@ -1,4 +1,4 @@
-"""What a `simulate` call returns, and the files it writes (DESIGN.md §5; tables in `sim/tables.py`).
+"""What a `simulate` call returns, and the files it writes (README: "What you get"; tables in `sim/tables.py`).
 
 Files are written atomically (`sim/output.py`), so a crash while writing never leaves half a table,
 and `write` can be called again as more policies finish.

@@ -32,7 +32,7 @@ from sim.cli import main  # noqa: E402
 from sim.config_yaml import read_yaml  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-EXAMPLES = int(os.environ.get("SYNCSIM_FUZZ_EXAMPLES", "120"))
+EXAMPLES = int(os.environ.get("SYNCSIM_FUZZ_EXAMPLES", "500"))
 # configs that train big zoo models or simulate thousands of flows take seconds each even at 2 iterations
 SLOW = {"real_zoo_resnet50.yaml", "zen_deepfm_8x8.yaml", "zen_gpt2_topk_16.yaml", "zen_deepfm_16.yaml"}
 CONFIGS = sorted(
