@@ -193,13 +193,20 @@ def _cmd_check(args: argparse.Namespace) -> int:
     config = as_config(args.config)
     cluster, plan = prepare(config)
     view = cluster.view
+    buckets = f"{len(plan.buckets)} bucket" + ("s" if len(plan.buckets) != 1 else "")
     print(
         f"{args.config}: ok - {view.world_size} GPUs on {len(view.worker_hosts)} hosts"
         f"{f' in {len(view.racks)} racks' if view.racks else ''}, {len(cluster.links)} links; "
-        f"{plan.model}: {plan.gradient_bytes / 1e6:,.1f} MB of gradients in {len(plan.buckets)} buckets, "
+        f"{plan.model}: {plan.gradient_bytes / 1e6:,.1f} MB of gradients in {buckets}, "
         f"{plan.compute_s * 1e3:,.1f} ms compute per iteration; policies: "
         + ", ".join(p.display for p in config.policies)
     )
+    if config.workload.bucket_mb * 1e6 > plan.gradient_bytes:
+        print(
+            f"note: workload.bucket_mb: {config.workload.bucket_mb:g} MB is more than the model's "
+            f"{plan.gradient_bytes / 1e6:,.1f} MB of gradients: one bucket holds every dense gradient (as DDP "
+            "does with such a bucket_cap_mb)"
+        )
     return 0
 
 

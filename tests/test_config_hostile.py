@@ -174,3 +174,14 @@ def test_a_wrong_nproc_is_refused_before_anything_starts(tmp_path: Path, capsys:
     assert main(["real", str(config), "--nproc", "3", "--out", str(tmp_path / "r")]) == 2
     err = capsys.readouterr().err
     assert "--nproc: the config's cluster has 4 GPUs" in err and "starting" not in err
+
+
+def test_check_notes_a_bucket_larger_than_the_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = quickstart()
+    data["workload"]["bucket_mb"] = 1000
+    path = tmp_path / "one_bucket.yaml"
+    path.write_text(yaml.safe_dump(data))
+    assert main(["check", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "102.2 MB of gradients in 1 bucket," in out
+    assert "note: workload.bucket_mb: 1000 MB is more than the model's 102.2 MB of gradients" in out
