@@ -121,7 +121,10 @@ def run_policy(
     progress = {"last": 0.0}
     group_ids: dict[Any, int] = {}
 
+    # progress for the deadlock detector: every finished op counts, so that hops of a second each
+    # (slow-latency links) are not mistaken for a stall when an iteration takes an hour
     def on_collective(op: Any, step: int, issued: float, launched: float, wire: Launched) -> None:
+        progress["last"] = env.now
         gid = group_ids.setdefault(op.group, len(group_ids))
         kind = type(op).__name__
         row = (
@@ -142,6 +145,7 @@ def run_policy(
         run.ops.append(row)
 
     def on_op(rank: int, step: int, kind: str, shard: int, count: int, nbytes: float, start: float, end: float) -> None:
+        progress["last"] = env.now
         run.ops.append((step, rank, kind, -1, 1, shard, count, nbytes, start, start, end, nbytes, float("nan")))
 
     def on_iteration() -> None:

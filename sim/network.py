@@ -86,6 +86,7 @@ class Network:
         self._t = _Growable(64, remaining=(float, 0.0), nbytes=(float, 0.0), cls=(np.int64, 0), active=(bool, False))
         self._n_active = 0
         self._n_open = 0  # of them, open flows (background traffic, which never ends)
+        self._n_delivering = 0  # transfers whose bytes are through, waiting out their latency
         # classes of identical transfers, and their link incidence (link, class, multiplicity)
         self._class_of: dict[tuple, int] = {}
         # count: active transfers per class; rated: how many of them the current rates were computed
@@ -197,8 +198,9 @@ class Network:
 
     @property
     def finite_transfers(self) -> int:
-        """Transfers in flight that will end (open background flows aside): while any is, work goes on."""
-        return self._n_active - self._n_open
+        """Transfers in flight that will end (open background flows aside), latency included: while any
+        is, work goes on."""
+        return self._n_active - self._n_open + self._n_delivering
 
     def link_load(self) -> np.ndarray:
         """Current bytes/s on every link (for utilisation and invariant checks)."""
@@ -251,9 +253,14 @@ class Network:
 
     def _deliver(self, done: simpy.Event, latency: float) -> None:
         if latency > 0:
-            self.env.timeout(latency).callbacks.append(lambda _ev: done.succeed())
+            self._n_delivering += 1
+            self.env.timeout(latency).callbacks.append(lambda _ev: self._delivered(done))
         else:
             done.succeed()
+
+    def _delivered(self, done: simpy.Event) -> None:
+        self._n_delivering -= 1
+        done.succeed()
 
     def _live_classes(self) -> int:
         return int(np.count_nonzero(self._c.count[: self._n_classes]))

@@ -185,3 +185,14 @@ def test_check_notes_a_bucket_larger_than_the_model(tmp_path: Path, capsys: pyte
     out = capsys.readouterr().out
     assert "102.2 MB of gradients in 1 bucket," in out
     assert "note: workload.bucket_mb: 1000 MB is more than the model's 102.2 MB of gradients" in out
+
+
+def test_hops_of_a_second_are_slow_not_deadlocked() -> None:
+    # 1 s per link (the largest latency allowed), 2 links per path: a ring step takes 2 s, an iteration
+    # 2(p-1) steps = 12 s, more than the 5 s stall timeout; finished steps count as progress
+    data = synthetic({"topology": "star", "hosts": 4, "link_latency_us": 1e6}, [{"name": "ring"}], 1.0, iterations=2)
+    data["simulation"]["stall_timeout_s"] = 5.0
+    (run,) = simulate(data).runs
+    assert run.error is None
+    closed_form = 2 * 3 * 2.0 + 2 * 3 / 4 * 1e6 / (25e9 / 8)  # 2(p-1) alpha + 2(p-1)/p n/B
+    assert run.sim_time_s == pytest.approx(2 * closed_form, rel=1e-3)
