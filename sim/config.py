@@ -30,7 +30,7 @@ from sim.config_types import (
     PosSeconds,
     Strict,
 )
-from sim.config_yaml import check_size, read_yaml
+from sim.config_yaml import check_size, plain, read_yaml
 from sim.errors import ConfigError
 from sim.gpus import GPU_NAMES
 from sim.zoo import MODEL_NAMES, canonical_name
@@ -281,6 +281,7 @@ def parse_config(data: Any) -> Config:
     if not isinstance(data, dict):
         raise ConfigError(f"config: expected a mapping of keys, got {type(data).__name__}")
     check_size(data)
+    data = plain(data)
     try:
         config = Config.model_validate(data)
     except ValidationError as exc:

@@ -92,6 +92,18 @@ def check_size(data: Any, limit: int = MAX_VALUES) -> None:
             stack.extend(node)
 
 
+def plain(data: Any) -> Any:
+    """The data with numpy scalars turned into Python ones (`np.int64(4)` -> 4), so that a config built
+    in a notebook from numpy ranges validates as its YAML would; other values are left as they are."""
+    if isinstance(data, dict):
+        return {key: plain(value) for key, value in data.items()}
+    if isinstance(data, (list, tuple)):
+        return type(data)(plain(value) for value in data)
+    if type(data).__module__ == "numpy" and hasattr(data, "item") and getattr(data, "ndim", None) == 0:
+        return data.item()
+    return data
+
+
 def _one_line(exc: yaml.YAMLError) -> str:
     """PyYAML's message with its position, on one line."""
     return " ".join(str(exc).replace('in "<unicode string>", ', "at ").split())

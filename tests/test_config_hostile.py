@@ -196,3 +196,18 @@ def test_hops_of_a_second_are_slow_not_deadlocked() -> None:
     assert run.error is None
     closed_form = 2 * 3 * 2.0 + 2 * 3 / 4 * 1e6 / (25e9 / 8)  # 2(p-1) alpha + 2(p-1)/p n/B
     assert run.sim_time_s == pytest.approx(2 * closed_form, rel=1e-3)
+
+
+def test_numpy_scalars_from_a_notebook_validate_as_their_yaml_would() -> None:
+    import numpy as np
+
+    data = quickstart()
+    data["cluster"]["racks"] = np.int64(2)
+    data["cluster"]["nic_gbps"] = np.float32(25.0)
+    data["faults"] = {"slow_workers": [{"ranks": list(np.arange(2)), "compute_factor": np.float64(2.0)}]}
+    config = parse_config(data)
+    assert config.cluster.racks == 2 and type(config.cluster.racks) is int
+    assert config.faults.slow_workers[0].ranks == [0, 1]
+    data["cluster"]["racks"] = np.bool_(True)  # still not a count
+    with pytest.raises(ConfigError, match=r"cluster.racks: Input should be a valid integer \(got True\)"):
+        parse_config(data)
