@@ -36,7 +36,7 @@ class _Call:
     op: Collective
     step: int
     issued: float
-    events: dict[int, simpy.Event] = field(default_factory=dict)
+    done: Optional[simpy.Event] = None  # one completion event shared by every member (made at first arrival)
     arrivals: dict[int, tuple[int, float]] = field(default_factory=dict)  # rank -> (its step, arrival time)
     contexts: dict[int, Any] = field(default_factory=dict)  # rank -> what its program acts on
 
@@ -86,20 +86,20 @@ class Communicators:
         """`rank` reached its enqueued call in its program; the event fires when the call completes."""
         comm, seq = ticket
         call = comm.calls[seq]
-        event = self.env.event()
-        call.events[rank] = event
+        if call.done is None:  # one event for all members: p - 1 fewer events per collective
+            call.done = self.env.event()
         call.arrivals[rank] = (step, self.env.now)
         call.contexts[rank] = context
-        if len(call.events) == len(comm.ranks):
+        if len(call.arrivals) == len(comm.ranks):
             self._try_launch(comm)
-        return event
+        return call.done
 
     def waiting(self) -> list[str]:
         """Collectives some members entered and others did not (for deadlock reports)."""
         out = []
         for comm in self._comms.values():
             for seq, call in comm.calls.items():
-                missing = [r for r in comm.ranks if r not in call.events]
+                missing = [r for r in comm.ranks if r not in call.arrivals]
                 if missing:
                     out.append(f"{call.op!r} call #{seq}: ranks {missing[:8]} never reached it")
         return out
@@ -108,7 +108,7 @@ class Communicators:
         if comm.busy:
             return
         call = comm.calls.get(comm.next_launch)
-        if call is None or len(call.events) < len(comm.ranks):
+        if call is None or len(call.arrivals) < len(comm.ranks):
             return
         comm.busy = True
         launched = self.env.now
@@ -129,8 +129,8 @@ class Communicators:
         comm.busy = False
         if self.on_complete is not None:
             self.on_complete(call.op, call.contexts)
-        for event in call.events.values():
-            event.succeed()
+        assert call.done is not None  # launched only once every member arrived
+        call.done.succeed()
         if self.on_finish is not None:
             self.on_finish(call.op, call.step, call.issued, launched, under_way)
         self._try_launch(comm)

@@ -28,6 +28,7 @@ from sim.config import Config, PolicyEntry
 from sim.errors import ConfigError, DeadlockError
 from sim.executor import Executor
 from sim.faults import FaultContext, LinkEffects, background, straggler
+from sim.gc_quiet import quiet_gc
 from sim.network import Network
 from sim.phase_runner import PhaseRunner
 from sim.routing import Router
@@ -234,7 +235,8 @@ def run_policy(
     wall = time.perf_counter()
     try:
         try:
-            env.run(until=done)
+            with quiet_gc():
+                env.run(until=done)
         except RuntimeError as exc:
             if done.triggered or "No scheduled events left" not in str(exc):
                 raise

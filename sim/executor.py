@@ -29,6 +29,14 @@ from sim.validation import OpValidator
 OnOp = Callable[[int, int, str, int, int, float, float, float], None]
 
 
+def _processed(env: simpy.Environment) -> simpy.Event:
+    """An event that has fired and whose callbacks have run: a process that yields it goes straight on
+    (SimPy resumes at once when `callbacks` is None), with no trip through the event queue."""
+    event = env.event()
+    event._ok, event._value, event.callbacks = True, None, None  # what env.step leaves behind
+    return event
+
+
 class Executor:
     def __init__(
         self,
@@ -55,6 +63,9 @@ class Executor:
         self.world = len(rank_nodes)
         self._everyone = tuple(range(self.world))
         self.validator = OpValidator(policy, self.world, len(shards))
+        self._settled = _processed(env)
+        self._route_cache: dict[tuple[int, tuple[int, ...], bool], tuple[list[Any], float]] = {}
+        self._routes_version = -1
 
     def run(self, rank: int, step: int, program: Iterable[Any], bucket: Optional[int] = None) -> simpy.Event:
         """Validate the whole program, enqueue its collectives now, and execute it item by item.
@@ -65,6 +76,8 @@ class Executor:
             done = self.env.event()
             done.succeed()
             return done
+        if self.numerics is None and len(items) == 1 and len(items[0]) == 1 and isinstance(items[0][0], Collective):
+            return self.comms.arrive(rank, step, tickets[0][0], bucket)  # one collective: its own event will do
         return self.env.process(self._run(rank, step, items, tickets, bucket))
 
     def _stage(self, rank: int, step: int, program: Iterable[Any]) -> tuple[list[tuple[Op, ...]], list[list[Any]]]:
@@ -81,6 +94,8 @@ class Executor:
     ) -> list[simpy.Event]:
         """Run programs one after another (all validated and enqueued now); an event per program."""
         staged = [self._stage(rank, step, program) for program in programs]
+        if not any(items for items, _ in staged):  # nothing to read before forward (most policies)
+            return [self._settled] * len(staged)
         done = [self.env.event() for _ in staged]
 
         def chain() -> Generator[simpy.Event, Any, None]:
@@ -96,7 +111,9 @@ class Executor:
     ) -> Generator[simpy.Event, Any, None]:
         for ops, item_tickets in zip(items, tickets):
             events = self._issue(rank, step, ops, item_tickets, bucket)
-            if events:
+            if len(events) == 1:
+                yield events[0]
+            elif events:
                 yield self.env.all_of(events)
 
     # ----------------------------------------------------------------------------- execution
@@ -174,9 +191,8 @@ class Executor:
         return event
 
     def _push(self, rank: int, step: int, batch: list[Push], updates: list[Any], size: float) -> simpy.Event:
-        src = self.rank_nodes[rank]
-        paths = [self.router.path(src, self.shards[op.shard].spec.host) for op in batch]
-        delivered = self.net.transfer(paths, size)
+        paths, latency = self._routes(rank, tuple(op.shard for op in batch), True)
+        delivered = self.net.transfer(paths, size, latency=latency)
 
         def arrive(_ev: simpy.Event) -> None:
             for op, update in zip(batch, updates):
@@ -192,17 +208,38 @@ class Executor:
         return event
 
     def _pull(self, rank: int, step: int, batch: list[Pull], ranges: list[tuple[int, int]], size: float) -> simpy.Event:
-        dst = self.rank_nodes[rank]
-        ready = self._blocking(rank, step, self.env.all_of([self.shards[op.shard].ready(rank, op.key) for op in batch]))
         done = self.env.event()
+        waits = [self.shards[op.shard].ready(rank, op.key) for op in batch]
+        if all(wait is None for wait in waits):  # asynchronous shards answer at once: no events to wait on
+            self._send_pull(rank, batch, ranges, size, done)
+            return self._timed(rank, step, "pull", batch, done, size * len(batch))
+        ready = self._blocking(rank, step, self.env.all_of([wait or self._settled for wait in waits]))
 
-        def send(_ev: simpy.Event) -> None:
-            for op in batch:  # the shard sends its parameters as they are now
-                self.shards[op.shard].reply(rank, op.key)
-            if ranges:
-                self.numerics.pulled(rank, ranges)
-            paths = [self.router.path(self.shards[op.shard].spec.host, dst) for op in batch]
-            self.net.transfer(paths, size).callbacks.append(lambda _e: done.succeed())
-
-        ready.callbacks.append(send)
+        ready.callbacks.append(lambda _ev: self._send_pull(rank, batch, ranges, size, done))
         return self._timed(rank, step, "pull", batch, done, size * len(batch))
+
+    def _send_pull(
+        self, rank: int, batch: list[Pull], ranges: list[tuple[int, int]], size: float, done: simpy.Event
+    ) -> None:
+        for op in batch:  # the shard sends its parameters as they are now
+            self.shards[op.shard].reply(rank, op.key)
+        if ranges:
+            self.numerics.pulled(rank, ranges)
+        paths, latency = self._routes(rank, tuple(op.shard for op in batch), False)
+        self.net.transfer(paths, size, latency=latency).callbacks.append(lambda _e: done.succeed())
+
+    def _routes(self, rank: int, shards: tuple[int, ...], to_shards: bool) -> tuple[list[Any], float]:
+        """Paths between `rank` and `shards` (pushes: towards them) and the longest path's latency,
+        worked out once per combination (routes are fixed; link latencies change only by faults,
+        which the network applies to transfers, so the cache is cleared when they do)."""
+        key = (rank, shards, to_shards)
+        if self.net.latency_version != self._routes_version:
+            self._route_cache.clear()
+            self._routes_version = self.net.latency_version
+        found = self._route_cache.get(key)
+        if found is None:
+            node = self.rank_nodes[rank]
+            hosts = [self.shards[shard].spec.host for shard in shards]
+            paths = [self.router.path(node, host) if to_shards else self.router.path(host, node) for host in hosts]
+            found = self._route_cache[key] = (paths, max(self.net.path_latency(path) for path in paths))
+        return found

@@ -21,6 +21,7 @@ from typing import Optional
 
 import numpy as np
 import simpy
+from simpy.core import NORMAL
 
 from sim.maxmin import max_min_rates
 
@@ -87,6 +88,7 @@ class Network:
         self._n_active = 0
         self._n_open = 0  # of them, open flows (background traffic, which never ends)
         self._n_delivering = 0  # transfers whose bytes are through, waiting out their latency
+        self.latency_version = 0  # bumped whenever a link's latency changes
         # classes of identical transfers, and their link incidence (link, class, multiplicity)
         self._class_of: dict[tuple, int] = {}
         # count: active transfers per class; rated: how many of them the current rates were computed
@@ -179,6 +181,7 @@ class Network:
         """Change link latencies for transfers that start from now on (in-flight ones keep theirs)."""
         self.latency[list(links)] = np.broadcast_to(np.asarray(latency, dtype=float), (len(links),))
         self._path_latency.clear()
+        self.latency_version += 1  # callers that cache path latencies drop them
 
     @property
     def link_bytes(self) -> np.ndarray:
@@ -252,15 +255,16 @@ class Network:
         return slot
 
     def _deliver(self, done: simpy.Event, latency: float) -> None:
-        if latency > 0:
+        if latency > 0:  # `done` itself fires `latency` from now, as a Timeout would: one event, not two
             self._n_delivering += 1
-            self.env.timeout(latency).callbacks.append(lambda _ev: self._delivered(done))
+            done.callbacks.insert(0, self._delivered)
+            done._ok, done._value = True, None
+            self.env.schedule(done, NORMAL, latency)
         else:
             done.succeed()
 
-    def _delivered(self, done: simpy.Event) -> None:
+    def _delivered(self, _done: simpy.Event) -> None:
         self._n_delivering -= 1
-        done.succeed()
 
     def _live_classes(self) -> int:
         return int(np.count_nonzero(self._c.count[: self._n_classes]))

@@ -73,14 +73,12 @@ class Shard:
             apply = (lambda: tensors.apply_round(shard, key, rnd)) if update is not None else None
             self._apply(nbytes, then=self._applied_event(key, rnd), key=key, update=apply)
 
-    def ready(self, rank: int, key: int) -> simpy.Event:
-        """When `rank`'s next pull of `key` may be answered."""
+    def ready(self, rank: int, key: int) -> Optional[simpy.Event]:
+        """When `rank`'s next pull of `key` may be answered: an event, or None for at once."""
         rnd = self._pulled_rounds[(rank, key)]
         self._pulled_rounds[(rank, key)] = rnd + 1
         if not self.spec.sync or rnd < 0:
-            event = self.env.event()
-            event.succeed()
-            return event
+            return None
         event = self._applied_event(key, rnd)
         self._answered[(key, rnd)] += 1
         if self._answered[(key, rnd)] == len(self.workers):  # every worker has its reply: forget the round

@@ -21,16 +21,26 @@ from policies.ops import (
 )
 from sim.errors import PolicyError
 
+MEMO_LIMIT = 100_000  # pushes and pulls remembered as valid; policies that make new ones per call stop here
+
 
 class OpValidator:
     def __init__(self, policy: str, world: int, shards: int) -> None:
         self.policy, self.world, self.shards = policy, world, shards
         self._members: dict[Group, frozenset[int]] = {}  # validated groups -> member sets
+        self._valid_p2p: dict[int, Op] = {}  # id -> push or pull that passed (valid for any rank and step)
 
     def fail(self, rank: int, step: int, op: object, why: str) -> PolicyError:
         return PolicyError(f"policy {self.policy!r} yielded {op!r} on rank {rank} at step {step}: {why}")
 
     def check(self, rank: int, step: int, op: object) -> None:
+        if self._valid_p2p.get(id(op)) is op:  # a push or pull already checked (policies reuse their op tuples)
+            return
+        self._check(rank, step, op)
+        if isinstance(op, (Push, Pull)) and len(self._valid_p2p) < MEMO_LIMIT:
+            self._valid_p2p[id(op)] = op  # kept alive here, so its id cannot be reused by another op
+
+    def _check(self, rank: int, step: int, op: object) -> None:
         if not isinstance(op, Op):
             raise self.fail(rank, step, op, "not an op from policies.ops")
         nbytes = getattr(op, "nbytes", 0.0)
