@@ -1,0 +1,88 @@
+"""Are a speed-up's results the same? Save every result table of the bundled configs, then compare two saves.
+
+    git stash; python benchmarks/frames.py save /tmp/before; git stash pop
+    python benchmarks/frames.py save /tmp/after
+    python benchmarks/frames.py compare /tmp/before /tmp/after
+
+Each config runs at most 6 iterations; the configs that take more than a few seconds (large zoo
+models trained in numerics mode, real-backend validation) are left out. Wall-clock columns are
+dropped: they are the only ones allowed to differ. A table whose rows are the same in another order
+is reported as reordered, not as different.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pickle
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+SLOW = ("real_zoo", "zen_deepfm_8x8", "gpt2", "validate_", "real_zen")
+TABLES = ("summary", "iterations", "ops", "links", "utilization", "staleness", "faults", "phases", "accuracy")
+WALL = ("wall_s", "events", "flows", "recomputes")
+
+
+def configs() -> list[Path]:
+    found = sorted([*ROOT.glob("configs/*.yaml"), *ROOT.glob("configs/papers/*.yaml")])
+    return [p for p in found if not any(s in p.name for s in SLOW)]
+
+
+def save(out: Path) -> None:
+    from sim.api import simulate
+    from sim.config_yaml import read_yaml
+
+    out.mkdir(parents=True, exist_ok=True)
+    for path in configs():
+        data = read_yaml(path)
+        data["iterations"] = min(data.get("iterations", 10), 6)
+        result = simulate(data)
+        frames = {}
+        for name in TABLES:
+            frame = getattr(result, name)
+            if frame is not None:
+                frames[name] = frame.drop(columns=[c for c in frame.columns if any(w in c for w in WALL)])
+        (out / f"{path.stem}.pkl").write_bytes(pickle.dumps(frames))
+        print(path.name, flush=True)
+
+
+def _sorted(frame, cols):  # type: ignore[no-untyped-def]
+    return frame.sort_values(cols, ignore_index=True)
+
+
+def compare(a: Path, b: Path) -> int:
+    differ = 0
+    for left in sorted(a.glob("*.pkl")):
+        x_all, y_all = pickle.loads(left.read_bytes()), pickle.loads((b / left.name).read_bytes())
+        for name, x in x_all.items():
+            y = y_all.get(name)
+            if y is not None and x.equals(y):
+                continue
+            cols = list(x.columns)
+            same = y is not None and x.sort_values(cols, ignore_index=True).equals(
+                y.sort_values(cols, ignore_index=True)
+            )
+            print(f"{left.stem} {name}: {'reordered' if same else 'DIFFERENT'}")
+            differ += not same
+    print(f"{differ} tables differ")
+    return 1 if differ else 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("save").add_argument("out", type=Path)
+    cmp = sub.add_parser("compare")
+    cmp.add_argument("a", type=Path)
+    cmp.add_argument("b", type=Path)
+    args = parser.parse_args()
+    if args.command == "save":
+        save(args.out)
+        return 0
+    return compare(args.a, args.b)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
