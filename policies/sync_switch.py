@@ -49,13 +49,12 @@ class SyncSwitchSettings(PolicySettings):
         "of the pattern, increasing); 0.05 with 10 = 5% of the BSP steps, then ASP",
     )
     switch_cost_s: float = Field(
-        0.0, ge=0, le=1e6, allow_inf_nan=False, description="idle seconds every switch costs (checkpoint and restart)"
+        0.0, ge=0, le=1e6, description="idle seconds every switch costs (checkpoint and restart)"
     )
     threshold: float = Field(
         1.5,
         gt=1,
         le=1e3,
-        allow_inf_nan=False,
         description="online: a worker slower than this x its peers' median is slow",
     )
     window: int = Field(
@@ -64,7 +63,6 @@ class SyncSwitchSettings(PolicySettings):
     release: Optional[float] = Field(
         None,
         gt=1,
-        allow_inf_nan=False,
         description="online: a slow worker has recovered below this x its peers' median; default halfway "
         "between 1 and threshold (must not exceed threshold)",
     )

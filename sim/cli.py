@@ -48,9 +48,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     config = as_config(args.config)
     out = _hold(args, Path(args.out) if args.out else Path("results") / config.name)
-    (out / "summary.csv").unlink(missing_ok=True)  # an older run's summary must not describe this run's rows
+    first_save = True
 
     def save(partial) -> None:  # type: ignore[no-untyped-def]
+        nonlocal first_save
+        if first_save:  # an older run's summary must not describe the rows this run now replaces
+            (out / "summary.csv").unlink(missing_ok=True)
+            first_save = False
         partial.write(out, plot=False, trace=False)  # tables only: cheap, and enough to lose nothing
 
     try:

@@ -29,10 +29,6 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
-PosFloat = Annotated[float, Field(gt=0)]
-NonNegFloat = Annotated[float, Field(ge=0)]
-PosInt = Annotated[int, Field(ge=1)]
-NonNegInt = Annotated[int, Field(ge=0)]
 Count = Annotated[int, Field(ge=1, le=MAX_COUNT)]
 Rank = Annotated[int, Field(ge=0, lt=MAX_COUNT)]
 Fraction = Annotated[float, Field(gt=0, le=1)]  # (0, 1]

@@ -72,8 +72,7 @@ def read_yaml(path: Path) -> Any:
         raise ConfigError(f"{path}: nested too deeply to be a config") from None
     if data is None:
         raise ConfigError(f"{path}: the file is empty; a config is a mapping with cluster:, workload: and policies:")
-    check_size(data)
-    return data
+    return data  # parse_config bounds its size (aliases expanded) before anything walks it
 
 
 def check_size(data: Any, limit: int = MAX_VALUES) -> None:

@@ -138,7 +138,7 @@ def test_a_stall_timeout_shorter_than_one_compute_step_is_refused() -> None:
 
 
 def test_a_transfer_longer_than_the_stall_timeout_is_not_a_deadlock() -> None:
-    # 10 MB over a 1 Mbit/s NIC: each ring transfer takes ~40 s, the stall timeout is 5 s
+    # 10 MB over a 1 Mbit/s NIC: the ring all-reduce of 2 ranks takes 80 s, the stall timeout is 5 s
     data = synthetic({"topology": "star", "hosts": 2, "nic_gbps": 0.001}, [{"name": "ring"}], 10.0)
     data["simulation"]["stall_timeout_s"] = 5.0
     (run,) = simulate(data).runs
