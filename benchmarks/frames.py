@@ -19,6 +19,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 SLOW = ("real_zoo", "zen_deepfm_8x8", "gpt2", "validate_", "real_zen")
 TABLES = ("summary", "iterations", "ops", "links", "utilization", "staleness", "faults", "phases", "accuracy")
@@ -30,22 +31,38 @@ def configs() -> list[Path]:
     return [p for p in found if not any(s in p.name for s in SLOW)]
 
 
-def save(out: Path) -> None:
-    from sim.api import simulate
+def save(out: Path, steady: bool = False) -> None:
+    """`steady`: also every config without compute jitter, and small versions of the large benchmark
+    jobs (no jitter either): where workers tie, same-instant event order is put to the test."""
     from sim.config_yaml import read_yaml
 
     out.mkdir(parents=True, exist_ok=True)
     for path in configs():
         data = read_yaml(path)
         data["iterations"] = min(data.get("iterations", 10), 6)
-        result = simulate(data)
-        frames = {}
-        for name in TABLES:
-            frame = getattr(result, name)
-            if frame is not None:
-                frames[name] = frame.drop(columns=[c for c in frame.columns if any(w in c for w in WALL)])
-        (out / f"{path.stem}.pkl").write_bytes(pickle.dumps(frames))
+        _save(out / f"{path.stem}.pkl", data)
+        if steady:
+            data.setdefault("workload", {})["compute_jitter"] = 0.0
+            _save(out / f"{path.stem}.steady.pkl", data)
         print(path.name, flush=True)
+    if steady:
+        from run_all import large_job
+
+        for policy in ("ring", "hierarchical", "ps", "asp", "ds_sync"):
+            _save(out / f"large_{policy}.steady.pkl", large_job(4, "bert_large", policy, 16, iterations=2))
+            print(f"large job, {policy}", flush=True)
+
+
+def _save(target: Path, data: dict) -> None:  # type: ignore[type-arg]
+    from sim.api import simulate
+
+    result = simulate(data)
+    frames = {}
+    for name in TABLES:
+        frame = getattr(result, name)
+        if frame is not None:
+            frames[name] = frame.drop(columns=[c for c in frame.columns if any(w in c for w in WALL)])
+    target.write_bytes(pickle.dumps(frames))
 
 
 def _sorted(frame, cols):  # type: ignore[no-untyped-def]
@@ -73,13 +90,15 @@ def compare(a: Path, b: Path) -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("save").add_argument("out", type=Path)
+    saver = sub.add_parser("save")
+    saver.add_argument("out", type=Path)
+    saver.add_argument("--steady", action="store_true", help="also without compute jitter (ties between workers)")
     cmp = sub.add_parser("compare")
     cmp.add_argument("a", type=Path)
     cmp.add_argument("b", type=Path)
     args = parser.parse_args()
     if args.command == "save":
-        save(args.out)
+        save(args.out, args.steady)
         return 0
     return compare(args.a, args.b)
 

@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import Field
 
 from policies.base import Bucket, Policy, PolicySettings, SettingError
-from policies.ops import AllGather, AllReduce, Group, Program, ReduceScatter
+from policies.ops import AllGather, AllReduce, Collective, Group, Program, ReduceScatter
 from policies.view import ClusterView, ModelInfo
 
 
@@ -43,6 +43,8 @@ class Hierarchical(Policy):
                 "level", f"every {level} must hold the same number of ranks for a 2-D all-reduce, got sizes {sizes}"
             )
         self.local_size = sizes[0]
+        self._ops: dict[tuple[type[Collective], Group, float], Collective] = {}
+        self._programs: dict[tuple[int, float], tuple[Collective, ...]] = {}  # (rank, bucket bytes) -> program
         self.local_of: dict[int, Group] = {}
         self.cross_of: dict[int, Group] = {}
         for ranks in local_groups:
@@ -54,7 +56,22 @@ class Hierarchical(Policy):
                 self.cross_of[r] = cross
 
     def on_gradients(self, rank: int, step: int, bucket: Bucket) -> Program:
-        local = self.local_of[rank]
-        yield ReduceScatter(local, bucket.nbytes)
-        yield AllReduce(self.cross_of[rank], bucket.nbytes / self.local_size)
-        yield AllGather(local, bucket.nbytes)
+        key = (rank, bucket.nbytes)
+        program = self._programs.get(key)
+        if program is None:
+            local, n = self.local_of[rank], bucket.nbytes
+            program = self._programs[key] = (
+                self._op(ReduceScatter, local, n),
+                self._op(AllReduce, self.cross_of[rank], n / self.local_size),
+                self._op(AllGather, local, n),
+            )
+        return program
+
+    def _op(self, kind: type[Collective], group: Group, nbytes: float) -> Collective:
+        """One op object per (kind, group, size), shared by every member and step: backends check an
+        op they have seen before only for membership."""
+        key = (kind, group, nbytes)
+        op = self._ops.get(key)
+        if op is None:
+            op = self._ops[key] = kind(group, nbytes)
+        return op

@@ -28,13 +28,14 @@ from typing import Any, NamedTuple, Optional
 import numpy as np
 import simpy
 
-from policies.ops import AllGather, AllReduce, AllToAll, Barrier, Collective, ReduceScatter
+from policies.ops import AllGather, AllReduce, AllToAll, Barrier, Collective, Group, ReduceScatter
 from sim.errors import PolicyError
 from sim.network import Network
 from sim.routing import Path, Router
 from sim.sparse_traffic import SparseTraffic, exchange_matrix, gather_sizes, received_imbalance
 
 MODELS = ("pipelined", "stepwise")
+RING_CACHE_LIMIT = 20_000  # groups whose ring paths are kept
 
 
 def ring_steps(op: Collective, p: int) -> int:
@@ -73,9 +74,20 @@ class CollectiveRunner:
             raise ValueError(f"collective model {model!r}; allowed: {', '.join(MODELS)}")
         self.env, self.net, self.router, self.model = env, net, router, model
         self.rank_nodes, self.traffic = rank_nodes, traffic
+        self._rings: dict[Group, tuple[list[Path], float]] = {}
+        self._rings_version = -1
+        self._steps: dict[tuple[type, int], int] = {}  # (op type, members) -> ring steps
 
-    def run(self, op: Collective, step: int = 0, buckets: Optional[Mapping[int, Any]] = None) -> Launched:
-        """Launch `op`; `step` and `buckets` (each member's gradient bucket) place a sparse op's data."""
+    def run(
+        self,
+        op: Collective,
+        step: int = 0,
+        buckets: Optional[Mapping[int, Any]] = None,
+        done: Optional[simpy.Event] = None,
+    ) -> Launched:
+        """Launch `op`; `step` and `buckets` (each member's gradient bucket) place a sparse op's data.
+        `done`: an event the launch may fire on completion as its own (one event fewer); check
+        `Launched.done is done` to know whether it did."""
         ranks = op.group.ranks
         p = len(ranks)
         if p == 1:
@@ -84,15 +96,16 @@ class CollectiveRunner:
             return Launched(done, 0.0)
         if op.coding is not None:
             return self._sparse(op, step, buckets or {})
-        wire = _wire_bytes(op, p)
         if isinstance(op, AllToAll):
-            return Launched(self._all_to_all(ranks, op.nbytes / p), wire)
-        steps = ring_steps(op, p)
-        paths = [self._path(ranks[i], ranks[(i + 1) % p]) for i in range(p)]
+            return Launched(self._all_to_all(ranks, op.nbytes / p), (p - 1) * op.nbytes)
+        steps = self._steps.get((type(op), p))
+        if steps is None:
+            steps = self._steps[(type(op), p)] = ring_steps(op, p)
+        wire = steps * op.nbytes if not isinstance(op, Barrier) else 0.0  # bytes on the wire, all members
+        paths, hop_latency = self._ring(op.group)
         chunk = op.nbytes / p
         if self.model == "pipelined":
-            latency = steps * max(self.net.path_latency(path) for path in paths)
-            return Launched(self.net.transfer(paths, steps * chunk, latency=latency), wire)
+            return Launched(self.net.transfer(paths, steps * chunk, latency=steps * hop_latency, done=done), wire)
         return Launched(_StepwiseRing(self.env, self.net, paths, steps, chunk).done, wire)
 
     def _sparse(self, op: Collective, step: int, buckets: Mapping[int, Any]) -> Launched:
@@ -139,6 +152,21 @@ class CollectiveRunner:
             done.succeed()
         return Launched(done, float(sizes.sum()), received_imbalance(sizes.sum(axis=0)))
 
+    def _ring(self, group: Group) -> tuple[list[Path], float]:
+        """The ring's paths (member i to i+1) and the longest one's latency, once per group: routes are
+        fixed, and link latencies change only by faults (the network's `latency_version` says when)."""
+        if self.net.latency_version != self._rings_version:
+            self._rings.clear()
+            self._rings_version = self.net.latency_version
+        found = self._rings.get(group)
+        if found is None:
+            if len(self._rings) >= RING_CACHE_LIMIT:  # groups that change every step (DS-Sync's shuffles)
+                self._rings.clear()
+            ranks, p = group.ranks, len(group.ranks)
+            paths = [self._path(ranks[i], ranks[(i + 1) % p]) for i in range(p)]
+            found = self._rings[group] = (paths, max(self.net.path_latency(path) for path in paths))
+        return found
+
     def _path(self, a: int, b: int) -> Path:
         return self.router.path(self.rank_nodes[a], self.rank_nodes[b])
 
@@ -148,13 +176,6 @@ class CollectiveRunner:
         if self.model == "pipelined":
             return self.net.transfer(paths, share)
         return self.env.all_of([self.net.transfer([path], share) for path in paths])
-
-
-def _wire_bytes(op: Collective, p: int) -> float:
-    """Bytes a dense collective puts on the wire over all its members."""
-    if isinstance(op, AllToAll):
-        return (p - 1) * op.nbytes
-    return ring_steps(op, p) * op.nbytes if not isinstance(op, Barrier) else 0.0
 
 
 class _StepwiseRing:

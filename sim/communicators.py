@@ -31,17 +31,18 @@ OnBlocked = Callable[[int, int, float, float], None]
 OnComplete = Callable[[Collective, dict[int, Any]], None]
 
 
-@dataclass
+@dataclass(slots=True)
 class _Call:
     op: Collective
     step: int
     issued: float
-    done: Optional[simpy.Event] = None  # one completion event shared by every member (made at first arrival)
+    done: simpy.Event  # one completion event shared by every member
     arrivals: dict[int, tuple[int, float]] = field(default_factory=dict)  # rank -> (its step, arrival time)
     contexts: dict[int, Any] = field(default_factory=dict)  # rank -> what its program acts on
+    complete_at: float = 0.0  # when the last member arrived
 
 
-@dataclass
+@dataclass(slots=True)
 class _Communicator:
     ranks: tuple[int, ...]
     calls: dict[int, _Call] = field(default_factory=dict)
@@ -64,35 +65,46 @@ class Communicators:
         self.on_finish, self.on_blocked, self.on_complete = on_finish, on_blocked, on_complete
         self._comms: dict[Group, _Communicator] = {}
 
-    def enqueue(self, rank: int, step: int, op: Collective) -> tuple[_Communicator, int]:
-        """Reserve `rank`'s next position on `op`'s communicator; returns the ticket for `arrive`."""
+    def communicator(self, op: Collective) -> _Communicator:
+        """The communicator of `op`'s group (made at its first use)."""
         comm = self._comms.get(op.group)
         if comm is None:
             comm = self._comms[op.group] = _Communicator(op.group.ranks)
+        return comm
+
+    def enqueue(
+        self, rank: int, step: int, op: Collective, comm: Optional[_Communicator] = None
+    ) -> tuple[_Communicator, _Call]:
+        """Reserve `rank`'s next position on `op`'s communicator (`comm`, if the caller knows it);
+        returns the ticket for `arrive`."""
+        if comm is None:
+            comm = self.communicator(op)
         seq = comm.issued.get(rank, 0)
         comm.issued[rank] = seq + 1
         call = comm.calls.get(seq)
         if call is None:
-            comm.calls[seq] = _Call(op, step, self.env.now)
-        elif call.op != op:
+            call = comm.calls[seq] = _Call(op, step, self.env.now, self.env.event())
+        elif call.op is not op and call.op != op:
             raise PolicyError(
                 f"policy {self.policy!r}: rank {rank} enqueued {op!r} as call #{seq} on {op.group!r}, "
                 f"but another member enqueued {call.op!r}; "
                 "every member must issue the same collectives in the same order"
             )
-        return comm, seq
+        return comm, call
 
-    def arrive(self, rank: int, step: int, ticket: tuple[_Communicator, int], context: Any = None) -> simpy.Event:
+    def arrive(self, rank: int, step: int, ticket: tuple[_Communicator, _Call], context: Any = None) -> simpy.Event:
         """`rank` reached its enqueued call in its program; the event fires when the call completes."""
-        comm, seq = ticket
-        call = comm.calls[seq]
-        if call.done is None:  # one event for all members: p - 1 fewer events per collective
-            call.done = self.env.event()
+        comm, call = ticket
         call.arrivals[rank] = (step, self.env.now)
         call.contexts[rank] = context
         if len(call.arrivals) == len(comm.ranks):
+            call.complete_at = self.env.now
             self._try_launch(comm)
         return call.done
+
+    def completion(self, ticket: tuple[_Communicator, _Call]) -> simpy.Event:
+        """The event that fires when the enqueued call of `ticket` completes (before anyone arrives)."""
+        return ticket[1].done
 
     def waiting(self) -> list[str]:
         """Collectives some members entered and others did not (for deadlock reports)."""
@@ -113,15 +125,22 @@ class Communicators:
         comm.busy = True
         launched = self.env.now
         if self.on_blocked is not None:
-            last = max(arrived for _, arrived in call.arrivals.values())
+            last = call.complete_at  # members arrive in time order: the last one to arrive came last
             for rank, (step, arrived) in call.arrivals.items():
                 if arrived < last:
                     self.on_blocked(rank, step, arrived, last)
         try:
-            under_way = self.runner.run(call.op, call.step, call.contexts)
+            under_way = self.runner.run(call.op, call.step, call.contexts, call.done)
         except PolicyError as exc:
             raise PolicyError(f"policy {self.policy!r}: {exc}") from None
-        under_way.done.callbacks.append(lambda _ev: self._finish(comm, call, launched, under_way))
+
+        def finish(_event: simpy.Event) -> None:
+            self._finish(comm, call, launched, under_way)
+
+        if under_way.done is call.done:  # the flows fire the call's own event: finish before members resume
+            call.done.callbacks.insert(0, finish)
+        else:
+            under_way.done.callbacks.append(finish)
 
     def _finish(self, comm: _Communicator, call: _Call, launched: float, under_way: Launched) -> None:
         del comm.calls[comm.next_launch]
@@ -129,8 +148,8 @@ class Communicators:
         comm.busy = False
         if self.on_complete is not None:
             self.on_complete(call.op, call.contexts)
-        assert call.done is not None  # launched only once every member arrived
-        call.done.succeed()
+        if under_way.done is not call.done:
+            call.done.succeed()
         if self.on_finish is not None:
             self.on_finish(call.op, call.step, call.issued, launched, under_way)
         self._try_launch(comm)

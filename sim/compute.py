@@ -26,6 +26,8 @@ class ComputeModel:
                     raise ValueError(f"faults.slow_workers: rank {rank} does not exist (world size {world})")
                 self.static[rank] *= slow.compute_factor
         self.transient = np.ones(world)  # product of the compute stragglers in force, per rank
+        # no compute straggler configured: a segment's length never depends on when it starts
+        self.steady = all(spec.compute_factor is None for spec in config.faults.stragglers)
         self._stragglers: dict[int, list[float]] = {}
         self._streams: dict[int, tuple[np.random.Generator, list[float]]] = {}
 

@@ -24,6 +24,8 @@ from sim.servers import Shard
 from sim.sparse_traffic import SparseTraffic, message_bytes
 from sim.validation import OpValidator
 
+CHAIN_MEMO_LIMIT = 500_000  # (rank, program) pairs remembered as checked (about 200 bytes each)
+
 # (rank, step, op kind, shard (-1 for several), ops in the batch, total nbytes, start, end):
 # one finished point-to-point batch or wait
 OnOp = Callable[[int, int, str, int, int, float, float, float], None]
@@ -35,6 +37,23 @@ def _processed(env: simpy.Environment) -> simpy.Event:
     event = env.event()
     event._ok, event._value, event.callbacks = True, None, None  # what env.step leaves behind
     return event
+
+
+class _Chain:
+    """Arrives at a program's collectives in turn, each when the one before completes (a callback with
+    no reference cycle: plain reference counting frees it once the last call completes)."""
+
+    __slots__ = ("comms", "rank", "step", "tickets", "bucket", "next")
+
+    def __init__(self, comms: Communicators, rank: int, step: int, tickets: list[Any], bucket: Optional[int]):
+        self.comms, self.rank, self.step, self.tickets, self.bucket, self.next = comms, rank, step, tickets, bucket, 0
+
+    def __call__(self, _event: Optional[simpy.Event]) -> None:
+        i = self.next
+        self.next = i + 1
+        event = self.comms.arrive(self.rank, self.step, self.tickets[i], self.bucket)
+        if self.next < len(self.tickets):
+            event.callbacks.append(self)
 
 
 class Executor:
@@ -63,7 +82,9 @@ class Executor:
         self.world = len(rank_nodes)
         self._everyone = tuple(range(self.world))
         self.validator = OpValidator(policy, self.world, len(shards))
-        self._settled = _processed(env)
+        # (rank, id) of a tuple program of collectives that rank ran before -> (the tuple, its ops)
+        self._known_chains: dict[tuple[int, int], tuple[tuple[Any, ...], list[tuple[Collective, Any]]]] = {}
+        self.settled = _processed(env)  # what `run_in_turn` returns for a program with nothing to do
         self._route_cache: dict[tuple[int, tuple[int, ...], bool], tuple[list[Any], float]] = {}
         self._routes_version = -1
 
@@ -71,31 +92,60 @@ class Executor:
         """Validate the whole program, enqueue its collectives now, and execute it item by item.
 
         `bucket`: the gradient bucket the program belongs to (None: a whole-model hook)."""
-        items, tickets = self._stage(rank, step, program)
+        known = self._known_chains.get((rank, id(program)))
+        if known is not None and known[0] is program:  # this rank ran this very tuple before: checked
+            enqueue = self.comms.enqueue
+            return self._chain(rank, step, [enqueue(rank, step, op, comm) for op, comm in known[1]], bucket)
+        items, tickets, collectives_only = self._stage(rank, step, program)
         if not items:  # most hooks of most policies: no process needed
             done = self.env.event()
             done.succeed()
             return done
-        if self.numerics is None and len(items) == 1 and len(items[0]) == 1 and isinstance(items[0][0], Collective):
-            return self.comms.arrive(rank, step, tickets[0][0], bucket)  # one collective: its own event will do
+        if collectives_only and self.numerics is None:
+            if type(program) is tuple and len(self._known_chains) < CHAIN_MEMO_LIMIT:  # kept alive: ids stay unique
+                chain = [(item[0], ticket[0][0]) for item, ticket in zip(items, tickets)]  # (op, communicator)
+                self._known_chains[(rank, id(program))] = (program, chain)
+            return self._chain(rank, step, [ticket[0] for ticket in tickets], bucket)
         return self.env.process(self._run(rank, step, items, tickets, bucket))
 
-    def _stage(self, rank: int, step: int, program: Iterable[Any]) -> tuple[list[tuple[Op, ...]], list[list[Any]]]:
-        items = [step_ops(item) for item in program]
-        tickets: list[list[Any]] = []  # per item, per op: the communicator ticket of a collective
-        for item in items:
-            for op in item:
-                self.validator.check(rank, step, op)
-            tickets.append([self.comms.enqueue(rank, step, op) if isinstance(op, Collective) else None for op in item])
-        return items, tickets
+    def _chain(self, rank: int, step: int, tickets: list[Any], bucket: Optional[int]) -> simpy.Event:
+        """A program of collectives one after another, without a process: arrive at the first now and at
+        each next one when the one before completes; the last one's completion ends the program."""
+        _Chain(self.comms, rank, step, tickets, bucket)(None)
+        return self.comms.completion(tickets[-1])
+
+    def _stage(
+        self, rank: int, step: int, program: Iterable[Any]
+    ) -> tuple[list[tuple[Op, ...]], list[list[Any]], bool]:
+        """Validate and enqueue a program: its items, per item and op the communicator ticket of a
+        collective (else None), and whether every item is one collective."""
+        items: list[tuple[Op, ...]] = []
+        tickets: list[list[Any]] = []
+        check, enqueue = self.validator.check, self.comms.enqueue
+        collectives_only = True
+        for item in program:
+            ops = step_ops(item)
+            items.append(ops)
+            item_tickets: list[Any] = []
+            for op in ops:
+                check(rank, step, op)
+                if isinstance(op, Collective):
+                    item_tickets.append(enqueue(rank, step, op))
+                else:
+                    item_tickets.append(None)
+                    collectives_only = False
+            tickets.append(item_tickets)
+            if len(ops) != 1:
+                collectives_only = False
+        return items, tickets, collectives_only
 
     def run_in_turn(
         self, rank: int, step: int, programs: list[Iterable[Any]], buckets: Sequence[Optional[int]]
     ) -> list[simpy.Event]:
         """Run programs one after another (all validated and enqueued now); an event per program."""
-        staged = [self._stage(rank, step, program) for program in programs]
+        staged = [self._stage(rank, step, program)[:2] for program in programs]
         if not any(items for items, _ in staged):  # nothing to read before forward (most policies)
-            return [self._settled] * len(staged)
+            return [self.settled] * len(staged)
         done = [self.env.event() for _ in staged]
 
         def chain() -> Generator[simpy.Event, Any, None]:
@@ -213,7 +263,7 @@ class Executor:
         if all(wait is None for wait in waits):  # asynchronous shards answer at once: no events to wait on
             self._send_pull(rank, batch, ranges, size, done)
             return self._timed(rank, step, "pull", batch, done, size * len(batch))
-        ready = self._blocking(rank, step, self.env.all_of([wait or self._settled for wait in waits]))
+        ready = self._blocking(rank, step, self.env.all_of([wait or self.settled for wait in waits]))
 
         ready.callbacks.append(lambda _ev: self._send_pull(rank, batch, ranges, size, done))
         return self._timed(rank, step, "pull", batch, done, size * len(batch))

@@ -122,16 +122,19 @@ class Network:
         *,
         latency: Optional[float] = None,
         cap: float = np.inf,
+        done: Optional[simpy.Event] = None,
     ) -> simpy.Event:
         """Send `nbytes` along every path in `paths` at one common rate; returns the delivery event.
 
         `latency` defaults to the largest path latency. `cap` bounds the per-path rate (bytes/s).
+        `done`: the (untriggered) event to fire on delivery, if the caller has one already.
         """
         if nbytes < 0:
             raise ValueError(f"transfer of negative size {nbytes}")
         if not cap > 0:
             raise ValueError(f"transfer rate cap must be > 0, got {cap}")
-        done = self.env.event()
+        if done is None:
+            done = self.env.event()
         lat = max((self.path_latency(p) for p in paths), default=0.0) if latency is None else latency
         self.transfers_started += 1
         links = [link for path in paths for link in path]

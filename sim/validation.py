@@ -21,24 +21,28 @@ from policies.ops import (
 )
 from sim.errors import PolicyError
 
-MEMO_LIMIT = 100_000  # pushes and pulls remembered as valid; policies that make new ones per call stop here
+MEMO_LIMIT = 100_000  # ops remembered as valid; policies that make new ones per call stop here
 
 
 class OpValidator:
     def __init__(self, policy: str, world: int, shards: int) -> None:
         self.policy, self.world, self.shards = policy, world, shards
         self._members: dict[Group, frozenset[int]] = {}  # validated groups -> member sets
-        self._valid_p2p: dict[int, Op] = {}  # id -> push or pull that passed (valid for any rank and step)
+        # id -> (op, the ranks it is valid for; None: any rank) for ops that passed; the op is kept
+        # alive here, so its id cannot be reused by another op
+        self._valid: dict[int, tuple[Op, frozenset[int] | None]] = {}
 
     def fail(self, rank: int, step: int, op: object, why: str) -> PolicyError:
         return PolicyError(f"policy {self.policy!r} yielded {op!r} on rank {rank} at step {step}: {why}")
 
     def check(self, rank: int, step: int, op: object) -> None:
-        if self._valid_p2p.get(id(op)) is op:  # a push or pull already checked (policies reuse their op tuples)
-            return
+        known = self._valid.get(id(op))
+        if known is not None and known[0] is op and (known[1] is None or rank in known[1]):
+            return  # checked before (policies that reuse their op objects skip the checks)
         self._check(rank, step, op)
-        if isinstance(op, (Push, Pull)) and len(self._valid_p2p) < MEMO_LIMIT:
-            self._valid_p2p[id(op)] = op  # kept alive here, so its id cannot be reused by another op
+        if len(self._valid) < MEMO_LIMIT:
+            members = self._members[op.group] if isinstance(op, Collective) else None
+            self._valid[id(op)] = (op, members)  # type: ignore[assignment]
 
     def _check(self, rank: int, step: int, op: object) -> None:
         if not isinstance(op, Op):

@@ -17,6 +17,7 @@ not applied yet, a clock bound), and *comm* is the remainder: moving bytes with 
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
@@ -64,6 +65,38 @@ class BlockedTime:
         return sum(max(0.0, min(b, hi) - max(a, lo)) for a, b in merged for lo, hi in windows)
 
 
+class SharedTimeouts:
+    """One timeout per firing instant for the compute slices of all workers: workers in step (no
+    jitter) end their slices at the same instants, and one event resumes them all, in the order they
+    asked, as their own timeouts would have."""
+
+    def __init__(self, env: simpy.Environment) -> None:
+        self.env = env
+        self._pending: dict[float, simpy.Event] = {}
+
+    def after(self, delay: float) -> simpy.Event:
+        return self.at(self.env.now + delay)  # the instant SimPy fires a timeout of `delay` at
+
+    def at(self, when: float) -> simpy.Event:
+        event = self._pending.get(when)
+        if event is None:
+            event = self._pending[when] = self.env.timeout(_delay_to(self.env.now, when))
+            event.callbacks.append(lambda _ev: self._pending.pop(when))  # before any worker resumes
+        return event
+
+
+def _delay_to(now: float, when: float) -> float:
+    """The delay whose sum with `now`, rounded as SimPy adds it, is exactly `when` (so slices added
+    one by one end where one timeout per slice would have)."""
+    delay = when - now
+    for _ in range(64):
+        at = now + delay
+        if at == when:
+            break
+        delay = math.nextafter(delay, math.inf if at < when else -math.inf)
+    return max(delay, 0.0)
+
+
 @dataclass
 class WorkerContext:
     env: simpy.Environment
@@ -79,6 +112,10 @@ class WorkerContext:
     numerics: Any = None  # sim.numerics.replicas.Replicas: real tensors (numerics mode)
     evaluator: Any = None  # sim.numerics.evaluation.Evaluator
     phase: int = 0  # the phase's index in the run
+    timers: SharedTimeouts = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.timers = SharedTimeouts(self.env)
 
 
 def worker(ctx: WorkerContext, rank: int) -> Generator[simpy.Event, Any, None]:
@@ -86,6 +123,9 @@ def worker(ctx: WorkerContext, rank: int) -> Generator[simpy.Event, Any, None]:
     numerics = ctx.numerics
     n_buckets = len(plan.buckets)
     buckets = [Bucket(b, bucket.nbytes, n_buckets) for b, bucket in enumerate(plan.buckets)]
+    reads_before_forward = type(policy).on_forward is not Policy.on_forward  # the base hook reads nothing
+    backward = [bucket.backward_s for bucket in plan.buckets]
+    after, segment, run, on_gradients = ctx.timers.after, compute.segment, executor.run, policy.on_gradients
     step = ctx.budget.start
     last: Optional[Timing] = None
     while True:
@@ -101,23 +141,35 @@ def worker(ctx: WorkerContext, rank: int) -> Generator[simpy.Event, Any, None]:
         begin_end = env.now
         factor = compute.iteration_factor(rank)
         forward_order = buckets[::-1]  # the first layers sit in the last bucket backward produced
-        reads = executor.run_in_turn(
-            rank, step, [policy.on_forward(rank, step, b) for b in forward_order], [b.index for b in forward_order]
-        )
-        for bucket, ready in zip(forward_order, reads):
-            yield ready
-            a = env.now
-            yield env.timeout(compute.segment(rank, plan.buckets[bucket.index].backward_s / 2, factor))
-            computing.append((a, env.now))
+        if reads_before_forward:
+            reads = executor.run_in_turn(
+                rank, step, [policy.on_forward(rank, step, b) for b in forward_order], [b.index for b in forward_order]
+            )
+        else:
+            reads = [executor.settled] * len(forward_order)
+        if compute.steady and all(ready is executor.settled for ready in reads):
+            # nothing to wait for and nothing to stretch a segment: the slices end where SimPy's clock
+            # would put them, one after another, so one event at the end of forward will do
+            end = env.now
+            for bucket in forward_order:
+                a, end = end, end + compute.segment(rank, plan.buckets[bucket.index].backward_s / 2, factor)
+                computing.append((a, end))
+            yield ctx.timers.at(end)
+        else:
+            for bucket, ready in zip(forward_order, reads):
+                yield ready
+                a = env.now
+                yield env.timeout(compute.segment(rank, plan.buckets[bucket.index].backward_s / 2, factor))
+                computing.append((a, env.now))
         forward_end = env.now
         if numerics is not None:  # the parameters forward used are settled: the real gradient
             numerics.forward_done(rank, step)
         programs = []
-        for bucket in buckets:
+        for bucket, backward_s in zip(buckets, backward):
             a = env.now
-            yield env.timeout(compute.segment(rank, plan.buckets[bucket.index].backward_s, factor))
+            yield after(segment(rank, backward_s, factor))
             computing.append((a, env.now))
-            programs.append(executor.run(rank, step, policy.on_gradients(rank, step, bucket), bucket.index))
+            programs.append(run(rank, step, on_gradients(rank, step, bucket), bucket.index))
         compute_end = env.now
         yield env.all_of(programs)
         if numerics is not None:
