@@ -84,6 +84,7 @@ class Executor:
         self.validator = OpValidator(policy, self.world, len(shards))
         # (rank, id) of a tuple program of collectives that rank ran before -> (the tuple, its ops)
         self._known_chains: dict[tuple[int, int], tuple[tuple[Any, ...], list[tuple[Collective, Any]]]] = {}
+        self._p2p_items: dict[int, tuple[tuple[Op, ...], bool, list[Any], float]] = {}  # see `_remember_p2p`
         self.settled = _processed(env)  # what `run_in_turn` returns for a program with nothing to do
         self._route_cache: dict[tuple[int, tuple[int, ...], bool], tuple[list[Any], float]] = {}
         self._routes_version = -1
@@ -170,6 +171,12 @@ class Executor:
     def _issue(
         self, rank: int, step: int, ops: tuple[Op, ...], tickets: list[Any], bucket: Optional[int]
     ) -> list[simpy.Event]:
+        plan = self._p2p_items.get(id(ops))
+        if plan is not None and plan[0] is ops:  # a dense push or pull item seen before: one coupled transfer
+            _, is_push, batch, size = plan
+            if is_push:
+                return [self._push(rank, step, batch, [None] * len(batch), size)]
+            return [self._pull(rank, step, batch, [], size)]
         events: list[simpy.Event] = []
         pushes = [op for op in ops if isinstance(op, Push)]
         pulls = [op for op in ops if isinstance(op, Pull)]
@@ -195,7 +202,19 @@ class Executor:
             size = self._p2p_bytes(rank, step, bucket, batch[0][0])
             ops_ = [op for op, _ in batch]
             events.append(self._pull(rank, step, ops_, [r for _, r in batch if r is not None], size))
+        self._remember_p2p(ops)
         return events
+
+    def _remember_p2p(self, ops: tuple[Op, ...]) -> None:
+        """Remember an item of dense pushes (or pulls) of one size, which always travel as one coupled
+        transfer of that size, so that its next issue skips the sorting into batches."""
+        if not (ops and self.coupled_p2p and self.numerics is None and len(self._p2p_items) < CHAIN_MEMO_LIMIT):
+            return
+        kind = type(ops[0])
+        if kind not in (Push, Pull) or any(type(op) is not kind or op.coding is not None for op in ops):
+            return
+        if len({op.nbytes for op in ops}) == 1:  # kept alive here: the id stays unique
+            self._p2p_items[id(ops)] = (ops, kind is Push, list(ops), float(ops[0].nbytes))
 
     def _batches(self, pairs: list[tuple[Any, Any]]) -> list[list[tuple[Any, Any]]]:
         """(op, tensor data) pairs: dense ops of equal size travel as one coupled transfer (pipelined
@@ -276,7 +295,7 @@ class Executor:
         if ranges:
             self.numerics.pulled(rank, ranges)
         paths, latency = self._routes(rank, tuple(op.shard for op in batch), False)
-        self.net.transfer(paths, size, latency=latency).callbacks.append(lambda _e: done.succeed())
+        self.net.transfer(paths, size, latency=latency, done=done)  # the reply's delivery completes the pull
 
     def _routes(self, rank: int, shards: tuple[int, ...], to_shards: bool) -> tuple[list[Any], float]:
         """Paths between `rank` and `shards` (pushes: towards them) and the longest path's latency,
