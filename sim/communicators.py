@@ -37,14 +37,15 @@ class _Call:
     step: int
     issued: float
     done: simpy.Event  # one completion event shared by every member
-    arrivals: dict[int, tuple[int, float]] = field(default_factory=dict)  # rank -> (its step, arrival time)
-    contexts: dict[int, Any] = field(default_factory=dict)  # rank -> what its program acts on
+    arrivals: list[tuple[int, int, float]] = field(default_factory=list)  # (rank, its step, arrival time)
+    contexts: dict[int, Any] = field(default_factory=dict)  # rank -> what its program acts on (if it matters)
     complete_at: float = 0.0  # when the last member arrived
 
 
 @dataclass(slots=True)
 class _Communicator:
     ranks: tuple[int, ...]
+    size: int
     calls: dict[int, _Call] = field(default_factory=dict)
     issued: dict[int, int] = field(default_factory=dict)  # rank -> calls issued so far
     next_launch: int = 0
@@ -64,12 +65,13 @@ class Communicators:
         self.env, self.runner, self.policy = env, runner, policy
         self.on_finish, self.on_blocked, self.on_complete = on_finish, on_blocked, on_complete
         self._comms: dict[Group, _Communicator] = {}
+        self._keep_contexts = on_complete is not None
 
     def communicator(self, op: Collective) -> _Communicator:
         """The communicator of `op`'s group (made at its first use)."""
         comm = self._comms.get(op.group)
         if comm is None:
-            comm = self._comms[op.group] = _Communicator(op.group.ranks)
+            comm = self._comms[op.group] = _Communicator(op.group.ranks, len(op.group.ranks))
         return comm
 
     def enqueue(
@@ -95,10 +97,12 @@ class Communicators:
     def arrive(self, rank: int, step: int, ticket: tuple[_Communicator, _Call], context: Any = None) -> simpy.Event:
         """`rank` reached its enqueued call in its program; the event fires when the call completes."""
         comm, call = ticket
-        call.arrivals[rank] = (step, self.env.now)
-        call.contexts[rank] = context
-        if len(call.arrivals) == len(comm.ranks):
-            call.complete_at = self.env.now
+        now = self.env.now
+        call.arrivals.append((rank, step, now))
+        if self._keep_contexts or call.op.coding is not None:  # numerics acts on them; sparse ops size by them
+            call.contexts[rank] = context
+        if len(call.arrivals) == comm.size:
+            call.complete_at = now
             self._try_launch(comm)
         return call.done
 
@@ -111,7 +115,8 @@ class Communicators:
         out = []
         for comm in self._comms.values():
             for seq, call in comm.calls.items():
-                missing = [r for r in comm.ranks if r not in call.arrivals]
+                arrived = {rank for rank, _, _ in call.arrivals}
+                missing = [r for r in comm.ranks if r not in arrived]
                 if missing:
                     out.append(f"{call.op!r} call #{seq}: ranks {missing[:8]} never reached it")
         return out
@@ -120,13 +125,13 @@ class Communicators:
         if comm.busy:
             return
         call = comm.calls.get(comm.next_launch)
-        if call is None or len(call.arrivals) < len(comm.ranks):
+        if call is None or len(call.arrivals) < comm.size:
             return
         comm.busy = True
         launched = self.env.now
         if self.on_blocked is not None:
             last = call.complete_at  # members arrive in time order: the last one to arrive came last
-            for rank, (step, arrived) in call.arrivals.items():
+            for rank, step, arrived in call.arrivals:
                 if arrived < last:
                     self.on_blocked(rank, step, arrived, last)
         try:
