@@ -102,6 +102,9 @@ class Executor:
             done = self.env.event()
             done.succeed()
             return done
+        if len(items) == 1 and not collectives_only and self.numerics is None:  # one item: no process needed
+            events = self._issue(rank, step, items[0], tickets[0], bucket)
+            return events[0] if len(events) == 1 else self.env.all_of(events)
         if collectives_only and self.numerics is None:
             if type(program) is tuple and len(self._known_chains) < CHAIN_MEMO_LIMIT:  # kept alive: ids stay unique
                 chain = [(item[0], ticket[0][0]) for item, ticket in zip(items, tickets)]  # (op, communicator)
