@@ -11,23 +11,37 @@ pushes of many buckets, or a stepwise ring's flows, collapse into a handful of c
 
 A transfer's data is done when its bytes have crossed its path; it is *delivered* one path latency
 later (propagation and per-hop latency), when its event fires.
+
+A recompute advances the transfers, finishes those that are through, re-solves and sets the next
+timer. Past the first few thousand it runs as one compiled call (`sim.network_jit`) over the live
+classes only, keeping the first round's link loads between calls; before that (and without numba)
+the numpy code below does the same arithmetic, which is the reference.
 """
 
 from __future__ import annotations
 
+import math
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 import simpy
 from simpy.core import NORMAL
 
-from sim.maxmin import max_min_rates
+from sim.maxmin import SATURATION_TOL, max_min_rates, max_min_rates_numpy
 
-# The network solves with numpy until this many recomputes, then with the compiled kernel: a short run
-# never pays the kernel's one-off load (about 0.5 s per process), a long one gains several times over.
-# Both give bitwise-identical rates, so where the switch falls changes no result. Large solves (an
+try:
+    if os.environ.get("SYNCSIM_NO_JIT"):
+        raise ImportError("SYNCSIM_NO_JIT is set")
+    from sim import network_jit
+except ImportError:  # numba missing or disabled: the numpy path does the same work, slower
+    network_jit = None  # type: ignore[assignment]
+
+# The network recomputes with numpy until this many recomputes, then with the compiled kernel: a short
+# run never pays the kernel's one-off load (about 0.5 s per process), a long one gains several times
+# over. Both give bitwise-identical results, so where the switch falls changes none. Large solves (an
 # all-to-all's thousands of flows) switch sooner: after this many incidence entries solved in all.
 COMPILE_AFTER = 2_000
 COMPILE_AFTER_ENTRIES = 2_000_000
@@ -36,6 +50,10 @@ COMPILE_AFTER_ENTRIES = 2_000_000
 # size) finish in the same event; floating-point residue must never schedule a zero-length timer.
 FINISH_TOL_S = 1e-12
 FINISH_TOL_REL = 1e-9
+
+# A slot's state (sim.network_jit numbers them the same): FRESH transfers started since the network
+# last advanced, so the advance that catches up with their start must not move them.
+FREE, RUNNING, FRESH = 0, 1, 2
 
 
 @dataclass(eq=False)
@@ -48,25 +66,33 @@ class Transfer:
     done: simpy.Event
 
 
-class _Growable:
-    """Named numpy columns that double in length when full."""
+class _Columns:
+    """Named columns of one dtype, stored as the rows of one 2-D array (a single argument for the
+    compiled kernel, which numbers the rows in the order given here); doubles in length when full."""
 
-    def __init__(self, length: int, **columns: tuple[type, float]) -> None:
-        self._spec = columns
-        for name, (dtype, fill) in columns.items():
-            setattr(self, name, np.full(length, fill, dtype=dtype))
-        self.size = length
+    def __init__(self, length: int, dtype: Any, **fill: float) -> None:
+        self._names = tuple(fill)
+        self._fill = np.array([fill[name] for name in self._names], dtype=dtype)[:, None]
+        self.data = np.empty((len(self._names), length), dtype=dtype)
+        self.data[:] = self._fill
+        self._bind()
+
+    @property
+    def size(self) -> int:
+        return self.data.shape[1]
+
+    def _bind(self) -> None:
+        for i, name in enumerate(self._names):
+            setattr(self, name, self.data[i])
 
     def ensure(self, n: int) -> None:
         if n <= self.size:
             return
-        new = max(2 * self.size, n)
-        for name, (dtype, fill) in self._spec.items():
-            old = getattr(self, name)
-            grown = np.full(new, fill, dtype=dtype)
-            grown[: self.size] = old
-            setattr(self, name, grown)
-        self.size = new
+        grown = np.empty((len(self._names), max(2 * self.size, n)), dtype=self.data.dtype)
+        grown[:] = self._fill
+        grown[:, : self.size] = self.data
+        self.data = grown
+        self._bind()
 
 
 class Network:
@@ -78,14 +104,18 @@ class Network:
         self.env = env
         self.capacity = np.asarray(capacity, dtype=float)
         self.latency = np.asarray(latency, dtype=float)
-        self._folded_bytes = np.zeros(len(self.capacity))  # bytes of classes since forgotten, per link
+        n_links = len(self.capacity)
+        self._folded_bytes = np.zeros(n_links)  # bytes of classes since forgotten, per link
         self.recomputes = 0
         self._solved_entries = 0
+        self._compiled = False  # recomputes run compiled from now on
         self.transfers_started = 0
-        # transfers, by slot
+        # transfers, by slot (due: the compiled recompute lists the slots it finished there)
         self._slots: list[Optional[Transfer]] = []
-        self._t = _Growable(64, remaining=(float, 0.0), nbytes=(float, 0.0), cls=(np.int64, 0), active=(bool, False))
+        self._tf = _Columns(64, float, remaining=0.0, nbytes=0.0)
+        self._ti = _Columns(64, np.int64, cls=0, state=FREE, due=0)
         self._n_active = 0
+        self._n_fresh = 0  # of them, FRESH
         self._n_open = 0  # of them, open flows (background traffic, which never ends)
         self._n_delivering = 0  # transfers whose bytes are through, waiting out their latency
         self.latency_version = 0  # bumped whenever a link's latency changes
@@ -94,17 +124,26 @@ class Network:
         # count: active transfers per class; rated: how many of them the current rates were computed
         # for (a transfer that joins a class has no rate until the recompute at the same instant)
         # carried: bytes moved so far per sub-flow, summed over the class's transfers (per-link byte
-        # counts are derived from it on demand, so advancing time costs O(classes), not O(links))
-        self._c = _Growable(
-            16, count=(float, 0.0), rated=(float, 0.0), rate=(float, 0.0), cap=(float, np.inf), carried=(float, 0.0)
-        )
+        # counts are derived from it on demand, so advancing time costs O(classes), not O(links));
+        # first, n: the class's incidence entries (contiguous); the rest, the compiled solver's
+        self._cf = _Columns(16, float, count=0.0, rated=0.0, rate=0.0, cap=np.inf, carried=0.0, soonest=0.0)
+        self._ci = _Columns(16, np.int64, first=0, n=0, hint=0, unfrozen=0, frozen=0)
         self._n_classes = 0
-        self._e = _Growable(64, link=(np.int64, 0), cls=(np.int64, 0), mult=(float, 0.0))
+        self._ef = _Columns(64, float, mult=0.0)
+        self._ei = _Columns(64, np.int64, link=0, cls=0)
         self._n_entries = 0
+        # for the compiled recompute: per link the rated classes' load, a round's load and residual
+        # capacity; its place in the list of loaded links (or -1), whether a round saturated it, the list
+        self._lf = np.zeros((3, n_links))
+        self._li = np.zeros((3, n_links), dtype=np.int64)
+        self._li[0] = -1
+        self._n_loaded = 0
+        self._rebuild = True  # the kept loads are stale (after numpy recomputes or compaction)
+        self._arrays: Optional[tuple[np.ndarray, ...]] = None  # the kernel's arrays, until one grows
         self._path_latency: dict[tuple[int, ...], float] = {}
         self._class_by_paths: dict[tuple, int] = {}  # (paths, cap) -> class, until classes are renumbered
         self._last_update = 0.0
-        self._version = 0
+        self._timer: Optional[simpy.Event] = None  # the completion timer of the latest recompute
         self._recompute_pending = False
 
     # ----------------------------------------------------------------------------- public API
@@ -137,12 +176,21 @@ class Network:
             done = self.env.event()
         lat = max((self.path_latency(p) for p in paths), default=0.0) if latency is None else latency
         self.transfers_started += 1
-        links = [link for path in paths for link in path]
-        if nbytes == 0 or not links:
+        # a worker's transfers reuse the same paths all run long: their class is remembered per path set
+        key = (tuple(map(tuple, paths)), cap)
+        cls = self._class_by_paths.get(key)
+        if cls is None:
+            links = [link for path in paths for link in path]
+            if nbytes == 0 or not links:
+                self._deliver(done, lat)
+                return done
+            cls = self._class_by_paths[key] = self._class(links, cap)
+        elif nbytes == 0:
             self._deliver(done, lat)
             return done
-        self._advance()
-        cls = self._class_of_paths(paths, links, cap)
+        else:
+            self._cf.count[cls] += 1
+        # no advance here: the transfer starts FRESH, and the recompute at this instant catches up
         slot = self._new_slot(nbytes, cls)
         self._slots[slot] = Transfer(slot, nbytes, lat, done)
         self._schedule_recompute()
@@ -155,7 +203,6 @@ class Network:
         links = [link for path in paths for link in path]
         if not links:
             raise ValueError("an open flow needs at least one link")
-        self._advance()
         slot = self._new_slot(np.inf, self._class(links, cap))
         transfer = self._slots[slot] = Transfer(slot, np.inf, 0.0, self.env.event())
         self._n_open += 1
@@ -189,9 +236,9 @@ class Network:
     @property
     def link_bytes(self) -> np.ndarray:
         """Bytes carried per link up to the last time the network advanced."""
-        e, n = self._e, self._n_entries
-        weights = e.mult[:n] * self._c.carried[e.cls[:n]]
-        return self._folded_bytes + np.bincount(e.link[:n], weights=weights, minlength=len(self.capacity))
+        n = self._n_entries
+        weights = self._ef.mult[:n] * self._cf.carried[self._ei.cls[:n]]
+        return self._folded_bytes + np.bincount(self._ei.link[:n], weights=weights, minlength=len(self.capacity))
 
     def carried_bytes(self) -> np.ndarray:
         """Bytes carried per link up to the current time."""
@@ -210,51 +257,48 @@ class Network:
 
     def link_load(self) -> np.ndarray:
         """Current bytes/s on every link (for utilisation and invariant checks)."""
-        e, c, n = self._e, self._c, self._n_entries
-        weights = e.mult[:n] * c.rated[e.cls[:n]] * c.rate[e.cls[:n]]
-        return np.bincount(e.link[:n], weights=weights, minlength=len(self.capacity))
+        c, n, cls = self._cf, self._n_entries, self._ei.cls[: self._n_entries]
+        weights = self._ef.mult[:n] * c.rated[cls] * c.rate[cls]
+        return np.bincount(self._ei.link[:n], weights=weights, minlength=len(self.capacity))
 
     # ----------------------------------------------------------------------------- transfers
-    def _class_of_paths(self, paths: Sequence[Sequence[int]], links: list[int], cap: float) -> int:
-        """`_class`, remembered per path set: a worker's transfers reuse the same paths all run long."""
-        key = (tuple(tuple(path) for path in paths), cap)
-        cls = self._class_by_paths.get(key)
-        if cls is None:
-            cls = self._class(links, cap)
-            self._class_by_paths[key] = cls
-        else:
-            self._c.count[cls] += 1
-        return cls
-
     def _class(self, links: list[int], cap: float) -> int:
         ids, counts = np.unique(np.asarray(links, dtype=np.int64), return_counts=True)
         key = (ids.tobytes(), counts.tobytes(), cap)
         cls = self._class_of.get(key)
         if cls is None:
-            if self._n_classes == self._c.size and self._live_classes() * 2 <= self._n_classes:
+            if self._n_classes == self._cf.size and self._live_classes() * 2 <= self._n_classes:
+                self._advance()  # bytes so far are folded by class: bring them up to now first
                 self._compact_classes()
             cls = self._class_of[key] = self._n_classes
             self._n_classes += 1
-            self._c.ensure(self._n_classes)
-            c = self._c
-            c.count[cls], c.rated[cls], c.rate[cls], c.cap[cls], c.carried[cls] = 0.0, 0.0, 0.0, cap, 0.0
+            self._cf.ensure(self._n_classes)
+            self._ci.ensure(self._n_classes)
+            self._cf.data[:, cls] = (0.0, 0.0, 0.0, cap, 0.0, 0.0)
             n, m = self._n_entries, len(ids)
-            self._e.ensure(n + m)
-            self._e.link[n : n + m], self._e.cls[n : n + m], self._e.mult[n : n + m] = ids, cls, counts
+            self._ci.first[cls], self._ci.n[cls], self._ci.hint[cls] = n, m, 0
+            self._ef.ensure(n + m)
+            self._ei.ensure(n + m)
+            self._arrays = None
+            self._ei.link[n : n + m], self._ei.cls[n : n + m], self._ef.mult[n : n + m] = ids, cls, counts
             self._n_entries = n + m
-        self._c.count[cls] += 1
+        self._cf.count[cls] += 1
         return cls
 
     def _new_slot(self, nbytes: float, cls: int) -> int:
         slot = len(self._slots)
-        if slot == self._t.size and self._n_active * 2 <= slot:
-            self._compact_slots()
-            slot = len(self._slots)
-        self._t.ensure(slot + 1)
+        if slot == self._tf.size:
+            if self._n_active * 2 <= slot:
+                self._compact_slots()
+                slot = len(self._slots)
+            self._tf.ensure(slot + 1)
+            self._ti.ensure(slot + 1)
+            self._arrays = None
         self._slots.append(None)
-        t = self._t
-        t.remaining[slot], t.nbytes[slot], t.cls[slot], t.active[slot] = nbytes, nbytes, cls, True
+        self._tf.remaining[slot] = self._tf.nbytes[slot] = nbytes
+        self._ti.cls[slot], self._ti.state[slot] = cls, FRESH
         self._n_active += 1
+        self._n_fresh += 1
         return slot
 
     def _deliver(self, done: simpy.Event, latency: float) -> None:
@@ -270,53 +314,57 @@ class Network:
         self._n_delivering -= 1
 
     def _live_classes(self) -> int:
-        return int(np.count_nonzero(self._c.count[: self._n_classes]))
+        return int(np.count_nonzero(self._cf.count[: self._n_classes]))
 
     def _compact_slots(self) -> None:
         """Renumber live transfers into slots 0..n-1 (finished slots are never reused otherwise)."""
         live = [t for t in self._slots if t is not None]
         old = np.array([t.slot for t in live], dtype=np.int64)
-        t, n = self._t, len(live)
-        remaining, nbytes, cls = t.remaining[old], t.nbytes[old], t.cls[old]
-        t.active[:] = False
-        t.remaining[:n], t.nbytes[:n], t.cls[:n], t.active[:n] = remaining, nbytes, cls, True
+        tf, ti, n = self._tf, self._ti, len(live)
+        floats, ints = tf.data[:, old], ti.data[:, old]
+        ti.state[:] = FREE
+        tf.data[:, :n], ti.data[:, :n] = floats, ints
         for i, transfer in enumerate(live):
             transfer.slot = i
         self._slots = live
 
     def _compact_classes(self) -> None:
         """Forget classes with no active transfer and renumber the rest."""
-        c, e = self._c, self._e
+        c, ne = self._cf, self._n_entries
         self._folded_bytes = self.link_bytes  # forgotten classes keep their bytes on their links
         keep = np.flatnonzero(c.count[: self._n_classes] > 0)
         new_of_old = np.full(self._n_classes, -1, dtype=np.int64)
         new_of_old[keep] = np.arange(len(keep))
-        entries = np.flatnonzero(new_of_old[e.cls[: self._n_entries]] >= 0)
-        links, classes, mult = e.link[entries], new_of_old[e.cls[entries]], e.mult[entries]
-        self._n_entries = len(entries)
-        e.link[: self._n_entries], e.cls[: self._n_entries], e.mult[: self._n_entries] = links, classes, mult
-        count, rated, rate, cap = c.count[keep], c.rated[keep], c.rate[keep], c.cap[keep]
+        entries = np.flatnonzero(new_of_old[self._ei.cls[:ne]] >= 0)
+        links, classes, mult = self._ei.link[entries], new_of_old[self._ei.cls[entries]], self._ef.mult[entries]
+        self._n_entries = ne = len(entries)
+        self._ei.link[:ne], self._ei.cls[:ne], self._ef.mult[:ne] = links, classes, mult
+        floats, ints = c.data[:, keep], self._ci.data[:, keep]
         self._n_classes = nk = len(keep)
-        c.count[:nk], c.rated[:nk], c.rate[:nk], c.cap[:nk] = count, rated, rate, cap
+        c.data[:, :nk], self._ci.data[:, :nk] = floats, ints
         c.count[nk:], c.rated[nk:] = 0.0, 0.0
         c.carried[:] = 0.0  # kept classes' bytes so far are in _folded_bytes now
+        self._ci.first[:nk] = np.cumsum(self._ci.n[:nk]) - self._ci.n[:nk]  # entries stay in class order
         self._class_of = {k: int(new_of_old[v]) for k, v in self._class_of.items() if new_of_old[v] >= 0}
         self._class_by_paths.clear()
         n = len(self._slots)
-        self._t.cls[:n] = np.where(self._t.active[:n], new_of_old[self._t.cls[:n]], 0)
+        self._ti.cls[:n] = np.where(self._ti.state[:n] != FREE, new_of_old[self._ti.cls[:n]], 0)
+        self._rebuild = True
 
     # ----------------------------------------------------------------------------- dynamics
-    def _advance(self, active: np.ndarray | None = None) -> None:
-        """Move every active transfer (slots `active`, if known) forward to now at its current rate."""
+    def _advance(self) -> None:
+        """Move every running transfer forward to now at its current rate."""
         now = self.env.now
         dt = now - self._last_update
         self._last_update = now
-        if dt <= 0 or not self._n_active:
+        if dt <= 0 or self._n_active == self._n_fresh:
             return
-        t, c, nc = self._t, self._c, self._n_classes
-        if active is None:
-            active = np.flatnonzero(t.active[: len(self._slots)])
-        t.remaining[active] -= c.rate[t.cls[active]] * dt
+        tf, ti, c, n, nc = self._tf, self._ti, self._cf, len(self._slots), self._n_classes
+        if self._compiled:
+            network_jit.advance(dt, n, nc, tf.data, ti.data, c.data)
+            return
+        running = np.flatnonzero(ti.state[:n] == RUNNING)
+        tf.remaining[running] -= c.rate[ti.cls[running]] * dt
         c.carried[:nc] += c.rated[:nc] * c.rate[:nc] * dt
 
     def _schedule_recompute(self) -> None:
@@ -326,55 +374,109 @@ class Network:
 
     def _recompute(self, _event: object = None) -> None:
         self._recompute_pending = False
-        t, c = self._t, self._c
-        active = np.flatnonzero(t.active[: len(self._slots)])
-        self._advance(active)
-        active = self._finish_due(active)
-        nc = self._n_classes
-        c.rated[:nc] = c.count[:nc]  # the rates below are for exactly these transfers
-        self._version += 1
-        if not len(active):
+        now = self.env.now
+        tol_s = max(FINISH_TOL_S, 8 * math.ulp(now))
+        ne = self._n_entries
+        if not self._compiled and network_jit is not None:
+            self._compiled = self.recomputes >= COMPILE_AFTER or self._solved_entries + ne > COMPILE_AFTER_ENTRIES
+        if self._compiled:
+            eta, due, left = self._step_compiled(now, tol_s)
+        else:
+            eta, due, left = self._step_numpy(now, tol_s)
+        slots = self._slots
+        for slot in due:  # in slot order
+            transfer = slots[slot]
+            assert transfer is not None  # an active slot always holds its transfer
+            slots[slot] = None
+            self._deliver(transfer.done, transfer.latency)
+        self._n_active = left
+        self._n_fresh = 0
+        self._timer = None  # an earlier timer is stale now
+        if not left:
             return
         self.recomputes += 1
-        e, ne = self._e, self._n_entries
-        # a class stands for its `count` identical transfers; classes with none are idle (rate 0)
         self._solved_entries += ne
-        compiled = self.recomputes > COMPILE_AFTER or self._solved_entries > COMPILE_AFTER_ENTRIES
-        c.rate[:nc] = max_min_rates(
-            e.link[:ne], e.cls[:ne], e.mult[:ne], self.capacity, nc, c.cap[:nc], c.count[:nc], compiled
-        )
-        eta = float((t.remaining[active] / c.rate[t.cls[active]]).min())
         if eta == np.inf:  # only open flows are active: nothing will finish by itself
             return
-        version = self._version
-        self.env.timeout(max(eta, 0.0)).callbacks.append(lambda _ev: self._on_timer(version))
+        self._timer = self.env.timeout(max(eta, 0.0))
+        self._timer.callbacks.append(self._on_timer)
 
-    def _on_timer(self, version: int) -> None:
-        if version == self._version:  # otherwise a later recompute superseded this timer
+    def _step_compiled(self, now: float, tol_s: float) -> tuple[float, list[int], int]:
+        """The recompute's arithmetic in one compiled call: returns (time to the next finish, slots
+        finished, transfers left)."""
+        dt, self._last_update = now - self._last_update, now
+        if self._arrays is None:
+            self._arrays = (
+                self._tf.data,
+                self._ti.data,
+                self._cf.data,
+                self._ci.data,
+                self._ei.data,
+                self._ef.mult,
+                self.capacity,
+                self._lf,
+                self._li,
+            )
+        eta, n_due, left, self._n_loaded, solved = network_jit.recompute(
+            dt,
+            tol_s,
+            FINISH_TOL_REL,
+            SATURATION_TOL,
+            len(self._slots),
+            self._n_active - self._n_fresh,
+            self._n_classes,
+            self._rebuild,
+            self._n_loaded,
+            *self._arrays,
+        )
+        self._rebuild = False
+        due = self._ti.due[:n_due].tolist() if n_due else []
+        if not solved:  # many bottleneck levels: sim.maxmin's compiled solver indexes links for those
+            eta = self._solve_with(True)
+        return eta, due, left
+
+    def _step_numpy(self, now: float, tol_s: float) -> tuple[float, list[int], int]:
+        """`_step_compiled` in numpy (the reference)."""
+        tf, ti, c = self._tf, self._ti, self._cf
+        self._advance()
+        active = np.flatnonzero(ti.state[: len(self._slots)])
+        ti.state[active] = RUNNING
+        remaining, rate = tf.remaining[active], c.rate[ti.cls[active]]
+        near = (remaining <= rate * tol_s) | (remaining <= tf.nbytes[active] * FINISH_TOL_REL)
+        due = near & np.isfinite(remaining)  # open flows never finish by themselves
+        finished = active[due].tolist()
+        for slot in finished:
+            ti.state[slot] = FREE
+            tf.remaining[slot] = 0.0
+            c.count[ti.cls[slot]] -= 1
+        active = active[~due]
+        nc = self._n_classes
+        c.rated[:nc] = c.count[:nc]  # the rates below are for exactly these transfers
+        self._rebuild = True
+        if not len(active):
+            return np.inf, finished, 0
+        return self._solve_with(False), finished, len(active)
+
+    def _solve_with(self, compiled: bool) -> float:
+        """Rates of every class from scratch (with sim.maxmin); returns the time to the next finish."""
+        e, c, ti, nc, ne = self._ei, self._cf, self._ti, self._n_classes, self._n_entries
+        # a class stands for its `count` identical transfers; classes with none are idle (rate 0)
+        c.rate[:nc] = (max_min_rates if compiled else max_min_rates_numpy)(
+            e.link[:ne], e.cls[:ne], self._ef.mult[:ne], self.capacity, nc, c.cap[:nc], c.count[:nc]
+        )
+        active = np.flatnonzero(ti.state[: len(self._slots)])
+        return float((self._tf.remaining[active] / c.rate[ti.cls[active]]).min())
+
+    def _on_timer(self, timer: simpy.Event) -> None:
+        if timer is self._timer:  # otherwise a later recompute superseded it
             self._recompute()
 
-    def _finish_due(self, active: np.ndarray) -> np.ndarray:
-        """Deliver the active transfers whose bytes are through; return the slots still active."""
-        if not len(active):
-            return active
-        t = self._t
-        tol_s = max(FINISH_TOL_S, 8 * float(np.spacing(self.env.now)))
-        remaining, rate = t.remaining[active], self._c.rate[t.cls[active]]
-        near = (remaining <= rate * tol_s) | (remaining <= t.nbytes[active] * FINISH_TOL_REL)
-        due = near & np.isfinite(remaining)  # open flows never finish by themselves
-        if not due.any():
-            return active
-        for slot in active[due]:
-            transfer = self._slots[slot]
-            assert transfer is not None  # an active slot always holds its transfer
-            self._release(slot)
-            self._deliver(transfer.done, transfer.latency)
-        return active[~due]
-
     def _release(self, slot: int) -> None:
-        t = self._t
+        tf, ti = self._tf, self._ti
+        if ti.state[slot] == FRESH:
+            self._n_fresh -= 1
         self._slots[slot] = None
-        t.active[slot] = False
-        t.remaining[slot] = 0.0
-        self._c.count[t.cls[slot]] -= 1
+        ti.state[slot] = FREE
+        tf.remaining[slot] = 0.0
+        self._cf.count[ti.cls[slot]] -= 1
         self._n_active -= 1

@@ -58,26 +58,28 @@ class Shard:
 
     def received(self, rank: int, key: int, nbytes: float, update: Any = None) -> None:
         """A push from `rank` has arrived (`update`: its values, in numerics mode)."""
+        tensors, shard = self.tensors, self.spec.shard
+        if not self.spec.sync:  # applied on arrival: no rounds to count
+            apply = (lambda: tensors.apply_async(update)) if update is not None else None
+            self._apply(nbytes, key, None, rank, apply)
+            return
         rnd = self._pushed_rounds[(rank, key)]
         self._pushed_rounds[(rank, key)] = rnd + 1
-        tensors, shard = self.tensors, self.spec.shard
-        if not self.spec.sync:
-            apply = (lambda: tensors.apply_async(update)) if update is not None else None
-            self._apply(nbytes, rank=rank, key=key, update=apply)
-            return
         if update is not None:
             tensors.add(shard, key, rnd, update)
         self._pushes[(key, rnd)] += 1
         if self._pushes[(key, rnd)] == len(self.workers):
             del self._pushes[(key, rnd)]
             apply = (lambda: tensors.apply_round(shard, key, rnd)) if update is not None else None
-            self._apply(nbytes, then=self._applied_event(key, rnd), key=key, update=apply)
+            self._apply(nbytes, key, self._applied_event(key, rnd), -1, apply)
 
     def ready(self, rank: int, key: int) -> Optional[simpy.Event]:
         """When `rank`'s next pull of `key` may be answered: an event, or None for at once."""
+        if not self.spec.sync:  # asynchronous shards answer at once: no rounds to count
+            return None
         rnd = self._pulled_rounds[(rank, key)]
         self._pulled_rounds[(rank, key)] = rnd + 1
-        if not self.spec.sync or rnd < 0:
+        if rnd < 0:
             return None
         event = self._applied_event(key, rnd)
         self._answered[(key, rnd)] += 1
@@ -96,31 +98,25 @@ class Shard:
         return event
 
     def _apply(
-        self,
-        nbytes: float,
-        *,
-        key: int,
-        then: simpy.Event | None = None,
-        rank: int = -1,
-        update: Optional[Callable[[], None]] = None,
+        self, nbytes: float, key: int, then: simpy.Event | None, rank: int, update: Optional[Callable[[], None]]
     ) -> None:
-        """Apply one update, after any the shard is still busy with (one at a time)."""
-        cost = self.spec.apply_s_per_mb * nbytes / MB
-        start = max(self.env.now, self._busy_until)
-        self._busy_until = start + cost
-
-        def applied(_ev: object = None) -> None:
-            if rank >= 0 and self.on_apply is not None:
-                self.on_apply(rank, key, self._applied_to[key] - self._sent_version[(rank, key)])
-            if update is not None:
-                update()
-            self._applied_to[key] += 1
-            self.applied_updates += 1
-            if then is not None:
-                then.succeed()
-
-        delay = self._busy_until - self.env.now
+        """Apply one update (`rank`'s, or -1 for a round's sum), after any the shard is still busy with
+        (one at a time); `then` fires once it is applied."""
+        now = self.env.now
+        self._busy_until = max(now, self._busy_until) + self.spec.apply_s_per_mb * nbytes / MB
+        delay = self._busy_until - now
         if delay > 0:
-            self.env.timeout(delay).callbacks.append(applied)
-        else:
-            applied()
+            self.env.timeout(delay).callbacks.append(lambda _ev: self._commit(key, then, rank, update))
+        else:  # free, and applying costs nothing: no event
+            self._commit(key, then, rank, update)
+
+    def _commit(self, key: int, then: simpy.Event | None, rank: int, update: Optional[Callable[[], None]]) -> None:
+        """The update is applied: record staleness, apply the values (numerics mode), count it."""
+        if rank >= 0 and self.on_apply is not None:
+            self.on_apply(rank, key, self._applied_to[key] - self._sent_version[(rank, key)])
+        if update is not None:
+            update()
+        self._applied_to[key] += 1
+        self.applied_updates += 1
+        if then is not None:
+            then.succeed()
