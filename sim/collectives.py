@@ -74,7 +74,7 @@ class CollectiveRunner:
             raise ValueError(f"collective model {model!r}; allowed: {', '.join(MODELS)}")
         self.env, self.net, self.router, self.model = env, net, router, model
         self.rank_nodes, self.traffic = rank_nodes, traffic
-        self._rings: dict[Group, tuple[list[Path], float]] = {}
+        self._rings: dict[Group, tuple[tuple[Path, ...], float]] = {}
         self._rings_version = -1
         self._steps: dict[tuple[type, int], int] = {}  # (op type, members) -> ring steps
 
@@ -152,7 +152,7 @@ class CollectiveRunner:
             done.succeed()
         return Launched(done, float(sizes.sum()), received_imbalance(sizes.sum(axis=0)))
 
-    def _ring(self, group: Group) -> tuple[list[Path], float]:
+    def _ring(self, group: Group) -> tuple[tuple[Path, ...], float]:
         """The ring's paths (member i to i+1) and the longest one's latency, once per group: routes are
         fixed, and link latencies change only by faults (the network's `latency_version` says when)."""
         if self.net.latency_version != self._rings_version:
@@ -163,7 +163,7 @@ class CollectiveRunner:
             if len(self._rings) >= RING_CACHE_LIMIT:  # groups that change every step (DS-Sync's shuffles)
                 self._rings.clear()
             ranks, p = group.ranks, len(group.ranks)
-            paths = [self._path(ranks[i], ranks[(i + 1) % p]) for i in range(p)]
+            paths = tuple(self._path(ranks[i], ranks[(i + 1) % p]) for i in range(p))
             found = self._rings[group] = (paths, max(self.net.path_latency(path) for path in paths))
         return found
 
@@ -181,7 +181,7 @@ class CollectiveRunner:
 class _StepwiseRing:
     """Flow-by-flow ring: flow (i, s) waits for (i-1, s-1) and (i, s-1) to be delivered."""
 
-    def __init__(self, env: simpy.Environment, net: Network, paths: list[Path], steps: int, chunk: float):
+    def __init__(self, env: simpy.Environment, net: Network, paths: Sequence[Path], steps: int, chunk: float):
         self.net, self.paths, self.steps, self.chunk = net, paths, steps, chunk
         self.p = len(paths)
         self.delivered = [[False] * steps for _ in range(self.p)]

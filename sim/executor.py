@@ -86,7 +86,7 @@ class Executor:
         self._known_chains: dict[tuple[int, int], tuple[tuple[Any, ...], list[tuple[Collective, Any]]]] = {}
         self._p2p_items: dict[int, tuple[tuple[Op, ...], bool, list[Any], float]] = {}  # see `_remember_p2p`
         self.settled = _processed(env)  # what `run_in_turn` returns for a program with nothing to do
-        self._route_cache: dict[tuple[int, tuple[int, ...], bool], tuple[list[Any], float]] = {}
+        self._route_cache: dict[tuple[int, tuple[int, ...], bool], tuple[tuple[Any, ...], float]] = {}
         self._routes_version = -1
 
     def run(self, rank: int, step: int, program: Iterable[Any], bucket: Optional[int] = None) -> simpy.Event:
@@ -130,6 +130,11 @@ class Executor:
         for item in program:
             ops = step_ops(item)
             items.append(ops)
+            known = self._p2p_items.get(id(ops))
+            if known is not None and known[0] is ops:  # pushes or pulls checked before (valid for any rank)
+                tickets.append([None] * len(ops))
+                collectives_only = False
+                continue
             item_tickets: list[Any] = []
             for op in ops:
                 check(rank, step, op)
@@ -300,7 +305,7 @@ class Executor:
         paths, latency = self._routes(rank, tuple(op.shard for op in batch), False)
         self.net.transfer(paths, size, latency=latency, done=done)  # the reply's delivery completes the pull
 
-    def _routes(self, rank: int, shards: tuple[int, ...], to_shards: bool) -> tuple[list[Any], float]:
+    def _routes(self, rank: int, shards: tuple[int, ...], to_shards: bool) -> tuple[tuple[Any, ...], float]:
         """Paths between `rank` and `shards` (pushes: towards them) and the longest path's latency,
         worked out once per combination (routes are fixed; link latencies change only by faults,
         which the network applies to transfers, so the cache is cleared when they do)."""
@@ -312,6 +317,6 @@ class Executor:
         if found is None:
             node = self.rank_nodes[rank]
             hosts = [self.shards[shard].spec.host for shard in shards]
-            paths = [self.router.path(node, host) if to_shards else self.router.path(host, node) for host in hosts]
+            paths = tuple(self.router.path(node, host) if to_shards else self.router.path(host, node) for host in hosts)
             found = self._route_cache[key] = (paths, max(self.net.path_latency(path) for path in paths))
         return found

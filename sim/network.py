@@ -48,6 +48,8 @@ COMPILE_AFTER_ENTRIES = 2_000_000
 
 # Transfers whose remaining bytes would take under this long (or are under this fraction of their
 # size) finish in the same event; floating-point residue must never schedule a zero-length timer.
+CLASS_TUPLE_LIMIT = 50_000  # tuples of paths whose class is remembered by identity
+
 FINISH_TOL_S = 1e-12
 FINISH_TOL_REL = 1e-9
 
@@ -142,6 +144,7 @@ class Network:
         self._arrays: Optional[tuple[np.ndarray, ...]] = None  # the kernel's arrays, until one grows
         self._path_latency: dict[tuple[int, ...], float] = {}
         self._class_by_paths: dict[tuple, int] = {}  # (paths, cap) -> class, until classes are renumbered
+        self._class_by_tuple: dict[int, tuple[tuple, float, int]] = {}  # id -> (paths, cap, class), likewise
         self._last_update = 0.0
         self._timer: Optional[simpy.Event] = None  # the completion timer of the latest recompute
         self._recompute_pending = False
@@ -176,19 +179,30 @@ class Network:
             done = self.env.event()
         lat = max((self.path_latency(p) for p in paths), default=0.0) if latency is None else latency
         self.transfers_started += 1
-        # a worker's transfers reuse the same paths all run long: their class is remembered per path set
-        key = (tuple(map(tuple, paths)), cap)
-        cls = self._class_by_paths.get(key)
-        if cls is None:
-            links = [link for path in paths for link in path]
-            if nbytes == 0 or not links:
+        # a worker's transfers reuse the same paths all run long: their class is remembered per path set,
+        # and per tuple of paths for callers that keep theirs (cached routes and rings)
+        created = False
+        known = self._class_by_tuple.get(id(paths)) if type(paths) is tuple else None
+        if known is not None and known[0] is paths and known[1] == cap:
+            cls = known[2]
+        else:
+            key = (tuple(map(tuple, paths)), cap)
+            cls = self._class_by_paths.get(key)
+            if cls is None:
+                links = [link for path in paths for link in path]
+                if nbytes == 0 or not links:
+                    self._deliver(done, lat)
+                    return done
+                cls = self._class_by_paths[key] = self._class(links, cap)  # counts this transfer
+                created = True
+            if type(paths) is tuple:
+                if len(self._class_by_tuple) >= CLASS_TUPLE_LIMIT:
+                    self._class_by_tuple.clear()
+                self._class_by_tuple[id(paths)] = (paths, cap, cls)  # kept alive here: the id stays unique
+        if not created:
+            if nbytes == 0:
                 self._deliver(done, lat)
                 return done
-            cls = self._class_by_paths[key] = self._class(links, cap)
-        elif nbytes == 0:
-            self._deliver(done, lat)
-            return done
-        else:
             self._cf.count[cls] += 1
         # no advance here: the transfer starts FRESH, and the recompute at this instant catches up
         slot = self._new_slot(nbytes, cls)
@@ -347,6 +361,7 @@ class Network:
         self._ci.first[:nk] = np.cumsum(self._ci.n[:nk]) - self._ci.n[:nk]  # entries stay in class order
         self._class_of = {k: int(new_of_old[v]) for k, v in self._class_of.items() if new_of_old[v] >= 0}
         self._class_by_paths.clear()
+        self._class_by_tuple.clear()
         n = len(self._slots)
         self._ti.cls[:n] = np.where(self._ti.state[:n] != FREE, new_of_old[self._ti.cls[:n]], 0)
         self._rebuild = True
