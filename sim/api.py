@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Optional, Union
 
 from sim.config import Config, load_config, parse_config
+from sim.cost import check_limits
 from sim.engine import PolicyRun, bind_policy, run_policy
 from sim.errors import ConfigError
 from sim.faults import fault_problems
@@ -86,9 +87,12 @@ def simulate(
     """Run every policy of `config` on the same cluster, workload and seed.
 
     `on_policy_done` receives the partial result after each policy (to save what is done so far).
-    A policy that fails keeps the rows it produced; its summary row says why it stopped.
+    A policy that fails keeps the rows it produced; its summary row says why it stopped. A config whose
+    cost estimate (`sim.cost`) exceeds `simulation.max_estimated_wall_s` or `max_estimated_memory_mb`
+    is refused with a ConfigError before anything is built.
     """
     cfg = as_config(config)
+    check_limits(cfg)
     cluster, plan, task = _prepare(cfg)
     runs: list[PolicyRun] = []
     result = result_of(cfg, cluster, plan, runs)

@@ -1,7 +1,8 @@
 """`syncsim` command line: run, real, calibrate, validate, emulate, search, check, list.
 
-Exit codes: 0 success; 1 a policy failed mid-run (results so far are written); 2 invalid config;
-3 the output folder is held by another running syncsim command.
+Exit codes: 0 success; 1 a policy failed mid-run (results so far are written); 2 invalid config, or
+a run whose cost estimate exceeds a `simulation.max_estimated_*` limit (sim/cost.py); 3 the output
+folder is held by another running syncsim command.
 """
 
 from __future__ import annotations
@@ -43,10 +44,14 @@ def _table(summary) -> str:  # type: ignore[no-untyped-def]
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from sim.api import as_config, simulate
+    from sim.config import load_config
+    from sim.cost import check_limits
+
+    config = load_config(args.config)
+    check_limits(config)  # a run estimated over the limits is refused before its output folder exists
+    from sim.api import simulate  # pandas and the engine: only for a run that goes ahead
     from sim.faults import late_faults
 
-    config = as_config(args.config)
     out = _hold(args, Path(args.out) if args.out else Path("results") / config.name)
     first_save = True
 
@@ -192,9 +197,16 @@ def _cmd_search(args: argparse.Namespace) -> int:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    from sim.api import as_config, prepare
+    from sim.config import load_config
+    from sim.cost import estimate, limit_problems
 
-    config = as_config(args.config)
+    config = load_config(args.config)
+    cost = estimate(config)
+    if problems := limit_problems(cost, config):  # refused before building the cluster: check stays fast
+        print(cost, flush=True)  # before the error lines on stderr
+        raise ConfigError("\n".join(problems))
+    from sim.api import prepare
+
     cluster, plan = prepare(config)
     view = cluster.view
     buckets = f"{len(plan.buckets)} bucket" + ("s" if len(plan.buckets) != 1 else "")
@@ -205,6 +217,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
         f"{plan.compute_s * 1e3:,.1f} ms compute per iteration; policies: "
         + ", ".join(p.display for p in config.policies)
     )
+    print(cost)
     if config.workload.bucket_mb * 1e6 > plan.gradient_bytes:
         print(
             f"note: workload.bucket_mb: {config.workload.bucket_mb:g} MB is more than the model's "
@@ -283,7 +296,7 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("--smallest", type=float, default=0.0625, help="stop halving below this fraction")
     search.add_argument("--seeds", type=int, default=1, help="average the final accuracy over this many seeds")
     search.set_defaults(func=_cmd_search)
-    check = sub.add_parser("check", help="validate a config without running it")
+    check = sub.add_parser("check", help="validate a config and estimate its cost, without running it")
     check.add_argument("config")
     check.set_defaults(func=_cmd_check)
     lst = sub.add_parser("list", help="list policies, models and GPUs")

@@ -192,6 +192,16 @@ class SimulationConfig(Strict):
     trace_max_events: Annotated[int, Field(ge=1, le=100_000_000)] = Field(
         500_000, description="events kept in trace.json; the rest are counted, not kept"
     )
+    max_estimated_wall_s: PosSeconds = Field(
+        3600.0,
+        description="refuse (exit 2, before building anything) a run whose cost estimate, printed by `syncsim check`, "
+        "exceeds this many seconds of wall time; the estimate is rough (within a factor of ~3)",
+    )
+    max_estimated_memory_mb: Optional[Megabytes] = Field(
+        None,
+        description="refuse a run whose estimated peak memory exceeds this many MB; default: 80% of this "
+        "machine's physical memory",
+    )
 
 
 class Config(Strict):

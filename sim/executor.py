@@ -43,16 +43,17 @@ class _Chain:
     """Arrives at a program's collectives in turn, each when the one before completes (a callback with
     no reference cycle: plain reference counting frees it once the last call completes)."""
 
-    __slots__ = ("comms", "rank", "step", "tickets", "bucket", "next")
+    __slots__ = ("comms", "rank", "step", "tickets", "bucket", "next", "last")
 
     def __init__(self, comms: Communicators, rank: int, step: int, tickets: list[Any], bucket: Optional[int]):
-        self.comms, self.rank, self.step, self.tickets, self.bucket, self.next = comms, rank, step, tickets, bucket, 0
+        self.comms, self.rank, self.step, self.tickets, self.bucket = comms, rank, step, tickets, bucket
+        self.next, self.last = 0, len(tickets) - 1
 
     def __call__(self, _event: Optional[simpy.Event]) -> None:
         i = self.next
         self.next = i + 1
         event = self.comms.arrive(self.rank, self.step, self.tickets[i], self.bucket)
-        if self.next < len(self.tickets):
+        if i < self.last:
             event.callbacks.append(self)
 
 

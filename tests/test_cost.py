@@ -1,0 +1,158 @@
+"""The cost estimate (`sim.cost`): counts against what the engine measures, and the limits that refuse a
+run before anything is built (`syncsim check`, `syncsim run`, `simulate`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from helpers import synthetic, two_tier
+
+import sim.api
+from policies.registry import BUILTIN
+from sim.api import simulate
+from sim.cli import main
+from sim.config import parse_config
+from sim.cost import estimate
+from sim.errors import ConfigError
+
+ROOT = Path(__file__).parent.parent
+QUICKSTART = ROOT / "configs" / "quickstart.yaml"
+# the documented accuracy is "within a factor of ~3"; flows follow the programs exactly but for
+# groups of one and the first step's reads, so they are held closer
+EVENTS_FACTOR = 3.0
+FLOWS_FACTOR = 1.5
+DENSE = ["ring", "hierarchical", "ps", "asp", "ssp", "no_sync", "ds_sync", "sync_switch"]
+SPARSE = ["zen", "sparse_allgather", "sparse_ps"]
+
+
+def small(policies: list[str], sparse: bool) -> dict[str, Any]:
+    """8 GPUs (2 racks x 2 hosts x 2), 4 buckets, 4 iterations with jitter: each policy in about 0.1 s."""
+    cluster = two_tier(2, 2, 25.0, gpus_per_host=2)
+    data = synthetic(cluster, [{"name": p} for p in policies], 40.0, compute_ms=20, iterations=4, jitter=0.05)
+    data["workload"].update(bucket_mb=10.0, synthetic_layers=4)
+    if sparse:
+        data["workload"]["sparsity"] = {"topk": 0.01}
+    return data
+
+
+@pytest.fixture(scope="module")
+def measured() -> dict[str, tuple[Any, Any]]:
+    """policy -> (its estimate row, its measured run)."""
+    out = {}
+    for policies, sparse in ((DENSE, False), (SPARSE, True)):
+        config = parse_config(small(policies, sparse))
+        result = simulate(config)
+        assert not result.errors
+        out.update({row.label: (row, run) for row, run in zip(estimate(config).policies, result.runs)})
+    return out
+
+
+def test_every_builtin_policy_is_measured() -> None:
+    assert sorted(DENSE + SPARSE) == sorted(BUILTIN)
+
+
+@pytest.mark.parametrize("policy", DENSE + SPARSE)
+def test_estimate_is_near_the_measured_events_and_flows(policy: str, measured: dict[str, tuple[Any, Any]]) -> None:
+    row, run = measured[policy]
+    assert (row.flows + 1) / (run.flows + 1) == pytest.approx(1, rel=FLOWS_FACTOR - 1), (row.flows, run.flows)
+    assert 1 / EVENTS_FACTOR <= row.events / run.events <= EVENTS_FACTOR, (row.events, run.events)
+
+
+def test_a_plug_in_counts_as_a_ring_and_says_so() -> None:
+    data = small(["ring"], sparse=False)
+    data["policies"].append({"name": "custom_policies:InterleavedRings", "label": "plug-in"})
+    ring, plug = estimate(parse_config(data)).policies
+    assert plug.flows == ring.flows and not ring.note
+    assert "plug-in: counted as one all-reduce of all ranks per bucket" in str(estimate(parse_config(data)))
+
+
+def test_the_estimate_is_deterministic() -> None:
+    data = yaml.safe_load(QUICKSTART.read_text())
+    first, second = estimate(parse_config(data)), estimate(parse_config(yaml.safe_load(QUICKSTART.read_text())))
+    assert first == second and str(first) == str(second)
+
+
+def write(tmp_path: Path, data: dict[str, Any], name: str = "c.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def refuse_to_build(monkeypatch: pytest.MonkeyPatch) -> None:
+    def built(*_args: Any) -> None:
+        raise AssertionError("the cluster was built")
+
+    monkeypatch.setattr(sim.api, "prepare", built)
+    monkeypatch.setattr(sim.api, "_prepare", built)
+
+
+@pytest.mark.parametrize(
+    "change, shown",
+    [
+        ({"cluster": {"topology": "two_tier", "racks": 1000, "hosts_per_rack": 1000}}, "1,000,000 workers (GPUs)"),
+        ({"iterations": 1_000_000_000}, "4 buckets x 1,000,000,000 iterations"),
+    ],
+)
+def test_check_refuses_a_huge_run_from_its_estimate_without_building_it(
+    change: dict[str, Any],
+    shown: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    refuse_to_build(monkeypatch)
+    data = {**yaml.safe_load(QUICKSTART.read_text()), **change}
+    assert main(["check", str(write(tmp_path, data))]) == 2
+    out, err = capsys.readouterr()
+    assert shown in out and "total" in out
+    assert "simulation.max_estimated_wall_s: this run is estimated at ~" in err
+    assert "over the limit of 3600 s; raise simulation.max_estimated_wall_s to run it anyway" in err
+
+
+def test_check_prints_the_estimate_of_a_config_it_accepts(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check", str(QUICKSTART)]) == 0
+    out = capsys.readouterr().out
+    assert "ok - 8 GPUs on 8 hosts" in out
+    assert "estimate (rough, within a factor of ~3): 8 workers (GPUs) on 8 hosts" in out
+    for label in ("no_sync", "ring", "hierarchical", "ps", "total"):
+        assert f"\n  {label} " in out
+
+
+def test_a_trillion_iterations_are_refused_by_validation() -> None:
+    data = {**yaml.safe_load(QUICKSTART.read_text()), "iterations": 10**12}
+    with pytest.raises(ConfigError, match=r"iterations: Input should be less than or equal to 1000000000"):
+        parse_config(data)
+
+
+def cheap(**simulation: Any) -> dict[str, Any]:
+    """Two iterations of a ring on 4 hosts: over a tiny wall limit, yet cheap to run."""
+    data = synthetic({"topology": "star", "hosts": 4}, [{"name": "ring"}], 10.0, compute_ms=5, iterations=2)
+    data["simulation"].update(simulation)
+    return data
+
+
+def test_run_refuses_a_config_over_the_limit_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out"
+    assert main(["run", str(write(tmp_path, cheap(max_estimated_wall_s=0.001))), "--out", str(out), "--quiet"]) == 2
+    (header, *lines) = capsys.readouterr().err.splitlines()
+    assert header.startswith("config error in ") and len(lines) == 1
+    assert lines[0].strip().startswith("simulation.max_estimated_wall_s: this run is estimated at ~")
+    assert "over the limit of 0.001 s" in lines[0]
+    assert not out.exists()  # refused before its output folder was made
+
+
+def test_raising_the_limit_lets_the_same_config_run(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    assert main(["run", str(write(tmp_path, cheap(max_estimated_wall_s=60))), "--out", str(out), "--quiet"]) == 0
+    assert (out / "summary.csv").exists()
+
+
+def test_the_python_api_refuses_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    refuse_to_build(monkeypatch)
+    with pytest.raises(ConfigError, match=r"^simulation.max_estimated_memory_mb: this run is estimated to need ~"):
+        simulate(cheap(max_estimated_memory_mb=1))
+    monkeypatch.undo()
+    assert not simulate(cheap(max_estimated_memory_mb=10_000)).errors
