@@ -131,11 +131,6 @@ class Executor:
         for item in program:
             ops = step_ops(item)
             items.append(ops)
-            known = self._p2p_items.get(id(ops))
-            if known is not None and known[0] is ops:  # pushes or pulls checked before (valid for any rank)
-                tickets.append([None] * len(ops))
-                collectives_only = False
-                continue
             item_tickets: list[Any] = []
             for op in ops:
                 check(rank, step, op)

@@ -75,12 +75,16 @@ class SharedTimeouts:
         self._pending: dict[float, simpy.Event] = {}
 
     def after(self, delay: float) -> simpy.Event:
-        return self.at(self.env.now + delay)  # the instant SimPy fires a timeout of `delay` at
+        return self._shared(self.env.now + delay, delay)  # the instant SimPy fires a timeout of `delay` at
 
     def at(self, when: float) -> simpy.Event:
+        return self._shared(when, None)
+
+    def _shared(self, when: float, delay: Optional[float]) -> simpy.Event:
         event = self._pending.get(when)
         if event is None:
-            event = self._pending[when] = self.env.timeout(_delay_to(self.env.now, when))
+            event = self.env.timeout(_delay_to(self.env.now, when) if delay is None else delay)
+            self._pending[when] = event
             event.callbacks.append(lambda _ev: self._pending.pop(when))  # before any worker resumes
         return event
 
