@@ -93,11 +93,20 @@ class ParameterServer(ShardedPolicy):
     name = "ps"
 
     def on_forward(self, rank: int, step: int, bucket: Bucket) -> Program:
-        if step > 0:  # step 0 starts from the initial parameters every worker already holds
-            yield self.pulls(bucket.index, bucket.nbytes)
+        if step == 0:  # step 0 starts from the initial parameters every worker already holds
+            return ()
+        return self._one_item(self.pulls(bucket.index, bucket.nbytes))
 
     def on_gradients(self, rank: int, step: int, bucket: Bucket) -> Program:
-        yield self.pushes(bucket)
+        return self._one_item(self.pushes(bucket))
+
+    def _one_item(self, ops: tuple[Push, ...] | tuple[Pull, ...]) -> Program:
+        """The program of one item `ops`, the same tuple every time (backends skip checking a program
+        they have run before)."""
+        program = self._ops.get(("program", id(ops)))
+        if program is None:
+            program = self._ops[("program", id(ops))] = (ops,)  # `ops` is kept in `_ops`: its id stays unique
+        return program
 
 
 class AsyncShardedPolicy(ParameterServer):

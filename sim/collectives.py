@@ -27,6 +27,7 @@ from typing import Any, NamedTuple, Optional
 
 import numpy as np
 import simpy
+from simpy.events import Event
 
 from policies.ops import AllGather, AllReduce, AllToAll, Barrier, Collective, Group, ReduceScatter
 from sim.errors import PolicyError
@@ -91,7 +92,7 @@ class CollectiveRunner:
         ranks = op.group.ranks
         p = len(ranks)
         if p == 1:
-            done = self.env.event()
+            done = Event(self.env)
             done.succeed()
             return Launched(done, 0.0)
         if op.coding is not None:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import simpy
+from simpy.events import Event
 
 from policies.ops import Collective, Group
 from sim.collectives import CollectiveRunner, Launched
@@ -85,7 +86,7 @@ class Communicators:
         comm.issued[rank] = seq + 1
         call = comm.calls.get(seq)
         if call is None:
-            call = comm.calls[seq] = _Call(op, step, self.env.now, self.env.event())
+            call = comm.calls[seq] = _Call(op, step, self.env._now, Event(self.env))
         elif call.op is not op and call.op != op:
             raise PolicyError(
                 f"policy {self.policy!r}: rank {rank} enqueued {op!r} as call #{seq} on {op.group!r}, "
@@ -97,7 +98,7 @@ class Communicators:
     def arrive(self, rank: int, step: int, ticket: tuple[_Communicator, _Call], context: Any = None) -> simpy.Event:
         """`rank` reached its enqueued call in its program; the event fires when the call completes."""
         comm, call = ticket
-        now = self.env.now
+        now = self.env._now  # (the `now` property is a call; this runs per member and collective)
         call.arrivals.append((rank, step, now))
         if self._keep_contexts or call.op.coding is not None:  # numerics acts on them; sparse ops size by them
             call.contexts[rank] = context

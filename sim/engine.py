@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import numpy as np
-import simpy
 
 from policies.base import Policy, SettingError
 from policies.registry import create
@@ -25,6 +24,7 @@ from sim.collectives import CollectiveRunner, Launched
 from sim.communicators import Communicators
 from sim.compute import ComputeModel
 from sim.config import Config, PolicyEntry
+from sim.environment import CountingEnvironment
 from sim.errors import ConfigError, DeadlockError
 from sim.executor import Executor
 from sim.faults import FaultContext, LinkEffects, background, straggler
@@ -39,15 +39,6 @@ from sim.sparsity import IndexSets
 from sim.topology import Cluster
 from sim.worker import BlockedTime, IterationRow
 from sim.workload import ComputePlan
-
-
-class CountingEnvironment(simpy.Environment):
-    """A SimPy environment that can tell how many events it processed (for benchmarks and stats)."""
-
-    def events_processed(self) -> int:
-        """Events processed so far: SimPy numbers every event it schedules and each leaves the queue
-        when processed, so no per-event hook is needed. Takes one number: call it once, at the end."""
-        return next(self._eid) - len(self._queue)  # type: ignore[attr-defined]
 
 
 @dataclass

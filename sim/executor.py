@@ -13,6 +13,7 @@ from collections.abc import Callable, Generator, Iterable, Sequence
 from typing import Any, Optional
 
 import simpy
+from simpy.events import Event
 
 from policies.ops import Collective, Op, Pull, Push, WaitForClock, step_ops
 from sim.clocks import ClockBoard
@@ -83,35 +84,49 @@ class Executor:
         self.world = len(rank_nodes)
         self._everyone = tuple(range(self.world))
         self.validator = OpValidator(policy, self.world, len(shards))
-        # (rank, id) of a tuple program of collectives that rank ran before -> (the tuple, its ops)
-        self._known_chains: dict[tuple[int, int], tuple[tuple[Any, ...], list[tuple[Collective, Any]]]] = {}
+        # (rank, id) of a tuple program that rank ran before -> (the tuple, its (op, communicator) pairs if
+        # it is collectives only, else its one item of dense pushes or pulls): checked, needs no staging
+        self._known_programs: dict[tuple[int, int], tuple[tuple[Any, ...], Any, Any]] = {}
         self._p2p_items: dict[int, tuple[tuple[Op, ...], bool, list[Any], float]] = {}  # see `_remember_p2p`
         self.settled = _processed(env)  # what `run_in_turn` returns for a program with nothing to do
         self._route_cache: dict[tuple[int, tuple[int, ...], bool], tuple[tuple[Any, ...], float]] = {}
+        self._all_async = all(not shard.spec.sync for shard in shards)  # every pull is answered at once
         self._routes_version = -1
 
     def run(self, rank: int, step: int, program: Iterable[Any], bucket: Optional[int] = None) -> simpy.Event:
         """Validate the whole program, enqueue its collectives now, and execute it item by item.
 
         `bucket`: the gradient bucket the program belongs to (None: a whole-model hook)."""
-        known = self._known_chains.get((rank, id(program)))
+        known = self._known_programs.get((rank, id(program)))
         if known is not None and known[0] is program:  # this rank ran this very tuple before: checked
-            enqueue = self.comms.enqueue
-            return self._chain(rank, step, [enqueue(rank, step, op, comm) for op, comm in known[1]], bucket)
+            if known[1] is not None:
+                enqueue = self.comms.enqueue
+                return self._chain(rank, step, [enqueue(rank, step, op, comm) for op, comm in known[1]], bucket)
+            return self._issue(rank, step, known[2], [], bucket)[0]
         items, tickets, collectives_only = self._stage(rank, step, program)
         if not items:  # most hooks of most policies: no process needed
-            done = self.env.event()
+            done = Event(self.env)
             done.succeed()
             return done
         if len(items) == 1 and not collectives_only and self.numerics is None:  # one item: no process needed
             events = self._issue(rank, step, items[0], tickets[0], bucket)
+            if self._is_known_p2p(items[0]):
+                self._remember_program(rank, program, None, items[0])
             return events[0] if len(events) == 1 else self.env.all_of(events)
         if collectives_only and self.numerics is None:
-            if type(program) is tuple and len(self._known_chains) < CHAIN_MEMO_LIMIT:  # kept alive: ids stay unique
-                chain = [(item[0], ticket[0][0]) for item, ticket in zip(items, tickets)]  # (op, communicator)
-                self._known_chains[(rank, id(program))] = (program, chain)
+            chain = [(item[0], ticket[0][0]) for item, ticket in zip(items, tickets)]  # (op, communicator)
+            self._remember_program(rank, program, chain, None)
             return self._chain(rank, step, [ticket[0] for ticket in tickets], bucket)
         return self.env.process(self._run(rank, step, items, tickets, bucket))
+
+    def _remember_program(self, rank: int, program: Iterable[Any], chain: Any, item: Any) -> None:
+        if type(program) is tuple and len(self._known_programs) < CHAIN_MEMO_LIMIT:  # kept alive: ids stay unique
+            self._known_programs[(rank, id(program))] = (program, chain, item)
+
+    def _is_known_p2p(self, ops: tuple[Op, ...]) -> bool:
+        """An item `_issue` sends as one coupled transfer with no staging (see `_remember_p2p`)."""
+        plan = self._p2p_items.get(id(ops))
+        return plan is not None and plan[0] is ops
 
     def _chain(self, rank: int, step: int, tickets: list[Any], bucket: Optional[int]) -> simpy.Event:
         """A program of collectives one after another, without a process: arrive at the first now and at
@@ -144,11 +159,22 @@ class Executor:
                 collectives_only = False
         return items, tickets, collectives_only
 
+    def _staged(self, rank: int, step: int, program: Iterable[Any]) -> tuple[list[tuple[Op, ...]], list[list[Any]]]:
+        """`_stage` for `run_in_turn`: a one-item program of dense pushes or pulls this rank ran before
+        needs no staging (no tickets: it has no collective)."""
+        known = self._known_programs.get((rank, id(program)))
+        if known is not None and known[0] is program and known[1] is None:
+            return [known[2]], [[]]
+        items, tickets, _ = self._stage(rank, step, program)
+        if len(items) == 1 and self.numerics is None and self._is_known_p2p(items[0]):
+            self._remember_program(rank, program, None, items[0])
+        return items, tickets
+
     def run_in_turn(
         self, rank: int, step: int, programs: list[Iterable[Any]], buckets: Sequence[Optional[int]]
     ) -> list[simpy.Event]:
         """Run programs one after another (all validated and enqueued now); an event per program."""
-        staged = [self._stage(rank, step, program)[:2] for program in programs]
+        staged = [self._staged(rank, step, program) for program in programs]
         if not any(items for items, _ in staged):  # nothing to read before forward (most policies)
             return [self.settled] * len(staged)
         done = [self.env.event() for _ in staged]
@@ -281,8 +307,8 @@ class Executor:
         return event
 
     def _pull(self, rank: int, step: int, batch: list[Pull], ranges: list[tuple[int, int]], size: float) -> simpy.Event:
-        done = self.env.event()
-        waits = [self.shards[op.shard].ready(rank, op.key) for op in batch]
+        done = Event(self.env)
+        waits = [] if self._all_async else [self.shards[op.shard].ready(rank, op.key) for op in batch]
         if all(wait is None for wait in waits):  # asynchronous shards answer at once: no events to wait on
             self._send_pull(rank, batch, ranges, size, done)
             return self._timed(rank, step, "pull", batch, done, size * len(batch))

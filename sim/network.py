@@ -29,6 +29,7 @@ from typing import Any, Optional
 import numpy as np
 import simpy
 from simpy.core import NORMAL
+from simpy.events import Event, Timeout
 
 from sim.maxmin import SATURATION_TOL, max_min_rates, max_min_rates_numpy
 
@@ -176,7 +177,7 @@ class Network:
         if not cap > 0:
             raise ValueError(f"transfer rate cap must be > 0, got {cap}")
         if done is None:
-            done = self.env.event()
+            done = Event(self.env)
         lat = max((self.path_latency(p) for p in paths), default=0.0) if latency is None else latency
         self.transfers_started += 1
         # a worker's transfers reuse the same paths all run long: their class is remembered per path set,
@@ -385,7 +386,7 @@ class Network:
     def _schedule_recompute(self) -> None:
         if not self._recompute_pending:
             self._recompute_pending = True
-            self.env.timeout(0).callbacks.append(self._recompute)
+            Timeout(self.env, 0).callbacks.append(self._recompute)
 
     def _recompute(self, _event: object = None) -> None:
         self._recompute_pending = False
@@ -413,7 +414,7 @@ class Network:
         self._solved_entries += ne
         if eta == np.inf:  # only open flows are active: nothing will finish by itself
             return
-        self._timer = self.env.timeout(max(eta, 0.0))
+        self._timer = Timeout(self.env, max(eta, 0.0))
         self._timer.callbacks.append(self._on_timer)
 
     def _step_compiled(self, now: float, tol_s: float) -> tuple[float, list[int], int]:

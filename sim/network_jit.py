@@ -262,8 +262,16 @@ def _solve(
                 kept += 1
         n_unfrozen = kept
         if n_unfrozen > 0:  # the frozen give their load back (needless after the last round)
-            for i in range(n_frozen):
-                c = ci[FROZEN, i]
-                for e in range(ci[FIRST, c], ci[FIRST, c] + ci[N, c]):
-                    lf[LOAD, ei[LINK, e]] -= mult[e] * cf[COUNT, c]
+            if n_frozen <= n_unfrozen:
+                for i in range(n_frozen):
+                    c = ci[FROZEN, i]
+                    for e in range(ci[FIRST, c], ci[FIRST, c] + ci[N, c]):
+                        lf[LOAD, ei[LINK, e]] -= mult[e] * cf[COUNT, c]
+            else:  # fewer left than frozen: count the loads of those left afresh (whole numbers: the same sums)
+                for i in range(n_loaded):
+                    lf[LOAD, loaded[i]] = 0.0
+                for i in range(n_unfrozen):
+                    c = ci[UNFROZEN, i]
+                    for e in range(ci[FIRST, c], ci[FIRST, c] + ci[N, c]):
+                        lf[LOAD, ei[LINK, e]] += mult[e] * cf[COUNT, c]
     return True

@@ -24,11 +24,13 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import simpy
+from simpy.events import Timeout
 
 from policies.base import Bucket, Policy
 from policies.phases import Timing
 from sim.clocks import ClockBoard
 from sim.compute import ComputeModel
+from sim.environment import AllDone
 from sim.executor import Executor
 from sim.phase_budget import PhaseBudget
 from sim.workload import ComputePlan
@@ -83,7 +85,7 @@ class SharedTimeouts:
     def _shared(self, when: float, delay: Optional[float]) -> simpy.Event:
         event = self._pending.get(when)
         if event is None:
-            event = self.env.timeout(_delay_to(self.env.now, when) if delay is None else delay)
+            event = Timeout(self.env, _delay_to(self.env.now, when) if delay is None else delay)
             self._pending[when] = event
             event.callbacks.append(lambda _ev: self._pending.pop(when))  # before any worker resumes
         return event
@@ -175,7 +177,7 @@ def worker(ctx: WorkerContext, rank: int) -> Generator[simpy.Event, Any, None]:
             computing.append((a, env.now))
             programs.append(run(rank, step, on_gradients(rank, step, bucket), bucket.index))
         compute_end = env.now
-        yield env.all_of(programs)
+        yield AllDone(env, programs)
         if numerics is not None:
             numerics.step_done(rank, step)
         yield executor.run(rank, step, policy.end_step(rank, step))
