@@ -39,7 +39,7 @@ class _Call:
     issued: float
     done: simpy.Event  # one completion event shared by every member
     arrivals: list[tuple[int, int, float]] = field(default_factory=list)  # (rank, its step, arrival time)
-    contexts: dict[int, Any] = field(default_factory=dict)  # rank -> what its program acts on (if it matters)
+    contexts: Optional[dict[int, Any]] = None  # rank -> what its program acts on (made only if it matters)
     complete_at: float = 0.0  # when the last member arrived
 
 
@@ -88,12 +88,32 @@ class Communicators:
         if call is None:
             call = comm.calls[seq] = _Call(op, step, self.env._now, Event(self.env))
         elif call.op is not op and call.op != op:
-            raise PolicyError(
-                f"policy {self.policy!r}: rank {rank} enqueued {op!r} as call #{seq} on {op.group!r}, "
-                f"but another member enqueued {call.op!r}; "
-                "every member must issue the same collectives in the same order"
-            )
+            raise self._mismatch(rank, op, seq, call)
         return comm, call
+
+    def enqueue_all(
+        self, rank: int, step: int, pairs: list[tuple[Collective, _Communicator]]
+    ) -> list[tuple[_Communicator, _Call]]:
+        """`enqueue` of each (op, its communicator) in turn, in one call (a program run before)."""
+        env = self.env
+        tickets = []
+        for op, comm in pairs:
+            seq = comm.issued.get(rank, 0)
+            comm.issued[rank] = seq + 1
+            call = comm.calls.get(seq)
+            if call is None:
+                call = comm.calls[seq] = _Call(op, step, env._now, Event(env))
+            elif call.op is not op and call.op != op:
+                raise self._mismatch(rank, op, seq, call)
+            tickets.append((comm, call))
+        return tickets
+
+    def _mismatch(self, rank: int, op: Collective, seq: int, call: _Call) -> PolicyError:
+        return PolicyError(
+            f"policy {self.policy!r}: rank {rank} enqueued {op!r} as call #{seq} on {op.group!r}, "
+            f"but another member enqueued {call.op!r}; "
+            "every member must issue the same collectives in the same order"
+        )
 
     def arrive(self, rank: int, step: int, ticket: tuple[_Communicator, _Call], context: Any = None) -> simpy.Event:
         """`rank` reached its enqueued call in its program; the event fires when the call completes."""
@@ -101,6 +121,8 @@ class Communicators:
         now = self.env._now  # (the `now` property is a call; this runs per member and collective)
         call.arrivals.append((rank, step, now))
         if self._keep_contexts or call.op.coding is not None:  # numerics acts on them; sparse ops size by them
+            if call.contexts is None:
+                call.contexts = {}
             call.contexts[rank] = context
         if len(call.arrivals) == comm.size:
             call.complete_at = now
@@ -153,7 +175,7 @@ class Communicators:
         comm.next_launch += 1
         comm.busy = False
         if self.on_complete is not None:
-            self.on_complete(call.op, call.contexts)
+            self.on_complete(call.op, call.contexts or {})
         if under_way.done is not call.done:
             call.done.succeed()
         if self.on_finish is not None:

@@ -77,7 +77,9 @@ class SharedTimeouts:
         self._pending: dict[float, simpy.Event] = {}
 
     def after(self, delay: float) -> simpy.Event:
-        return self._shared(self.env.now + delay, delay)  # the instant SimPy fires a timeout of `delay` at
+        when = self.env._now + delay  # the instant SimPy fires a timeout of `delay` at (`_now`: no property call)
+        event = self._pending.get(when)
+        return event if event is not None else self._shared(when, delay)
 
     def at(self, when: float) -> simpy.Event:
         return self._shared(when, None)
@@ -171,10 +173,11 @@ def worker(ctx: WorkerContext, rank: int) -> Generator[simpy.Event, Any, None]:
         if numerics is not None:  # the parameters forward used are settled: the real gradient
             numerics.forward_done(rank, step)
         programs = []
+        steady = compute.steady  # no straggler: a slice lasts backward_s x factor (x 1.0, as `segment` gives)
         for bucket, backward_s in zip(buckets, backward):
-            a = env.now
-            yield after(segment(rank, backward_s, factor))
-            computing.append((a, env.now))
+            a = env._now  # (the `now` property is a call; this runs per rank and bucket)
+            yield after(backward_s * factor if steady else segment(rank, backward_s, factor))
+            computing.append((a, env._now))
             programs.append(run(rank, step, on_gradients(rank, step, bucket), bucket.index))
         compute_end = env.now
         yield AllDone(env, programs)
