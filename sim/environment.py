@@ -5,19 +5,22 @@
   failed event that nobody defused raises the same copy of its exception.
 * `AllDone` is SimPy's `AllOf` for a caller that never reads the value: it fires at the same point
   (when the last of its events is processed) but builds no `ConditionValue`.
+* `queue_call` queues a callback where SimPy would queue a Timeout (or a process's Initialize) made
+  at that moment, with the same time, priority and sequence number, but with no Event behind it.
+  These work with any SimPy environment.
 
 `events_processed()` counts from SimPy's event numbering, so no per-event hook is needed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from heapq import heappop
+from collections.abc import Callable, Sequence
+from heapq import heappop, heappush
 from typing import Any, Optional, Union
 
 import simpy
 from simpy.core import StopSimulation
-from simpy.events import PENDING, Event, EventPriority
+from simpy.events import NORMAL, PENDING, Event, EventPriority
 
 
 class CountingEnvironment(simpy.Environment):
@@ -81,3 +84,23 @@ class AllDone(Event):
             self.fail(event._value)
         elif self._left == 0:
             self.succeed()
+
+
+class Wake:
+    """What SimPy's queue needs of an entry (`callbacks`, `_ok`, `_value`) and nothing more."""
+
+    __slots__ = ("callbacks", "_ok", "_value")
+
+    def __init__(self, callback: Callable[[Any], None]) -> None:
+        self.callbacks: Optional[list[Callable[[Any], None]]] = [callback]
+        self._ok, self._value = True, None
+
+
+def queue_call(
+    env: simpy.Environment, delay: float, callback: Callable[[Any], None], priority: EventPriority = NORMAL
+) -> Wake:
+    """Call `callback(wake)` `delay` from now, in the queue order a Timeout made now would have
+    (`priority` URGENT: a process started now)."""
+    wake = Wake(callback)
+    heappush(env._queue, (env._now + delay, priority, next(env._eid), wake))  # type: ignore[attr-defined]
+    return wake

@@ -13,11 +13,12 @@ from collections.abc import Callable, Generator, Iterable, Sequence
 from typing import Any, Optional
 
 import simpy
-from simpy.events import Event
+from simpy.events import URGENT, Event
 
 from policies.ops import Collective, Op, Pull, Push, WaitForClock, step_ops
 from sim.clocks import ClockBoard
 from sim.communicators import Communicators
+from sim.environment import queue_call
 from sim.errors import PolicyError
 from sim.network import Network
 from sim.routing import Router
@@ -56,6 +57,46 @@ class _Chain:
         event = self.comms.arrive(self.rank, self.step, self.tickets[i], self.bucket)
         if i < self.last:
             event.callbacks.append(self)
+
+
+class _InTurn:
+    """`run_in_turn`'s programs one after another without a process: each item is issued when the one
+    before completes, and each program's event fires after its last item, at the points a process
+    running `_run` over them would reach (it starts from the queue, as a process does)."""
+
+    __slots__ = ("executor", "rank", "step", "staged", "done", "buckets", "program", "item")
+
+    def __init__(
+        self,
+        executor: Executor,
+        rank: int,
+        step: int,
+        staged: list[tuple[list[tuple[Op, ...]], list[list[Any]]]],
+        done: list[simpy.Event],
+        buckets: Sequence[Optional[int]],
+    ) -> None:
+        self.executor, self.rank, self.step, self.staged, self.done = executor, rank, step, staged, done
+        self.buckets, self.program, self.item = buckets, 0, 0
+
+    def __call__(self, event: Any) -> None:
+        if not event._ok:  # what a process does with a failed event it waited on: raise it
+            event._defused = True
+            raise event._value
+        executor = self.executor
+        while self.program < len(self.staged):
+            items, tickets = self.staged[self.program]
+            while self.item < len(items):
+                i = self.item
+                self.item = i + 1
+                events = executor._issue(self.rank, self.step, items[i], tickets[i], self.buckets[self.program])
+                if not events:
+                    continue
+                waited = events[0] if len(events) == 1 else executor.env.all_of(events)
+                if waited.callbacks is not None:  # not processed yet: go on when it is
+                    waited.callbacks.append(self)
+                    return
+            self.done[self.program].succeed()
+            self.program, self.item = self.program + 1, 0
 
 
 class Executor:
@@ -176,14 +217,8 @@ class Executor:
         staged = [self._staged(rank, step, program) for program in programs]
         if not any(items for items, _ in staged):  # nothing to read before forward (most policies)
             return [self.settled] * len(staged)
-        done = [self.env.event() for _ in staged]
-
-        def chain() -> Generator[simpy.Event, Any, None]:
-            for (items, tickets), event, bucket in zip(staged, done, buckets):
-                yield from self._run(rank, step, items, tickets, bucket)
-                event.succeed()
-
-        self.env.process(chain())
+        done = [Event(self.env) for _ in staged]
+        queue_call(self.env, 0.0, _InTurn(self, rank, step, staged, done, buckets), URGENT)  # as a process starts
         return done
 
     def _run(

@@ -24,13 +24,15 @@ import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from heapq import heappush
 from typing import Any, Optional
 
 import numpy as np
 import simpy
 from simpy.core import NORMAL
-from simpy.events import Event, Timeout
+from simpy.events import Event
 
+from sim.environment import Wake, queue_call
 from sim.maxmin import SATURATION_TOL, max_min_rates, max_min_rates_numpy
 
 try:
@@ -147,7 +149,7 @@ class Network:
         self._class_by_paths: dict[tuple, int] = {}  # (paths, cap) -> class, until classes are renumbered
         self._class_by_tuple: dict[int, tuple[tuple, float, int]] = {}  # id -> (paths, cap, class), likewise
         self._last_update = 0.0
-        self._timer: Optional[simpy.Event] = None  # the completion timer of the latest recompute
+        self._timer: Optional[Wake] = None  # the completion timer of the latest recompute
         self._recompute_pending = False
 
     # ----------------------------------------------------------------------------- public API
@@ -321,7 +323,8 @@ class Network:
             self._n_delivering += 1
             done.callbacks.insert(0, self._delivered)
             done._ok, done._value = True, None
-            self.env.schedule(done, NORMAL, latency)
+            env = self.env  # queued as `env.schedule` would, without the call
+            heappush(env._queue, (env._now + latency, NORMAL, next(env._eid), done))  # type: ignore[attr-defined]
         else:
             done.succeed()
 
@@ -386,7 +389,7 @@ class Network:
     def _schedule_recompute(self) -> None:
         if not self._recompute_pending:
             self._recompute_pending = True
-            Timeout(self.env, 0).callbacks.append(self._recompute)
+            queue_call(self.env, 0.0, self._recompute)  # as a Timeout(0), with no Event: two per transfer
 
     def _recompute(self, _event: object = None) -> None:
         self._recompute_pending = False
@@ -414,8 +417,7 @@ class Network:
         self._solved_entries += ne
         if eta == np.inf:  # only open flows are active: nothing will finish by itself
             return
-        self._timer = Timeout(self.env, max(eta, 0.0))
-        self._timer.callbacks.append(self._on_timer)
+        self._timer = queue_call(self.env, max(eta, 0.0), self._on_timer)
 
     def _step_compiled(self, now: float, tol_s: float) -> tuple[float, list[int], int]:
         """The recompute's arithmetic in one compiled call: returns (time to the next finish, slots
@@ -483,7 +485,7 @@ class Network:
         active = np.flatnonzero(ti.state[: len(self._slots)])
         return float((self._tf.remaining[active] / c.rate[ti.cls[active]]).min())
 
-    def _on_timer(self, timer: simpy.Event) -> None:
+    def _on_timer(self, timer: Wake) -> None:
         if timer is self._timer:  # otherwise a later recompute superseded it
             self._recompute()
 
