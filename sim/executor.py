@@ -128,7 +128,8 @@ class Executor:
         # (rank, id) of a tuple program that rank ran before -> (the tuple, its (op, communicator) pairs if
         # it is collectives only, else its one item of dense pushes or pulls): checked, needs no staging
         self._known_programs: dict[tuple[int, int], tuple[tuple[Any, ...], Any, Any]] = {}
-        self._p2p_items: dict[int, tuple[tuple[Op, ...], bool, list[Any], float]] = {}  # see `_remember_p2p`
+        # id of an item of dense pushes or pulls -> its plan (see `_remember_p2p`)
+        self._p2p_items: dict[int, tuple[tuple[Op, ...], bool, list[Any], float, list[None]]] = {}
         self.settled = _processed(env)  # what `run_in_turn` returns for a program with nothing to do
         self._route_cache: dict[tuple[int, tuple[int, ...], bool], tuple[tuple[Any, ...], float]] = {}
         self._all_async = all(not shard.spec.sync for shard in shards)  # every pull is answered at once
@@ -237,9 +238,9 @@ class Executor:
     ) -> list[simpy.Event]:
         plan = self._p2p_items.get(id(ops))
         if plan is not None and plan[0] is ops:  # a dense push or pull item seen before: one coupled transfer
-            _, is_push, batch, size = plan
+            _, is_push, batch, size, no_updates = plan
             if is_push:
-                return [self._push(rank, step, batch, [None] * len(batch), size)]
+                return [self._push(rank, step, batch, no_updates, size)]
             return [self._pull(rank, step, batch, [], size)]
         events: list[simpy.Event] = []
         pushes = [op for op in ops if isinstance(op, Push)]
@@ -278,7 +279,7 @@ class Executor:
         if kind not in (Push, Pull) or any(type(op) is not kind or op.coding is not None for op in ops):
             return
         if len({op.nbytes for op in ops}) == 1:  # kept alive here: the id stays unique
-            self._p2p_items[id(ops)] = (ops, kind is Push, list(ops), float(ops[0].nbytes))
+            self._p2p_items[id(ops)] = (ops, kind is Push, list(ops), float(ops[0].nbytes), [None] * len(ops))
 
     def _batches(self, pairs: list[tuple[Any, Any]]) -> list[list[tuple[Any, Any]]]:
         """(op, tensor data) pairs: dense ops of equal size travel as one coupled transfer (pipelined

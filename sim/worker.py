@@ -166,9 +166,9 @@ def worker(ctx: WorkerContext, rank: int) -> Generator[simpy.Event, Any, None]:
         else:
             for bucket, ready in zip(forward_order, reads):
                 yield ready
-                a = env.now
-                yield env.timeout(compute.segment(rank, plan.buckets[bucket.index].backward_s / 2, factor))
-                computing.append((a, env.now))
+                a = env._now
+                yield Timeout(env, compute.segment(rank, plan.buckets[bucket.index].backward_s / 2, factor))
+                computing.append((a, env._now))
         forward_end = env.now
         if numerics is not None:  # the parameters forward used are settled: the real gradient
             numerics.forward_done(rank, step)

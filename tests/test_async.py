@@ -72,3 +72,19 @@ def test_one_slow_worker_bsp_ssp_asp() -> None:
     assert ssp[0] == pytest.approx(tput["ps"], rel=0.01)
     assert all(a < b for a, b in zip(ssp, ssp[1:]))  # strictly rising with s
     assert tput["ps"] * 0.99 <= min(ssp) and max(ssp) <= tput["asp"]
+
+
+def test_staleness_table_counts_every_applied_update() -> None:
+    """The table is a histogram per (rank, staleness) of the raw (rank, staleness) pairs, sorted by
+    both; the summary's mean and max come from the same pairs."""
+    import pandas as pd
+
+    result = simulate(two_workers({"name": "asp"}, iterations=60))
+    pairs = pd.DataFrame(result.runs[0].staleness, columns=["rank", "staleness"])
+    expected = pairs.groupby(["rank", "staleness"]).size().rename("updates").reset_index()
+    table = result.staleness.drop(columns="policy").reset_index(drop=True)
+    pd.testing.assert_frame_equal(table, expected, check_dtype=False)
+    assert len(pairs) == result.staleness["updates"].sum() == 2 * 60  # every update of the shared budget
+    row = result.summary.iloc[0]
+    assert row["mean_staleness"] == pytest.approx(pairs["staleness"].mean())
+    assert row["max_staleness"] == pairs["staleness"].max()
