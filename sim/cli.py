@@ -43,11 +43,22 @@ def _table(summary) -> str:  # type: ignore[no-untyped-def]
     return df.to_string(index=False, float_format=lambda v: f"{v:,.2f}")
 
 
+def _add_set(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="change one setting of the config, e.g. --set cluster.uplink_gbps=25 --set policies[0].group_size=4 "
+        "(the value is read as YAML; repeat for several)",
+    )
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from sim.config import load_config
     from sim.cost import check_limits
 
-    config = load_config(args.config)
+    config = load_config(args.config, args.set)
     check_limits(config)  # a run estimated over the limits is refused before its output folder exists
     from sim.api import simulate  # pandas and the engine: only for a run that goes ahead
     from sim.faults import late_faults
@@ -200,7 +211,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
     from sim.config import load_config
     from sim.cost import estimate, limit_problems
 
-    config = load_config(args.config)
+    config = load_config(args.config, args.set)
     cost = estimate(config)
     if problems := limit_problems(cost, config):  # refused before building the cluster: check stays fast
         print(cost, flush=True)  # before the error lines on stderr
@@ -248,6 +259,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--out", help="output folder (default: results/<config name>)")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     run.add_argument("--no-plot", action="store_true", help="skip every figure (.png); tables and trace still written")
+    _add_set(run)
     run.set_defaults(func=_cmd_run)
     real = sub.add_parser("real", help="run every policy of a config on real torch.distributed processes")
     real.add_argument("config", help="YAML config file (with a numerics: section: the model to train)")
@@ -298,6 +310,7 @@ def build_parser() -> argparse.ArgumentParser:
     search.set_defaults(func=_cmd_search)
     check = sub.add_parser("check", help="validate a config and estimate its cost, without running it")
     check.add_argument("config")
+    _add_set(check)
     check.set_defaults(func=_cmd_check)
     lst = sub.add_parser("list", help="list policies, models and GPUs")
     lst.set_defaults(func=_cmd_list)

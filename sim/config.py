@@ -7,6 +7,7 @@ field takes a fixed set of values, lists them.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal, Optional, Union
 
@@ -14,8 +15,10 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from sim.config_errors import describe
+from sim.config_extends import resolve_extends
 from sim.config_faults import BackgroundFlow, FaultsConfig
 from sim.config_numerics import NumericsConfig
+from sim.config_overrides import apply_overrides
 from sim.config_sparsity import SparsityConfig
 from sim.config_types import (
     MAX_COUNT,
@@ -304,9 +307,10 @@ def parse_config(data: Any) -> Config:
     return config
 
 
-def load_config(path: Union[str, Path]) -> Config:
-    """Read and validate a YAML config file."""
-    return parse_config(read_yaml(Path(path)))
+def load_config(path: Union[str, Path], overrides: Sequence[str] = ()) -> Config:
+    """Read a YAML config file (merged onto the config it `extends:`), apply `KEY=VALUE` overrides
+    (`sim.config_overrides`), and validate it."""
+    return parse_config(apply_overrides(resolve_extends(read_yaml(Path(path)), Path(path)), overrides))
 
 
 def dump_config(config: Config) -> str:
