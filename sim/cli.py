@@ -57,7 +57,10 @@ def _add_set(parser: argparse.ArgumentParser) -> None:
 def _cmd_run(args: argparse.Namespace) -> int:
     from sim.config import load_config
     from sim.cost import check_limits
+    from sim.sweep import is_sweep
 
+    if is_sweep(args.config):
+        raise ConfigError(f"sweep: {args.config} describes a sweep; run it with: syncsim sweep {args.config} --out DIR")
     config = load_config(args.config, args.set)
     check_limits(config)  # a run estimated over the limits is refused before its output folder exists
     from sim.api import simulate  # pandas and the engine: only for a run that goes ahead
@@ -207,10 +210,70 @@ def _cmd_search(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    from sim.sweep import load_sweep
+    from sim.sweep_runner import ERRORS_FILE, TABLE_FILE, run_sweep
+
+    if args.jobs is not None and args.jobs < 1:
+        raise ConfigError(f"--jobs: expected an integer >= 1, got {args.jobs}")
+    sweep = load_sweep(args.config, args.set)
+    out = _hold(args, Path(args.out) if args.out else Path("results") / f"{sweep.name}-sweep")
+    bad = sweep.bad
+    print(f"{args.config}: {len(sweep.points)} points over {', '.join(sweep.axes)}; {len(bad)} do not validate")
+    for point in bad:  # reported before anything runs; the good points still run
+        print(f"  point {point.index} ({point.label()}): {point.error}", file=sys.stderr)
+    bar = None
+    if not args.quiet and sys.stderr.isatty():
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(sweep.points) - len(bad), desc="sweep", unit=" points", dynamic_ncols=True)
+
+    def done(point, error) -> None:  # type: ignore[no-untyped-def]
+        if bar is not None:
+            bar.update(1)
+        if error is not None:
+            print(f"  point {point.index} ({point.label()}) failed: {error}", file=sys.stderr)
+
+    try:
+        outcome = run_sweep(sweep, out, args.jobs, on_done=done)
+    except KeyboardInterrupt:
+        print(f"\ninterrupted; finished points are kept in {out}/points/ (run again to go on)", file=sys.stderr)
+        return 130
+    finally:
+        if bar is not None:
+            bar.close()
+    errors = f", errors in {out / ERRORS_FILE}" if len(outcome.errors) else ""
+    print(
+        f"ran {outcome.ran} points, {outcome.skipped} finished before, {len(outcome.errors)} failed; "
+        f"{len(outcome.table)} rows in {out / TABLE_FILE}{errors}"
+    )
+    return 1 if len(outcome.errors) else 0
+
+
+def _check_sweep(args: argparse.Namespace) -> int:
+    """Every point validated, and the sweep's estimated cost (the sum over its points)."""
+    from sim.cost import estimate
+    from sim.sweep import load_sweep
+
+    sweep = load_sweep(args.config, args.set)
+    good = [p for p in sweep.points if p.config is not None]
+    wall = sum(estimate(p.config).wall_s for p in good)  # type: ignore[arg-type]
+    print(
+        f"{args.config}: sweep of {len(sweep.points)} points over {', '.join(sweep.axes)}; "
+        f"{len(good)} validate, estimated {wall:,.0f} s of simulation in all (before parallel processes)"
+    )
+    if sweep.bad:
+        raise ConfigError("\n".join(f"point {p.index} ({p.label()}): {p.error}" for p in sweep.bad))
+    return 0
+
+
 def _cmd_check(args: argparse.Namespace) -> int:
     from sim.config import load_config
     from sim.cost import estimate, limit_problems
+    from sim.sweep import is_sweep
 
+    if is_sweep(args.config):
+        return _check_sweep(args)
     config = load_config(args.config, args.set)
     cost = estimate(config)
     if problems := limit_problems(cost, config):  # refused before building the cluster: check stays fast
@@ -312,6 +375,14 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("config")
     _add_set(check)
     check.set_defaults(func=_cmd_check)
+
+    sweep = sub.add_parser("sweep", help="run every point of a config's sweep: section; re-runs skip finished points")
+    sweep.add_argument("config", help="YAML config with a sweep: section")
+    sweep.add_argument("--out", help="output folder (default: results/<config name>-sweep)")
+    sweep.add_argument("--jobs", type=int, help="points run at once, each in its own process (default: the cores)")
+    sweep.add_argument("--quiet", action="store_true", help="no progress bar")
+    _add_set(sweep)
+    sweep.set_defaults(func=_cmd_sweep)
     lst = sub.add_parser("list", help="list policies, models and GPUs")
     lst.set_defaults(func=_cmd_list)
     return parser

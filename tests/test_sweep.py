@@ -1,0 +1,145 @@
+"""Sweeps: expanding a `sweep:` section into points, running them resumably, one tidy table."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+import yaml
+from helpers import synthetic, two_tier
+
+from sim.cli import main
+from sim.errors import ConfigError
+from sim.sweep import expand, load_sweep
+from sim.sweep_runner import POINT_FILE, TABLE_FILE, point_folder, run_sweep
+
+
+def base(iterations: int = 3) -> dict[str, Any]:
+    """8 workers in 2 racks, 2 policies, a few iterations: a point takes well under a second."""
+    cfg = synthetic(two_tier(2, 4, 25.0), [{"name": "ring"}, {"name": "hierarchical"}], 20.0, compute_ms=5.0)
+    return {**cfg, "iterations": iterations, "name": "tiny"}
+
+
+def sweep_file(tmp_path: Path, sweep: dict[str, Any], **change: Any) -> Path:
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump({**base(), **change, "sweep": sweep}))
+    return path
+
+
+def test_grid_zip_and_seeds_expand_in_order() -> None:
+    spec = {
+        "grid": {"cluster.uplink_gbps": [10, 25]},
+        "zip": [{"workload.gradient_mb": [10.0, 40.0, 80.0], "workload.compute_ms": [1.0, 2.0, 4.0]}],
+        "seeds": [0, 7],
+    }
+    sweep = expand({**base(), "sweep": spec})
+    assert sweep.axes == ["cluster.uplink_gbps", "workload.gradient_mb", "workload.compute_ms", "seed"]
+    assert len(sweep.points) == 2 * 3 * 2 and not sweep.bad
+    first, last = sweep.points[0], sweep.points[-1]
+    assert first.coords == {
+        "cluster.uplink_gbps": 10,
+        "workload.gradient_mb": 10.0,
+        "workload.compute_ms": 1.0,
+        "seed": 0,
+    }
+    assert last.coords == {
+        "cluster.uplink_gbps": 25,
+        "workload.gradient_mb": 80.0,
+        "workload.compute_ms": 4.0,
+        "seed": 7,
+    }
+    assert last.config is not None and last.config.seed == 7 and last.config.cluster.uplink_gbps == 25  # type: ignore[union-attr]
+    assert len({p.key for p in sweep.points}) == len(sweep.points)  # every resolved config differs
+    again = expand({**base(), "sweep": spec})
+    assert [p.key for p in again.points] == [p.key for p in sweep.points]  # keys are stable
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ({"grid": {"cluster.uplink_gbps": []}}, r"sweep.grid.cluster.uplink_gbps: expected a non-empty list"),
+        (
+            {"zip": [{"iterations": [1, 2], "seed": [1]}]},
+            r"sweep.zip\[0\]: .* need equal lengths \(iterations: 2, seed: 1\)",
+        ),
+        ({"grid": {"seed": [1]}, "seeds": [1]}, "seed is already an axis"),
+        ({"seeds": [1, 1]}, "lists a seed twice"),
+        ({"seeds": [-1]}, "integers >= 0"),
+        ({"grid": {"cluster..x": [1]}}, "not a config path"),
+        ({"grids": {}}, "unknown key"),
+        ({}, "nothing to sweep"),
+    ],
+)
+def test_a_bad_sweep_section_names_the_field(spec: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        expand({**base(), "sweep": spec})
+
+
+def test_a_point_that_does_not_validate_keeps_its_coordinates_and_field() -> None:
+    sweep = expand({**base(), "sweep": {"grid": {"cluster.uplink_gbps": [10, -5]}}})
+    assert [p.index for p in sweep.bad] == [1]
+    assert "cluster.uplink_gbps: Input should be greater than or equal to" in str(sweep.bad[0].error)
+    assert sweep.bad[0].label() == "cluster.uplink_gbps=-5"
+
+
+def test_the_table_has_a_row_per_point_and_policy_and_resumes(tmp_path: Path) -> None:
+    sweep = load_sweep(sweep_file(tmp_path, {"grid": {"cluster.uplink_gbps": [5, 50]}, "seeds": [0, 1]}))
+    out = tmp_path / "out"
+    first = run_sweep(sweep, out, jobs=1)
+    assert (first.ran, first.skipped, len(first.errors)) == (4, 0, 0)
+    table = first.table
+    assert len(table) == 4 * 2 and list(table.columns[:5]) == ["point", "key", "cluster.uplink_gbps", "seed", "policy"]
+    assert set(table["policy"]) == {"ring", "hierarchical"} and (table["status"] == "ok").all()
+    slow = table[(table["cluster.uplink_gbps"] == 5) & (table["policy"] == "ring")]["mean_iteration_s"]
+    fast = table[(table["cluster.uplink_gbps"] == 50) & (table["policy"] == "ring")]["mean_iteration_s"]
+    assert slow.min() > fast.max()  # a 5 Gbps uplink is the bottleneck of a cross-rack ring
+    (point_folder(out, sweep.points[2]) / POINT_FILE).unlink()  # as if killed while running it
+    again = run_sweep(sweep, out, jobs=1)
+    assert (again.ran, again.skipped) == (1, 3)
+    pd.testing.assert_frame_equal(pd.read_csv(out / TABLE_FILE), table)
+    parallel = run_sweep(sweep, tmp_path / "parallel", jobs=2)  # processes: the same table
+    pd.testing.assert_frame_equal(parallel.table, table)
+
+
+def test_one_bad_point_exits_1_and_the_good_points_are_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = sweep_file(tmp_path, {"grid": {"cluster.uplink_gbps": [10, -5, 40]}})
+    out = tmp_path / "out"
+    assert main(["sweep", str(path), "--out", str(out), "--jobs", "1", "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert "point 1 (cluster.uplink_gbps=-5): cluster.uplink_gbps: Input should be" in err
+    table, errors = pd.read_csv(out / TABLE_FILE), pd.read_csv(out / "errors.csv")
+    assert sorted(set(table["point"])) == [0, 2] and len(table) == 2 * 2
+    assert errors["point"].tolist() == [1] and errors["cluster.uplink_gbps"].tolist() == [-5]
+    assert main(["check", str(path)]) == 2  # check validates every point
+    assert "point 1 (cluster.uplink_gbps=-5)" in capsys.readouterr().err
+    assert main(["run", str(path)]) == 2  # run points to sweep
+    assert "run it with: syncsim sweep" in capsys.readouterr().err
+
+
+def test_a_sweep_killed_midway_completes_only_what_is_missing(tmp_path: Path) -> None:
+    """SIGKILL while points are running; the re-run runs only the unfinished ones, and the table is
+    the uninterrupted run's."""
+    path = sweep_file(tmp_path, {"grid": {"workload.gradient_mb": [20.0, 40.0, 60.0, 80.0, 100.0, 120.0]}})
+    whole = run_sweep(load_sweep(path), tmp_path / "whole", jobs=1).table
+    out = tmp_path / "killed"
+    cmd = [sys.executable, "-m", "sim.cli", "sweep", str(path), "--out", str(out), "--jobs", "1", "--quiet"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while len(list(out.glob(f"points/*/{POINT_FILE}"))) < 2 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    done_before = len(list(out.glob(f"points/*/{POINT_FILE}")))
+    assert 2 <= done_before < 6, "the sweep finished before it could be killed: make its points slower"
+    again = run_sweep(load_sweep(path), out, jobs=1)
+    assert again.skipped == done_before and again.ran == 6 - done_before
+    pd.testing.assert_frame_equal(pd.read_csv(out / TABLE_FILE), whole)
