@@ -212,7 +212,7 @@ def _cmd_search(args: argparse.Namespace) -> int:
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from sim.sweep import load_sweep
-    from sim.sweep_runner import ERRORS_FILE, TABLE_FILE, run_sweep
+    from sim.sweep_runner import ERRORS_FILE, PARQUET_FILE, TABLE_FILE, run_sweep
 
     if args.jobs is not None and args.jobs < 1:
         raise ConfigError(f"--jobs: expected an integer >= 1, got {args.jobs}")
@@ -235,7 +235,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
             print(f"  point {point.index} ({point.label()}) failed: {error}", file=sys.stderr)
 
     try:
-        outcome = run_sweep(sweep, out, args.jobs, on_done=done)
+        outcome = run_sweep(sweep, out, args.jobs, on_done=done, dask=args.dask)
     except KeyboardInterrupt:
         print(f"\ninterrupted; finished points are kept in {out}/points/ (run again to go on)", file=sys.stderr)
         return 130
@@ -245,7 +245,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     errors = f", errors in {out / ERRORS_FILE}" if len(outcome.errors) else ""
     print(
         f"ran {outcome.ran} points, {outcome.skipped} finished before, {len(outcome.errors)} failed; "
-        f"{len(outcome.table)} rows in {out / TABLE_FILE}{errors}"
+        f"{len(outcome.table)} rows in {out / TABLE_FILE} and {PARQUET_FILE}{errors}"
     )
     return 1 if len(outcome.errors) else 0
 
@@ -381,6 +381,7 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--out", help="output folder (default: results/<config name>-sweep)")
     sweep.add_argument("--jobs", type=int, help="points run at once, each in its own process (default: the cores)")
     sweep.add_argument("--quiet", action="store_true", help="no progress bar")
+    sweep.add_argument("--dask", metavar="ADDRESS", help="run the points on this Dask scheduler (tcp://HOST:8786)")
     _add_set(sweep)
     sweep.set_defaults(func=_cmd_sweep)
     lst = sub.add_parser("list", help="list policies, models and GPUs")

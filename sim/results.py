@@ -38,6 +38,23 @@ class Result:
     runs: list[PolicyRun] = field(default_factory=list)
     accuracy: Optional[pd.DataFrame] = None  # numerics mode only
 
+    @classmethod
+    def read(cls, folder: str | os.PathLike[str]) -> Result:
+        """A run's results back from the folder `write` (or `syncsim run --out`) filled: its config and
+        tables as written. `runs` is empty: the engine's in-memory objects are not saved."""
+        from sim.config import load_config
+
+        out = Path(folder)
+        if not (out / "summary.csv").is_file() or not (out / "config.yaml").is_file():
+            raise FileNotFoundError(f"{out}: no summary.csv and config.yaml here; not the folder of a syncsim run")
+        accuracy = out / "accuracy.csv"
+        return cls(
+            load_config(out / "config.yaml"),
+            _read_table(out / "summary.csv"),
+            **{name: _read_table(out / f"{name}.csv") for name in DETAIL_TABLES},  # type: ignore[arg-type]
+            accuracy=_read_table(accuracy) if accuracy.is_file() else None,
+        )
+
     @property
     def errors(self) -> dict[str, str]:
         return {run.label: run.error for run in self.runs if run.error is not None}
@@ -70,3 +87,11 @@ class Result:
         elif (out / "errors.txt").exists():
             (out / "errors.txt").unlink()
         return out
+
+
+def _read_table(path: Path) -> pd.DataFrame:
+    """A written table; a file with no columns at all (nothing was recorded) reads as an empty frame."""
+    try:
+        return pd.read_csv(path)
+    except pd.errors.EmptyDataError:
+        return pd.DataFrame()

@@ -24,12 +24,13 @@ from typing import Any, Optional
 import pandas as pd
 
 from sim.config import Config
-from sim.output import atomic_write
+from sim.output import atomic_path, atomic_write
 from sim.sweep import Point, Sweep
 
 POINT_FILE = "point.json"
 SUMMARY_FILE = "summary.csv"
 TABLE_FILE = "sweep.csv"
+PARQUET_FILE = "sweep.parquet"
 ERRORS_FILE = "errors.csv"
 
 
@@ -52,36 +53,58 @@ def finished(folder: Path) -> bool:
         return False
 
 
-def run_point(config: Config, folder: str, coords: dict[str, Any]) -> Optional[str]:
-    """Simulate one point and keep its results; returns None, or the error that stopped it (kept too)."""
-    from sim.api import simulate  # imported in the worker process
+def compute_point(config: Config, coords: dict[str, Any]) -> tuple[Optional[str], dict[str, Any]]:
+    """Simulate one point: its summary table as CSV text (None if it failed) and its record (status,
+    error, coordinates, wall time). Writes nothing, so it can run on another machine."""
+    from sim.api import simulate  # imported where the point runs
 
     start = time.perf_counter()
-    target = Path(folder)
-    target.mkdir(parents=True, exist_ok=True)
     try:
-        result = simulate(config)
-        atomic_write(target / SUMMARY_FILE, result.summary.to_csv(index=False))
+        summary: Optional[str] = simulate(config).summary.to_csv(index=False)
         error = None
     except Exception as exc:  # a point's failure is recorded; the other points go on
-        error = f"{type(exc).__name__}: {' / '.join(str(exc).splitlines())}"
+        summary, error = None, f"{type(exc).__name__}: {' / '.join(str(exc).splitlines())}"
     record = {"status": "ok" if error is None else "failed", "error": error, "coords": _plain(coords)}
     record["wall_s"] = round(time.perf_counter() - start, 3)
-    atomic_write(target / POINT_FILE, json.dumps(record, indent=1))  # last: its "ok" says the point is done
-    return error
+    return summary, record
+
+
+def keep_point(folder: Path, summary: Optional[str], record: dict[str, Any]) -> Optional[str]:
+    """Write a point's files (`point.json` last: its "ok" says the point is done); returns its error."""
+    folder.mkdir(parents=True, exist_ok=True)
+    if summary is not None:
+        atomic_write(folder / SUMMARY_FILE, summary)
+    atomic_write(folder / POINT_FILE, json.dumps(record, indent=1))
+    return record["error"]  # type: ignore[no-any-return]
+
+
+def run_point(config: Config, folder: str, coords: dict[str, Any]) -> Optional[str]:
+    """Simulate one point and keep its results here; returns None, or the error that stopped it."""
+    return keep_point(Path(folder), *compute_point(config, coords))
 
 
 OnDone = Callable[[Point, Optional[str]], None]
 
 
-def run_sweep(sweep: Sweep, out: Path, jobs: Optional[int] = None, on_done: Optional[OnDone] = None) -> SweepOutcome:
-    """Run every valid point not finished before (`jobs` processes; 1: in this process), then write
-    and return the tidy table and the errors. `on_done(point, error)` is called as each one ends."""
+def run_sweep(
+    sweep: Sweep,
+    out: Path,
+    jobs: Optional[int] = None,
+    on_done: Optional[OnDone] = None,
+    dask: Optional[str] = None,
+) -> SweepOutcome:
+    """Run every valid point not finished before (`jobs` processes; 1: in this process; or on the
+    Dask scheduler at `dask`), then write and return the tidy table and the errors. `on_done(point,
+    error)` is called as each one ends."""
     out.mkdir(parents=True, exist_ok=True)
     todo = [p for p in sweep.points if p.config is not None and not finished(point_folder(out, p))]
     skipped = sum(1 for p in sweep.points if p.config is not None) - len(todo)
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(todo) or 1))
-    if jobs == 1:
+    if dask is not None:
+        from sim.sweep_dask import run_on_dask
+
+        run_on_dask(dask, todo, out, on_done)
+    elif jobs == 1:
         for point in todo:
             error = run_point(point.config, str(point_folder(out, point)), point.coords)  # type: ignore[arg-type]
             if on_done is not None:
@@ -90,6 +113,8 @@ def run_sweep(sweep: Sweep, out: Path, jobs: Optional[int] = None, on_done: Opti
         _run_parallel(todo, out, jobs, on_done)
     table, errors = collect(sweep, out)
     atomic_write(out / TABLE_FILE, table.to_csv(index=False))
+    with atomic_path(out / PARQUET_FILE) as tmp:
+        table.to_parquet(tmp, index=False)
     atomic_write(out / ERRORS_FILE, errors.to_csv(index=False))
     return SweepOutcome(table, errors, len(todo), skipped)
 

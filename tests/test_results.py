@@ -97,3 +97,21 @@ def test_network_bytes_on_a_custom_topology() -> None:
     }
     result = simulate(synthetic(cluster, [{"name": "ring"}], 100, iterations=2))
     assert result.summary["network_bytes_per_iteration"].iloc[0] == pytest.approx(2 * 2 * 100 * MB, rel=1e-6)
+
+
+def test_result_read_gives_back_what_write_wrote(tmp_path: Path) -> None:
+    import pandas as pd
+
+    from sim.results import Result
+
+    cfg = synthetic(star(4), [{"name": "ring"}, {"name": "asp", "placement": "colocated"}], 10.0, compute_ms=5.0)
+    result = simulate({**cfg, "iterations": 3})
+    result.write(tmp_path, plot=False)
+    back = Result.read(tmp_path)
+    assert back.config == result.config and back.runs == []
+    for name in ("summary", "iterations", "ops", "links", "utilization", "staleness", "faults", "phases"):
+        pd.testing.assert_frame_equal(getattr(back, name), pd.read_csv(tmp_path / f"{name}.csv"), obj=name)
+        assert len(getattr(back, name)) == len(getattr(result, name)), name
+    assert back.summary["mean_iteration_s"].tolist() == pytest.approx(result.summary["mean_iteration_s"].tolist())
+    with pytest.raises(FileNotFoundError, match="not the folder of a syncsim run"):
+        Result.read(tmp_path / "nowhere")

@@ -143,3 +143,27 @@ def test_a_sweep_killed_midway_completes_only_what_is_missing(tmp_path: Path) ->
     again = run_sweep(load_sweep(path), out, jobs=1)
     assert again.skipped == done_before and again.ran == 6 - done_before
     pd.testing.assert_frame_equal(pd.read_csv(out / TABLE_FILE), whole)
+
+
+def test_the_table_is_also_parquet_with_the_same_rows(tmp_path: Path) -> None:
+    sweep = load_sweep(sweep_file(tmp_path, {"seeds": [3, 4]}))
+    outcome = run_sweep(sweep, tmp_path / "out", jobs=1)
+    parquet = pd.read_parquet(tmp_path / "out" / "sweep.parquet")
+    assert len(parquet) == len(outcome.table) == 2 * 2
+    assert parquet["seed"].tolist() == [3, 3, 4, 4]
+    pd.testing.assert_frame_equal(parquet, outcome.table, check_dtype=False)
+
+
+def test_a_dask_cluster_gives_the_local_table(tmp_path: Path) -> None:
+    distributed = pytest.importorskip("distributed")
+    sweep = load_sweep(sweep_file(tmp_path, {"grid": {"cluster.uplink_gbps": [5, 50, -1]}, "seeds": [0, 1]}))
+    local = run_sweep(sweep, tmp_path / "local", jobs=1)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as cluster:
+        remote = run_sweep(sweep, tmp_path / "dask", dask=cluster.scheduler_address)
+    assert remote.ran == 4 and len(remote.errors) == 2  # the two points with a negative uplink
+    pd.testing.assert_frame_equal(remote.table, local.table)
+    pd.testing.assert_frame_equal(remote.errors, local.errors)
+    for point in sweep.points:  # the same files, kept by this process
+        if point.config is not None:
+            kept = point_folder(tmp_path / "dask", point) / "summary.csv"
+            assert kept.read_text() == (point_folder(tmp_path / "local", point) / "summary.csv").read_text()
