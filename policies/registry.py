@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import importlib
 import math
+import sys
 from collections.abc import Iterator, Mapping
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
@@ -37,10 +39,39 @@ def available() -> dict[str, str]:
     return names
 
 
+# Folders searched for a plug-in's module when it is not importable as it is: the working directory,
+# then the folders of the config files read so far (`add_search_folder`), as a user expects of
+# `name: my_policies:MyPolicy` with my_policies.py beside the config, without PYTHONPATH=.
+_SEARCH: list[Path] = []
+
+
+def add_search_folder(folder: Path) -> None:
+    """Also look for plug-in modules in `folder` (the config loader adds each config's folder)."""
+    folder = folder.resolve()
+    if folder not in _SEARCH:
+        _SEARCH.append(folder)
+
+
+def _import(module_name: str) -> Any:
+    """`importlib.import_module`, then, for a top-level module found nowhere, from a search folder that
+    holds it as `name.py` or `name/__init__.py` (that folder joins sys.path, as PYTHONPATH would)."""
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        top = module_name.split(".")[0]
+        if exc.name != top:
+            raise
+        for folder in (Path.cwd(), *_SEARCH):
+            if (folder / f"{top}.py").is_file() or (folder / top / "__init__.py").is_file():
+                sys.path.append(str(folder))
+                return importlib.import_module(module_name)
+        raise
+
+
 def _load(path: str) -> type[Policy]:
     module_name, _, attr = path.partition(":")
     try:
-        obj: Any = importlib.import_module(module_name)
+        obj: Any = _import(module_name)
         for part in attr.split("."):
             obj = getattr(obj, part)
     except (ImportError, AttributeError) as exc:

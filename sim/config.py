@@ -309,7 +309,11 @@ def parse_config(data: Any) -> Config:
 
 def load_config(path: Union[str, Path], overrides: Sequence[str] = ()) -> Config:
     """Read a YAML config file (merged onto the config it `extends:`), apply `KEY=VALUE` overrides
-    (`sim.config_overrides`), and validate it."""
+    (`sim.config_overrides`), and validate it. Plug-in policies (`module:Class`) are also looked for
+    beside the file."""
+    from policies.registry import add_search_folder
+
+    add_search_folder(Path(path).parent)
     return parse_config(apply_overrides(resolve_extends(read_yaml(Path(path)), Path(path)), overrides))
 
 

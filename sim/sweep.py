@@ -64,6 +64,9 @@ class Sweep:
 
 def load_sweep(path: Union[str, Path], overrides: tuple[str, ...] | list[str] = ()) -> Sweep:
     """Read a config file with a `sweep:` section (after `extends:` and `--set`) and expand it."""
+    from policies.registry import add_search_folder
+
+    add_search_folder(Path(path).parent)  # plug-in policies beside the file, as load_config does
     data = apply_overrides(resolve_extends(read_yaml(Path(path)), Path(path)), overrides)
     return expand(data)
 

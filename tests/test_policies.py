@@ -160,3 +160,45 @@ def test_policies_import_neither_simpy_nor_torch() -> None:
         text = path.read_text()
         for banned in ("import simpy", "from simpy", "import torch", "from torch"):
             assert banned not in text, f"{path.name} must stay backend-agnostic"
+
+
+def test_a_plugin_beside_the_config_loads_without_pythonpath(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """`name: module:Class` with module.py next to the config file (or in the working directory)."""
+    import sys
+
+    import yaml
+
+    from sim.api import simulate
+    from sim.config import load_config
+
+    folder = tmp_path / "experiment"
+    folder.mkdir()
+    (folder / "beside_policies.py").write_text(
+        "from policies.ring import Ring\n\n\nclass SlowRing(Ring):\n    name = 'slow_ring'\n"
+    )
+    cfg = {
+        "iterations": 2,
+        "cluster": {"topology": "star", "hosts": 4, "nic_gbps": 25},
+        "workload": {"model": "synthetic", "gradient_mb": 10, "compute_ms": 5},
+        "policies": [{"name": "beside_policies:SlowRing"}],
+    }
+    (folder / "c.yaml").write_text(yaml.safe_dump(cfg))
+    monkeypatch.chdir(tmp_path)  # not the config's folder
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the folder joins sys.path: undo it afterwards
+    result = simulate(load_config(folder / "c.yaml"))
+    assert result.summary["status"].tolist() == ["ok"]
+    assert result.summary["name"].tolist() == ["beside_policies:SlowRing"]
+    assert str(folder.resolve()) in sys.path
+
+
+def test_a_plugin_in_the_working_directory_loads(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import sys
+
+    from policies.registry import create
+
+    (tmp_path / "cwd_policies.py").write_text("from policies.ring import Ring\n\n\nclass MyRing(Ring):\n    pass\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", ".")])
+    assert type(create("cwd_policies:MyRing")).__name__ == "MyRing"
+    with pytest.raises(SettingError, match="cannot load policy class 'absent_policies:X'"):
+        create("absent_policies:X")
