@@ -267,6 +267,33 @@ def _check_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_plot(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from sim.results import Result
+    from sim.sweep_plot import FORMATS, pick_x, sweep_plot
+    from sim.sweep_runner import TABLE_FILE
+
+    folder = Path(args.folder)
+    args.config = str(folder)  # error messages name the folder
+    if (folder / TABLE_FILE).is_file():
+        table = pd.read_csv(folder / TABLE_FILE)
+        if table.empty:
+            raise ConfigError(f"{folder / TABLE_FILE}: no finished points to draw")
+        x = pick_x(table, args.x)
+        name = folder.name
+        files = sweep_plot(table, args.metric, x, folder / f"sweep_{args.metric}", f"{name}: {args.metric} vs {x}")
+        print("wrote " + ", ".join(str(f) for f in files))
+        return 0
+    try:
+        result = Result.read(folder)
+    except FileNotFoundError as exc:
+        raise ConfigError(f"{exc} (nor {TABLE_FILE} of a sweep)") from None
+    files = result.plot(folder, FORMATS)
+    print(f"wrote {len(files)} figures in {folder} ({', '.join(FORMATS)})")
+    return 0
+
+
 def _cmd_check(args: argparse.Namespace) -> int:
     from sim.config import load_config
     from sim.cost import estimate, limit_problems
@@ -384,6 +411,12 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--dask", metavar="ADDRESS", help="run the points on this Dask scheduler (tcp://HOST:8786)")
     _add_set(sweep)
     sweep.set_defaults(func=_cmd_sweep)
+
+    plot = sub.add_parser("plot", help="re-draw the figures of a run or a sweep folder from its saved tables")
+    plot.add_argument("folder", help="a folder `syncsim run` or `syncsim sweep` wrote")
+    plot.add_argument("--metric", default="throughput_samples_s", help="sweeps: the summary column to draw")
+    plot.add_argument("--x", help="sweeps: the axis on the x axis (default: the first numeric axis that varies)")
+    plot.set_defaults(func=_cmd_plot)
     lst = sub.add_parser("list", help="list policies, models and GPUs")
     lst.set_defaults(func=_cmd_list)
     return parser

@@ -142,10 +142,16 @@ def shade_phases(ax: plt.Axes, phases: pd.DataFrame | None, label: str, color: s
 
 
 def _save(fig: plt.Figure, path: Path) -> None:
-    """Through a temporary that keeps the extension (savefig picks the format from it): never half a PNG."""
+    save_figure(fig, path)
+
+
+def save_figure(fig: plt.Figure, path: Path, close: bool = True) -> None:
+    """Through a temporary that keeps the extension (savefig picks the format from it: png, pdf, svg):
+    never half a file."""
     try:
         fig.tight_layout()
         with atomic_path(path) as tmp:
             fig.savefig(tmp, dpi=110)
     finally:
-        plt.close(fig)
+        if close:
+            plt.close(fig)

@@ -61,7 +61,6 @@ class Result:
 
     def write(self, out_dir: str | os.PathLike[str], *, plot: bool = True, trace: Optional[bool] = None) -> Path:
         """Write the tables as CSV, config.yaml, trace.json and the plots (see README)."""
-        from sim.plots import accuracy_plot, comparison_plot, staleness_plot, utilization_plot
         from sim.trace import chrome_trace
 
         out = Path(out_dir)
@@ -74,19 +73,34 @@ class Result:
         atomic_write(out / "summary.csv", self.summary.to_csv(index=False))
         if self.config.simulation.trace if trace is None else trace:
             atomic_write(out / "trace.json", chrome_trace(self, self.config.simulation.trace_max_events))
-        if plot and len(self.summary):
-            comparison_plot(self.summary, self.iterations, out / "comparison.png", self.phases)
-            utilization_plot(self.utilization, out / "utilization.png")
-            if len(self.staleness):
-                staleness_plot(self.staleness, out / "staleness.png")
-            if self.accuracy is not None and len(self.accuracy):
-                accuracy_plot(self.accuracy, out / "accuracy.png", self.config.numerics.target_accuracy, self.phases)
+        if plot:
+            self.plot(out)
         failed = [run for run in self.runs if run.error is not None]
         if failed:  # the summary says why in one line; the full traceback is for bug reports
             atomic_write(out / "errors.txt", "\n".join(f"== {run.label}\n{run.traceback}" for run in failed))
         elif (out / "errors.txt").exists():
             (out / "errors.txt").unlink()
         return out
+
+    def plot(self, out_dir: str | os.PathLike[str], formats: tuple[str, ...] = ("png",)) -> list[Path]:
+        """Draw the standard figures into `out_dir`, once per format (png, pdf, svg); returns the files."""
+        from sim.plots import accuracy_plot, comparison_plot, staleness_plot, utilization_plot
+
+        out, written = Path(out_dir), []
+        if not len(self.summary):
+            return written
+        for fmt in formats:
+            comparison_plot(self.summary, self.iterations, out / f"comparison.{fmt}", self.phases)
+            utilization_plot(self.utilization, out / f"utilization.{fmt}")
+            written += [out / f"comparison.{fmt}", out / f"utilization.{fmt}"]
+            if len(self.staleness):
+                staleness_plot(self.staleness, out / f"staleness.{fmt}")
+                written.append(out / f"staleness.{fmt}")
+            if self.accuracy is not None and len(self.accuracy):
+                target = self.config.numerics.target_accuracy if self.config.numerics else None
+                accuracy_plot(self.accuracy, out / f"accuracy.{fmt}", target, self.phases)
+                written.append(out / f"accuracy.{fmt}")
+        return written
 
 
 def _read_table(path: Path) -> pd.DataFrame:

@@ -167,3 +167,23 @@ def test_a_dask_cluster_gives_the_local_table(tmp_path: Path) -> None:
         if point.config is not None:
             kept = point_folder(tmp_path / "dask", point) / "summary.csv"
             assert kept.read_text() == (point_folder(tmp_path / "local", point) / "summary.csv").read_text()
+
+
+def test_plot_draws_a_sweep_and_a_run_in_three_formats(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = sweep_file(tmp_path, {"grid": {"cluster.uplink_gbps": [5, 50]}, "seeds": [0, 1]})
+    out = tmp_path / "sweep"
+    assert main(["sweep", str(path), "--out", str(out), "--jobs", "1", "--quiet"]) == 0
+    assert main(["plot", str(out), "--metric", "mean_iteration_s"]) == 0
+    assert all((out / f"sweep_mean_iteration_s.{fmt}").stat().st_size > 1000 for fmt in ("png", "pdf", "svg"))
+    assert main(["plot", str(out), "--x", "seed"]) == 2
+    assert "--x: 'seed' is not an axis of this sweep; allowed: cluster.uplink_gbps" in capsys.readouterr().err
+    assert main(["plot", str(out), "--metric", "nope"]) == 2
+    run = tmp_path / "run"
+    (tmp_path / "one.yaml").write_text(yaml.safe_dump(base()))
+    assert main(["run", str(tmp_path / "one.yaml"), "--out", str(run), "--quiet", "--no-plot"]) == 0
+    assert not (run / "comparison.png").exists()
+    assert main(["plot", str(run)]) == 0
+    assert all(
+        (run / f"{name}.{fmt}").is_file() for name in ("comparison", "utilization") for fmt in ("png", "pdf", "svg")
+    )
+    assert main(["plot", str(tmp_path / "empty")]) == 2
