@@ -16,7 +16,6 @@
 # `sim.simulate` returns (the same tables `syncsim run` writes as CSV).
 
 # %%
-
 import matplotlib.pyplot as plt
 import pandas as pd
 
