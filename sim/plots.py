@@ -14,7 +14,11 @@ from sim.output import atomic_path  # noqa: E402
 
 
 def comparison_plot(
-    summary: pd.DataFrame, iterations: pd.DataFrame, path: Path, phases: pd.DataFrame | None = None
+    summary: pd.DataFrame,
+    iterations: pd.DataFrame,
+    path: Path,
+    phases: pd.DataFrame | None = None,
+    config_name: str | None = None,
 ) -> None:
     ok = summary.dropna(subset=["mean_iteration_s"])
     fig, (ax_time, ax_tput, ax_iter) = plt.subplots(1, 3, figsize=(15, 4.2))
@@ -43,10 +47,10 @@ def comparison_plot(
     ax_iter.set_ylabel("updates / workers")
     ax_iter.set_title("Progress")
     ax_iter.legend(fontsize=8)
-    _save(fig, path)
+    _save(fig, path, config_name)
 
 
-def utilization_plot(utilization: pd.DataFrame, path: Path) -> None:
+def utilization_plot(utilization: pd.DataFrame, path: Path, config_name: str | None = None) -> None:
     """Uplink utilisation over time, one panel per policy (NIC links, if sampled, as their mean)."""
     policies = list(dict.fromkeys(utilization["policy"]))
     if not policies:
@@ -67,10 +71,10 @@ def utilization_plot(utilization: pd.DataFrame, path: Path) -> None:
         if network["link"].nunique() <= 12:
             ax.legend(fontsize=6, ncol=4, loc="upper right")
     axes[-1, 0].set_xlabel("simulated time (s)")
-    _save(fig, path)
+    _save(fig, path, config_name)
 
 
-def staleness_plot(staleness: pd.DataFrame, path: Path) -> None:
+def staleness_plot(staleness: pd.DataFrame, path: Path, config_name: str | None = None) -> None:
     fig, ax = plt.subplots(figsize=(7, 3.5))
     for label, rows in staleness.groupby("policy", sort=False):
         counts = rows.groupby("staleness")["updates"].sum()
@@ -78,11 +82,15 @@ def staleness_plot(staleness: pd.DataFrame, path: Path) -> None:
     ax.set_xlabel("staleness (updates by others since the worker's last pull)")
     ax.set_ylabel("share of updates")
     ax.legend(fontsize=8)
-    _save(fig, path)
+    _save(fig, path, config_name)
 
 
 def accuracy_plot(
-    accuracy: pd.DataFrame, path: Path, target: float | None = None, phases: pd.DataFrame | None = None
+    accuracy: pd.DataFrame,
+    path: Path,
+    target: float | None = None,
+    phases: pd.DataFrame | None = None,
+    config_name: str | None = None,
 ) -> None:
     """Consensus accuracy of every policy against simulated time and against iterations."""
     consensus = accuracy[accuracy["worker"] < 0]
@@ -100,7 +108,7 @@ def accuracy_plot(
     ax_time.set_title("Time to accuracy")
     ax_iter.set_title("Accuracy per iteration")
     ax_iter.legend(fontsize=8)
-    _save(fig, path)
+    _save(fig, path, config_name)
 
 
 def search_plot(table: pd.DataFrame, reference: float, tolerance: float, path: Path) -> None:
@@ -141,7 +149,9 @@ def shade_phases(ax: plt.Axes, phases: pd.DataFrame | None, label: str, color: s
             ax.axvline(row.start_s - row.switch_s, color=color, ls=":", lw=1)
 
 
-def _save(fig: plt.Figure, path: Path) -> None:
+def _save(fig: plt.Figure, path: Path, config_name: str | None = None) -> None:
+    if config_name:  # every figure says which config it shows
+        fig.suptitle(f"config: {config_name}", x=0.01, ha="left", fontsize=9, color="0.35")
     save_figure(fig, path)
 
 

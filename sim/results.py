@@ -90,15 +90,16 @@ class Result:
         if not len(self.summary):
             return written
         for fmt in formats:
-            comparison_plot(self.summary, self.iterations, out / f"comparison.{fmt}", self.phases)
-            utilization_plot(self.utilization, out / f"utilization.{fmt}")
+            name = self.config.name
+            comparison_plot(self.summary, self.iterations, out / f"comparison.{fmt}", self.phases, name)
+            utilization_plot(self.utilization, out / f"utilization.{fmt}", name)
             written += [out / f"comparison.{fmt}", out / f"utilization.{fmt}"]
             if len(self.staleness):
-                staleness_plot(self.staleness, out / f"staleness.{fmt}")
+                staleness_plot(self.staleness, out / f"staleness.{fmt}", name)
                 written.append(out / f"staleness.{fmt}")
             if self.accuracy is not None and len(self.accuracy):
                 target = self.config.numerics.target_accuracy if self.config.numerics else None
-                accuracy_plot(self.accuracy, out / f"accuracy.{fmt}", target, self.phases)
+                accuracy_plot(self.accuracy, out / f"accuracy.{fmt}", target, self.phases, name)
                 written.append(out / f"accuracy.{fmt}")
         return written
 

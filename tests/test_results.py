@@ -115,3 +115,19 @@ def test_result_read_gives_back_what_write_wrote(tmp_path: Path) -> None:
     assert back.summary["mean_iteration_s"].tolist() == pytest.approx(result.summary["mean_iteration_s"].tolist())
     with pytest.raises(FileNotFoundError, match="not the folder of a syncsim run"):
         Result.read(tmp_path / "nowhere")
+
+
+def test_every_run_figure_names_its_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import sim.plots
+
+    titles: dict[str, str] = {}
+
+    def capture(fig, path, close=True):  # type: ignore[no-untyped-def]
+        titles[Path(path).name] = fig._suptitle.get_text() if fig._suptitle else ""
+
+    monkeypatch.setattr(sim.plots, "save_figure", capture)
+    cfg = synthetic(star(4), [{"name": "ring"}, {"name": "asp", "placement": "colocated"}], 10.0, compute_ms=5.0)
+    result = simulate({**cfg, "iterations": 3, "name": "named-run"})
+    files = result.plot(tmp_path, ("png", "svg"))
+    assert sorted(titles) == sorted(f.name for f in files) and len(files) == 6  # comparison, utilization, staleness
+    assert set(titles.values()) == {"config: named-run"}
