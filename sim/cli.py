@@ -57,11 +57,8 @@ def _add_set(parser: argparse.ArgumentParser) -> None:
 def _cmd_run(args: argparse.Namespace) -> int:
     from sim.config import load_config
     from sim.cost import check_limits
-    from sim.sweep import is_sweep
 
-    if is_sweep(args.config):
-        raise ConfigError(f"sweep: {args.config} describes a sweep; run it with: syncsim sweep {args.config} --out DIR")
-    config = load_config(args.config, args.set)
+    config = load_config(args.config, args.set)  # a sweep's file is refused here, naming `syncsim sweep`
     check_limits(config)  # a run estimated over the limits is refused before its output folder exists
     from sim.api import simulate  # pandas and the engine: only for a run that goes ahead
     from sim.faults import late_faults

@@ -91,23 +91,6 @@ class Communicators:
             raise self._mismatch(rank, op, seq, call)
         return comm, call
 
-    def enqueue_all(
-        self, rank: int, step: int, pairs: list[tuple[Collective, _Communicator]]
-    ) -> list[tuple[_Communicator, _Call]]:
-        """`enqueue` of each (op, its communicator) in turn, in one call (a program run before)."""
-        env = self.env
-        tickets = []
-        for op, comm in pairs:
-            seq = comm.issued.get(rank, 0)
-            comm.issued[rank] = seq + 1
-            call = comm.calls.get(seq)
-            if call is None:
-                call = comm.calls[seq] = _Call(op, step, env._now, Event(env))
-            elif call.op is not op and call.op != op:
-                raise self._mismatch(rank, op, seq, call)
-            tickets.append((comm, call))
-        return tickets
-
     def _mismatch(self, rank: int, op: Collective, seq: int, call: _Call) -> PolicyError:
         return PolicyError(
             f"policy {self.policy!r}: rank {rank} enqueued {op!r} as call #{seq} on {op.group!r}, "

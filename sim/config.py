@@ -314,7 +314,10 @@ def load_config(path: Union[str, Path], overrides: Sequence[str] = ()) -> Config
     from policies.registry import add_search_folder
 
     add_search_folder(Path(path).parent)
-    return parse_config(apply_overrides(resolve_extends(read_yaml(Path(path)), Path(path)), overrides))
+    data = resolve_extends(read_yaml(Path(path)), Path(path))
+    if isinstance(data, dict) and "sweep" in data:
+        raise ConfigError(f"sweep: {path} describes a sweep; run it with: syncsim sweep {path} --out DIR")
+    return parse_config(apply_overrides(data, overrides))
 
 
 def dump_config(config: Config) -> str:

@@ -142,7 +142,8 @@ class Executor:
         known = self._known_programs.get((rank, id(program)))
         if known is not None and known[0] is program:  # this rank ran this very tuple before: checked
             if known[1] is not None:
-                return self._chain(rank, step, self.comms.enqueue_all(rank, step, known[1]), bucket)
+                enqueue = self.comms.enqueue
+                return self._chain(rank, step, [enqueue(rank, step, op, comm) for op, comm in known[1]], bucket)
             return self._issue(rank, step, known[2], [], bucket)[0]
         items, tickets, collectives_only = self._stage(rank, step, program)
         if not items:  # most hooks of most policies: no process needed

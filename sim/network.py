@@ -24,7 +24,6 @@ import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from heapq import heappush
 from typing import Any, Optional
 
 import numpy as np
@@ -323,8 +322,7 @@ class Network:
             self._n_delivering += 1
             done.callbacks.insert(0, self._delivered)
             done._ok, done._value = True, None
-            env = self.env  # queued as `env.schedule` would, without the call
-            heappush(env._queue, (env._now + latency, NORMAL, next(env._eid), done))  # type: ignore[attr-defined]
+            self.env.schedule(done, NORMAL, latency)
         else:
             done.succeed()
 

@@ -60,12 +60,8 @@ class Shard:
         """A push from `rank` has arrived (`update`: its values, in numerics mode)."""
         tensors, shard = self.tensors, self.spec.shard
         if not self.spec.sync:  # applied on arrival: no rounds to count
-            if update is None and not self.spec.apply_s_per_mb:  # applied at once, nothing to apply: `_commit`
-                applied = self._applied_to[key]
-                if self.on_apply is not None:
-                    self.on_apply(rank, key, applied - self._sent_version[(rank, key)])
-                self._applied_to[key] = applied + 1
-                self.applied_updates += 1
+            if update is None and not self.spec.apply_s_per_mb:  # applied at once, nothing to apply
+                self._commit(key, None, rank, None)
                 return
             apply = (lambda: tensors.apply_async(update)) if update is not None else None
             self._apply(nbytes, key, None, rank, apply)
