@@ -22,10 +22,11 @@ import pandas as pd
 
 from real.launch import launch
 from sim.api import simulate
-from sim.config import load_config
+from sim.config import Config, load_config
 from sim.errors import SyncsimError
-from sim.output import atomic_path, atomic_write
+from sim.output import atomic_write
 from sim.phase_ensemble import JITTER, asynchronous_policies, decorrelated
+from sim.results import Result, read_table
 from sim.tables import steady_figures
 
 TOLERANCE = 0.10  # mean iteration time, synchronous policies
@@ -44,6 +45,34 @@ class Validation:
     @property
     def passed(self) -> bool:
         return bool(self.table["within"].all())
+
+    @classmethod
+    def read(cls, folder: str | Path) -> Validation:
+        """A validation back from the folder `syncsim validate --out` filled."""
+        out = Path(folder)
+        if not (out / "validation.csv").is_file():
+            raise FileNotFoundError(f"{out}: no validation.csv here; not the folder of `syncsim validate`")
+        return cls(pd.read_csv(out / "validation.csv"), out)
+
+    def simulated(self) -> Result:
+        """The calibrated config's simulation (every policy once, workers in step)."""
+        return Result.read(self.out / "sim")
+
+    def measured(self) -> Result:
+        """The real run's tables (the same columns as the simulation's)."""
+        return Result.read(self.out / "real")
+
+    def calibrated_config(self) -> Config:
+        return load_config(self.out / "calibrated.yaml")
+
+    def calibration(self) -> dict[str, pd.DataFrame]:
+        """The calibration's raw measurements, by kind: `pairs` (one-way time per host pair and size),
+        `collectives`, `computes` (per rank), `uplinks` (a rack's hosts sending out at once)."""
+        return {p.name.split(".")[1]: pd.read_csv(p) for p in sorted(self.out.glob("calibrated.*.csv"))}
+
+    def out_of_step(self) -> pd.DataFrame:
+        """The asynchronous policies' seeded simulations with their workers out of step (one row each)."""
+        return pd.read_csv(self.out / "sim_out_of_step.csv")
 
 
 def validate(
@@ -71,7 +100,7 @@ def validate(
     table = compare(calibrated, out / "sim", out / "real", warmup, ensemble)
     atomic_write(out / "validation.csv", table.to_csv(index=False))
     atomic_write(out / "validation.md", markdown(table))
-    plot(table, out / "validation.png")
+    plot(table, out / "validation.png", config.name)
     return Validation(table, out)
 
 
@@ -95,8 +124,8 @@ def compare(
     beside them."""
     config = load_config(config_path)
     shared = set(asynchronous_policies(config))
-    sim = steady_figures(pd.read_csv(sim_dir / "iterations.csv"), warmup)
-    real = steady_figures(pd.read_csv(real_dir / "iterations.csv"), warmup)
+    sim = steady_figures(read_table(sim_dir, "iterations"), warmup)
+    real = steady_figures(read_table(real_dir, "iterations"), warmup)
     spread = ensemble.groupby("policy") if ensemble is not None and len(ensemble) else None
     rows = []
     for policy in (e.display for e in config.policies):
@@ -162,11 +191,8 @@ def markdown(table: pd.DataFrame) -> str:
     return "\n".join(lines + ([""] + notes if notes else [])) + "\n"
 
 
-def plot(table: pd.DataFrame, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+def plot(table: pd.DataFrame, path: Path, config_name: Optional[str] = None) -> None:
+    from sim.plots import plt, save_captioned
 
     fig, ax = plt.subplots(figsize=(7, 3.5))
     x = range(len(table))
@@ -178,7 +204,4 @@ def plot(table: pd.DataFrame, path: Path) -> None:
     ax.set_xticks(list(x), table["policy"])
     ax.set_ylabel("mean iteration (ms)")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=120)
-    plt.close(fig)
+    save_captioned(fig, path, config_name)

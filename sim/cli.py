@@ -14,7 +14,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Optional
 
-from sim.errors import ConfigError, OutputBusy
+from sim.errors import ConfigError, OutputBusy, SyncsimError
 
 TABLE_COLUMNS = {
     "policy": "policy",
@@ -279,7 +279,8 @@ def _cmd_plot(args: argparse.Namespace) -> int:
             raise ConfigError(f"{folder / TABLE_FILE}: no finished points to draw")
         x = pick_x(table, args.x)
         name = folder.name
-        files = sweep_plot(table, args.metric, x, folder / f"sweep_{args.metric}", f"{name}: {args.metric} vs {x}")
+        title = f"{name}: {args.metric} " + (f"vs {x}" if x is not None else "per policy")
+        files = sweep_plot(table, args.metric, x, folder / f"sweep_{args.metric}", title)
         print("wrote " + ", ".join(str(f) for f in files))
         return 0
     try:
@@ -432,6 +433,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except OutputBusy as exc:
         print(f"syncsim: {exc}", file=sys.stderr)
         return 3
+    except SyncsimError as exc:  # a step that could not run (calibration, emulation, a policy): its message
+        print(f"syncsim {args.command}: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

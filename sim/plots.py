@@ -38,51 +38,90 @@ def comparison_plot(
     for ax in (ax_time, ax_tput):
         ax.set_xticks(list(x), labels, rotation=20, ha="right")
     done = iterations.sort_values("end_s").groupby("policy", sort=False)
-    for label in labels:
+    for label, style in zip(labels, line_styles(len(labels))):
         rows = done.get_group(label) if label in done.groups else iterations.iloc[:0]
         workers = rows["rank"].nunique() or 1
-        (line,) = ax_iter.plot(rows["end_s"], (pd.RangeIndex(1, len(rows) + 1) / workers), label=label)
+        (line,) = ax_iter.plot(rows["end_s"], (pd.RangeIndex(1, len(rows) + 1) / workers), label=label, **style)
         shade_phases(ax_iter, phases, label, line.get_color())
     ax_iter.set_xlabel("simulated time (s)")
     ax_iter.set_ylabel("updates / workers")
     ax_iter.set_title("Progress")
     ax_iter.legend(fontsize=8)
-    _save(fig, path, config_name)
+    save_captioned(fig, path, config_name)
 
 
 def utilization_plot(utilization: pd.DataFrame, path: Path, config_name: str | None = None) -> None:
-    """Uplink utilisation over time, one panel per policy (NIC links, if sampled, as their mean)."""
+    """Link utilisation over time, one panel per policy on its own time axis (a fast policy is not a
+    sliver of a slow one's). Links whose curves are identical (the symmetric uplinks of a balanced
+    scheme) are drawn once and named together; beyond `MAX_LINES` distinct curves a panel shows each
+    kind's mean and min-max band instead. NIC links, if sampled, appear as their mean."""
     policies = list(dict.fromkeys(utilization["policy"]))
     if not policies:
         return
-    fig, axes = plt.subplots(len(policies), 1, figsize=(10, 2.4 * len(policies)), sharex=True, squeeze=False)
+    fig, axes = plt.subplots(len(policies), 1, figsize=(12, 2.5 * len(policies)), squeeze=False)
     for ax, label in zip(axes[:, 0], policies):
         rows = utilization[utilization["policy"] == label]
         network = rows[rows["kind"] != "nic"]
-        for link, series in network.groupby("link", sort=False):
-            ax.plot(series["time_s"], series["utilization"], lw=1, label=link)
+        curves = network.pivot_table(index="time_s", columns="link", values="utilization", sort=False)
+        groups = identical_columns(curves)
+        if len(groups) <= MAX_LINES:
+            for names, style in zip(groups, line_styles(len(groups))):
+                ax.plot(curves.index, curves[names[0]].to_numpy(), label=joined_names(names), **style)
+        else:
+            for kind, links in network.groupby("kind", sort=False)["link"]:
+                kind_curves = curves[list(dict.fromkeys(links))]
+                (line,) = ax.plot(kind_curves.index, kind_curves.mean(axis=1), lw=1.2, label=f"{kind} (mean)")
+                ax.fill_between(kind_curves.index, kind_curves.min(axis=1), kind_curves.max(axis=1),
+                                color=line.get_color(), alpha=0.2, lw=0, label=f"{kind} (min-max)")  # fmt: skip
         nics = rows[rows["kind"] == "nic"]
         if len(nics):
             mean = nics.groupby("time_s")["utilization"].mean()
             ax.plot(mean.index, mean.to_numpy(), lw=1.5, color="black", ls="--", label="NICs (mean)")
         ax.set_ylim(0, 1.05)
+        ax.set_xlim(0, rows["time_s"].max() if len(rows) else 1)
         ax.set_ylabel("utilisation")
+        ax.set_xlabel("simulated time (s)", fontsize=8)
         ax.set_title(label, fontsize=10)
-        if network["link"].nunique() <= 12:
-            ax.legend(fontsize=6, ncol=4, loc="upper right")
-    axes[-1, 0].set_xlabel("simulated time (s)")
-    _save(fig, path, config_name)
+        ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.005, 1.0), frameon=False)  # beside, not over
+    save_captioned(fig, path, config_name)
+
+
+MAX_LINES = 8  # distinct link curves a utilisation panel draws one by one
+
+
+def identical_columns(curves: pd.DataFrame) -> list[list[str]]:
+    """The columns grouped by equal values (to 1e-9), in first-seen order."""
+    groups: dict[bytes, list[str]] = {}
+    for name in curves.columns:
+        key = curves[name].round(9).fillna(-1.0).to_numpy().tobytes()
+        groups.setdefault(key, []).append(str(name))
+    return list(groups.values())
+
+
+def joined_names(names: list[str], shown: int = 3) -> str:
+    """`a = b = c`, or `a = b = c (+4 identical)`."""
+    text = " = ".join(names[:shown])
+    return text + (f" (+{len(names) - shown} identical)" if len(names) > shown else "")
+
+
+def line_styles(count: int) -> list[dict]:
+    """Styles that keep coinciding curves visible: only the first line is solid; each later one is
+    thinner and dashed, so one drawn over another leaves the first showing through its gaps."""
+    dashes = ["-", (0, (6, 2)), (0, (4, 2, 1, 2)), (0, (1, 1.5)), (0, (8, 3, 1, 3, 1, 3)), (0, (3, 3))]
+    pick = [0, *(1 + i % (len(dashes) - 1) for i in range(count - 1))]
+    return [{"ls": dashes[d], "lw": max(1.0, 3.0 - 0.4 * i)} for i, d in enumerate(pick[:count])]
 
 
 def staleness_plot(staleness: pd.DataFrame, path: Path, config_name: str | None = None) -> None:
     fig, ax = plt.subplots(figsize=(7, 3.5))
-    for label, rows in staleness.groupby("policy", sort=False):
+    groups = list(staleness.groupby("policy", sort=False))
+    for (label, rows), style in zip(groups, line_styles(len(groups))):
         counts = rows.groupby("staleness")["updates"].sum()
-        ax.step(counts.index, counts / counts.sum(), where="mid", label=label)
+        ax.step(counts.index, counts / counts.sum(), where="mid", label=label, **style)
     ax.set_xlabel("staleness (updates by others since the worker's last pull)")
     ax.set_ylabel("share of updates")
     ax.legend(fontsize=8)
-    _save(fig, path, config_name)
+    save_captioned(fig, path, config_name)
 
 
 def accuracy_plot(
@@ -95,10 +134,11 @@ def accuracy_plot(
     """Consensus accuracy of every policy against simulated time and against iterations."""
     consensus = accuracy[accuracy["worker"] < 0]
     fig, (ax_time, ax_iter) = plt.subplots(1, 2, figsize=(12, 4.2), sharey=True)
-    for label, rows in consensus.groupby("policy", sort=False):
-        (line,) = ax_time.plot(rows["time_s"], rows["accuracy"], label=label)
+    groups = list(consensus.groupby("policy", sort=False))
+    for (label, rows), style in zip(groups, line_styles(len(groups))):  # coinciding curves stay visible
+        (line,) = ax_time.plot(rows["time_s"], rows["accuracy"], label=label, **style)
         shade_phases(ax_time, phases, str(label), line.get_color())
-        ax_iter.plot(rows["iteration"], rows["accuracy"], label=label)
+        ax_iter.plot(rows["iteration"], rows["accuracy"], label=label, color=line.get_color(), **style)
     for ax, xlabel in ((ax_time, "simulated time (s)"), (ax_iter, "iterations (updates / workers)")):
         if target is not None:
             ax.axhline(target, color="grey", ls=":", lw=1, label="target")
@@ -108,10 +148,12 @@ def accuracy_plot(
     ax_time.set_title("Time to accuracy")
     ax_iter.set_title("Accuracy per iteration")
     ax_iter.legend(fontsize=8)
-    _save(fig, path, config_name)
+    save_captioned(fig, path, config_name)
 
 
-def search_plot(table: pd.DataFrame, reference: float, tolerance: float, path: Path) -> None:
+def search_plot(
+    table: pd.DataFrame, reference: float, tolerance: float, path: Path, config_name: str | None = None
+) -> None:
     """Sync-Switch's offline search: final accuracy and time to finish against the BSP fraction."""
     rows = table.sort_values("fraction")
     fig, (ax_acc, ax_time) = plt.subplots(1, 2, figsize=(11, 4))
@@ -132,7 +174,7 @@ def search_plot(table: pd.DataFrame, reference: float, tolerance: float, path: P
         ax.minorticks_off()
         ax.set_xlabel("BSP share of training")
         ax.grid(alpha=0.3)
-    _save(fig, path)
+    save_captioned(fig, path, config_name)
 
 
 def shade_phases(ax: plt.Axes, phases: pd.DataFrame | None, label: str, color: str) -> None:
@@ -149,7 +191,8 @@ def shade_phases(ax: plt.Axes, phases: pd.DataFrame | None, label: str, color: s
             ax.axvline(row.start_s - row.switch_s, color=color, ls=":", lw=1)
 
 
-def _save(fig: plt.Figure, path: Path, config_name: str | None = None) -> None:
+def save_captioned(fig: plt.Figure, path: Path, config_name: str | None = None) -> None:
+    """`save_figure`, with the config's name as a caption."""
     if config_name:  # every figure says which config it shows
         fig.suptitle(f"config: {config_name}", x=0.01, ha="left", fontsize=9, color="0.35")
     save_figure(fig, path)

@@ -41,18 +41,19 @@ class Result:
     @classmethod
     def read(cls, folder: str | os.PathLike[str]) -> Result:
         """A run's results back from the folder `write` (or `syncsim run --out`) filled: its config and
-        tables as written. `runs` is empty: the engine's in-memory objects are not saved."""
+        tables as written (each `NAME.csv`, or `NAME.csv.gz` for an archived folder). `runs` is empty:
+        the engine's in-memory objects are not saved."""
         from sim.config import load_config
 
         out = Path(folder)
-        if not (out / "summary.csv").is_file() or not (out / "config.yaml").is_file():
+        if not table_path(out, "summary").is_file() or not (out / "config.yaml").is_file():
             raise FileNotFoundError(f"{out}: no summary.csv and config.yaml here; not the folder of a syncsim run")
-        accuracy = out / "accuracy.csv"
+        accuracy = table_path(out, "accuracy")
         return cls(
             load_config(out / "config.yaml"),
-            _read_table(out / "summary.csv"),
-            **{name: _read_table(out / f"{name}.csv") for name in DETAIL_TABLES},  # type: ignore[arg-type]
-            accuracy=_read_table(accuracy) if accuracy.is_file() else None,
+            read_table(out, "summary"),
+            **{name: read_table(out, name) for name in DETAIL_TABLES},  # type: ignore[arg-type]
+            accuracy=read_table(out, "accuracy") if accuracy.is_file() else None,
         )
 
     @property
@@ -89,6 +90,7 @@ class Result:
         out, written = Path(out_dir), []
         if not len(self.summary):
             return written
+        out.mkdir(parents=True, exist_ok=True)
         for fmt in formats:
             name = self.config.name
             comparison_plot(self.summary, self.iterations, out / f"comparison.{fmt}", self.phases, name)
@@ -104,9 +106,16 @@ class Result:
         return written
 
 
-def _read_table(path: Path) -> pd.DataFrame:
+def table_path(folder: Path, name: str) -> Path:
+    """`folder/NAME.csv`, or `NAME.csv.gz` where only that one exists."""
+    plain = folder / f"{name}.csv"
+    packed = folder / f"{name}.csv.gz"
+    return packed if not plain.is_file() and packed.is_file() else plain
+
+
+def read_table(folder: Path, name: str) -> pd.DataFrame:
     """A written table; a file with no columns at all (nothing was recorded) reads as an empty frame."""
     try:
-        return pd.read_csv(path)
+        return pd.read_csv(table_path(folder, name))
     except pd.errors.EmptyDataError:
         return pd.DataFrame()

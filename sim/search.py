@@ -34,6 +34,7 @@ class SearchResult:
     best: float  # the smallest passing fraction (1.0 when even the first halving falls short)
     reference: float  # full BSP's mean final accuracy
     tolerance: float
+    config_name: Optional[str] = None  # the figure's caption
 
     def write(self, out_dir: str | os.PathLike[str]) -> Path:
         from sim.plots import search_plot
@@ -42,7 +43,7 @@ class SearchResult:
         out.mkdir(parents=True, exist_ok=True)
         atomic_write(out / "search.csv", self.table.to_csv(index=False))
         atomic_write(out / "search_points.csv", self.points.to_csv(index=False))
-        search_plot(self.table, self.reference, self.tolerance, out / "search.png")
+        search_plot(self.table, self.reference, self.tolerance, out / "search.png", self.config_name)
         return out
 
 
@@ -91,7 +92,7 @@ def offline_search(
     table["seeds"] = points.groupby("fraction", sort=False).size().to_numpy()
     table["passes"] = table["final_accuracy"] >= reference - tolerance
     table["chosen"] = table["fraction"] == best
-    return SearchResult(points, table, best, reference, tolerance)
+    return SearchResult(points, table, best, reference, tolerance, cfg.name)
 
 
 def _entry(config: Config, label: Optional[str]) -> dict[str, Any]:

@@ -3,3 +3,22 @@ from pathlib import Path
 
 # the tests import their helpers as a plain module
 sys.path.insert(0, str(Path(__file__).parent))
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture
+def drawn(monkeypatch: pytest.MonkeyPatch) -> list:
+    """The figures the plotting modules would save, kept open for the test to inspect (no files)."""
+    import sim.plots
+    import sim.sweep_plot
+
+    figures: list = []
+
+    def keep(fig, path, close=True):  # type: ignore[no-untyped-def]
+        figures.append(fig)
+
+    monkeypatch.setattr(sim.plots, "save_figure", keep)
+    monkeypatch.setattr(sim.sweep_plot, "save_figure", keep)
+    return figures

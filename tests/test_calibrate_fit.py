@@ -9,6 +9,8 @@ efficiency and a per-step overhead.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from helpers import GBPS, US, synthetic
@@ -216,6 +218,16 @@ def test_calibrated_config_validates_and_round_trips(tmp_path) -> None:
     text = path.read_text()
     assert text.startswith("# calibrated by real.calibrate\n")
     assert load_config(path) == config
+
+
+def test_a_resolved_config_with_small_floats_writes_back_as_numbers(tmp_path) -> None:
+    """The session passes the loaded config, every default filled in: adam's eps (1e-08) must come
+    back a number, where YAML would read JSON's `1e-08` as a string and the config would not load."""
+    base = load_config(Path(__file__).parent.parent / "configs" / "validate_2x2.yaml")
+    assert base.numerics is not None and base.numerics.optimizer.eps == 1e-8
+    path = write_calibrated_config(fit_report(synth(racks_of(2, 2), uplink_gbps=5)), base, tmp_path / "c.yaml")
+    again = load_config(path)
+    assert again.numerics == base.numerics and again.policies == base.policies
 
 
 def test_report_keeps_the_raw_rows_as_flat_records() -> None:

@@ -70,6 +70,22 @@ def test_bad_config_exits_2_without_traceback(tmp_path: Path) -> None:
         assert not (tmp_path / "o").exists()
 
 
+def test_a_step_that_cannot_run_exits_1_with_its_message(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A domain error out of a command (a failed calibration, an emulation that cannot come up) is one
+    line naming the command, not a traceback."""
+    import sim.cli as cli
+    from real.validate import ValidationError
+
+    def fails(args: object) -> int:
+        raise ValidationError("calibration failed: rank 0 (worker) exited with code 2")
+
+    monkeypatch.setattr(cli, "_cmd_list", fails)
+    assert main(["list"]) == 1
+    assert capsys.readouterr().err == "syncsim list: calibration failed: rank 0 (worker) exited with code 2\n"
+
+
 def test_failing_policy_keeps_other_results_and_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     config = small_config(
         tmp_path,

@@ -117,6 +117,27 @@ def test_result_read_gives_back_what_write_wrote(tmp_path: Path) -> None:
         Result.read(tmp_path / "nowhere")
 
 
+def test_result_read_takes_gzipped_tables(tmp_path: Path) -> None:
+    import gzip
+    import shutil
+
+    import pandas as pd
+
+    from sim.results import Result
+
+    cfg = synthetic(star(4), [{"name": "ring"}], 10.0, compute_ms=5.0)
+    simulate({**cfg, "iterations": 3}).write(tmp_path / "plain", plot=False)
+    shutil.copytree(tmp_path / "plain", tmp_path / "packed")
+    for name in ("summary", "ops", "utilization"):
+        table = tmp_path / "packed" / f"{name}.csv"
+        with table.open("rb") as src, gzip.open(table.with_suffix(".csv.gz"), "wb") as dst:
+            shutil.copyfileobj(src, dst)
+        table.unlink()
+    plain, packed = Result.read(tmp_path / "plain"), Result.read(tmp_path / "packed")
+    for name in ("summary", "ops", "utilization", "iterations"):
+        pd.testing.assert_frame_equal(getattr(packed, name), getattr(plain, name), obj=name)
+
+
 def test_every_run_figure_names_its_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import sim.plots
 

@@ -187,3 +187,12 @@ def test_plot_draws_a_sweep_and_a_run_in_three_formats(tmp_path: Path, capsys: p
         (run / f"{name}.{fmt}").is_file() for name in ("comparison", "utilization") for fmt in ("png", "pdf", "svg")
     )
     assert main(["plot", str(tmp_path / "empty")]) == 2
+
+
+BUNDLED_SWEEPS = sorted((Path(__file__).parent.parent / "configs" / "sweeps").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", BUNDLED_SWEEPS, ids=[p.stem for p in BUNDLED_SWEEPS])
+def test_bundled_sweep_validates_every_point(path: Path) -> None:
+    sweep = load_sweep(path)
+    assert len(sweep.points) >= 2 and not sweep.bad, [(p.label(), p.error) for p in sweep.bad]

@@ -10,7 +10,7 @@ from typing import Any, Union
 import yaml
 
 from real.calibrate.report import CalibrationReport
-from sim.config import parse_config
+from sim.config import Config, parse_config
 from sim.output import atomic_write
 
 # base settings calibration does not measure, kept when the topology changes
@@ -18,9 +18,11 @@ KEEP_CLUSTER = ("gpu", "intra_host_gbps", "intra_host_latency_us", "placement")
 KEEP_WORKLOAD = ("bucket_mb", "synthetic_layers")
 
 
-def calibrated_config(report: CalibrationReport, base_config: Mapping[str, Any]) -> dict[str, Any]:
+def calibrated_config(report: CalibrationReport, base_config: Union[Config, Mapping[str, Any]]) -> dict[str, Any]:
     """`base_config` (name, policies, iterations, ...) with calibrated `cluster:` and, when a model
     was measured, `workload:`; validated with `sim.config.parse_config` (raises ConfigError)."""
+    if isinstance(base_config, Config):  # its values as YAML can write them back (1e-08 stays a number)
+        base_config = base_config.model_dump(mode="json")
     if not isinstance(base_config, Mapping):
         raise ValueError(f"base_config: expected a mapping, got {type(base_config).__name__}")
     data = copy.deepcopy(dict(base_config))
@@ -35,7 +37,9 @@ def calibrated_config(report: CalibrationReport, base_config: Mapping[str, Any])
     return data
 
 
-def write_calibrated_config(report: CalibrationReport, base_config: Mapping[str, Any], path: Union[str, Path]) -> Path:
+def write_calibrated_config(
+    report: CalibrationReport, base_config: Union[Config, Mapping[str, Any]], path: Union[str, Path]
+) -> Path:
     """Write the calibrated config as YAML, headed by the report's summary as comments."""
     data = calibrated_config(report, base_config)
     header = "".join(f"# {line}\n" for line in ["calibrated by real.calibrate", *report.summary().splitlines()])

@@ -10,7 +10,6 @@ from pathlib import Path
 import pandas as pd
 import torch
 import torch.distributed as dist
-import yaml
 
 from real.backends import backend_for, device_for
 from sim.config import Config
@@ -52,8 +51,7 @@ def main(config: Config, path: Path, timeout_s: float, backend: str = "auto", ma
         fold_efficiency=False,
     )
     if report is not None:
-        base = yaml.safe_load(config.model_dump_json())
-        write_calibrated_config(report, base, path)
+        write_calibrated_config(report, config, path)
         for name, rows in report.rows().items():
             atomic_write(path.with_name(f"{path.stem}.{name}.csv"), pd.DataFrame(rows).to_csv(index=False))
         print(report.summary())
