@@ -192,9 +192,9 @@ def markdown(table: pd.DataFrame) -> str:
 
 
 def plot(table: pd.DataFrame, path: Path, config_name: Optional[str] = None) -> None:
-    from sim.plots import plt, save_captioned
+    from sim.plots import figure, save_captioned
 
-    fig, ax = plt.subplots(figsize=(7, 3.5))
+    fig, ax = figure(figsize=(7, 3.5))
     x = range(len(table))
     ax.bar([i - 0.2 for i in x], table["predicted_iteration_ms"], width=0.4, label="simulated (calibrated)")
     ax.bar([i + 0.2 for i in x], table["measured_iteration_ms"], width=0.4, label="measured (real)")

@@ -23,17 +23,21 @@ def resolve_extends(data: Any, path: Path, chain: tuple[Path, ...] = ()) -> Any:
         return data
     ref = data["extends"]
     if not isinstance(ref, str) or not ref.strip():
-        raise ConfigError(f"{path}: extends: expected the path of a base config file, got {ref!r}")
+        raise ConfigError(f"extends: expected the path of a base config file, got {ref!r} (in {path})")
     here = path.resolve()
     base_path = (here.parent / ref).resolve()
     if base_path in (*chain, here):
         cycle = " -> ".join(str(p) for p in (*chain, here, base_path))
-        raise ConfigError(f"{path}: extends: the files extend each other in a cycle ({cycle})")
+        raise ConfigError(f"extends: the files extend each other in a cycle ({cycle})")
     if len(chain) >= MAX_DEPTH:
-        raise ConfigError(f"{path}: extends: more than {MAX_DEPTH} levels of base configs")
-    base = resolve_extends(read_yaml(base_path), base_path, (*chain, here))
+        raise ConfigError(f"extends: more than {MAX_DEPTH} levels of base configs (in {path})")
+    try:
+        raw = read_yaml(base_path)
+    except ConfigError as exc:  # a missing or unreadable base: said as the field that named it
+        raise ConfigError(f"extends: {exc} (named in {path})") from None
+    base = resolve_extends(raw, base_path, (*chain, here))
     if not isinstance(base, dict):
-        raise ConfigError(f"{base_path}: a base config must be a mapping of keys, got {type(base).__name__}")
+        raise ConfigError(f"extends: the base config {base_path} is not a mapping of keys but {type(base).__name__}")
     return merge(base, {key: value for key, value in data.items() if key != "extends"})
 
 

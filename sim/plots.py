@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-import matplotlib
+import pandas as pd
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
 
-matplotlib.use("Agg")  # files only; never needs a display
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
+from sim.output import atomic_path
 
-from sim.output import atomic_path  # noqa: E402
+
+def figure(nrows: int = 1, ncols: int = 1, figsize: tuple[float, float] = (7, 4), **kwargs: Any) -> tuple[Figure, Any]:
+    """A figure and its axes (as `plt.subplots` gives them) that pyplot never sees: drawing files
+    here neither needs a display nor changes the backend of a notebook that imported syncsim."""
+    fig = Figure(figsize=figsize)
+    return fig, fig.subplots(nrows, ncols, **kwargs)
 
 
 def comparison_plot(
@@ -21,7 +27,7 @@ def comparison_plot(
     config_name: str | None = None,
 ) -> None:
     ok = summary.dropna(subset=["mean_iteration_s"])
-    fig, (ax_time, ax_tput, ax_iter) = plt.subplots(1, 3, figsize=(15, 4.2))
+    fig, (ax_time, ax_tput, ax_iter) = figure(1, 3, figsize=(15, 4.2))
     labels = list(ok["policy"])
     x = range(len(labels))
     bottom = pd.Series(0.0, index=ok.index)
@@ -58,7 +64,7 @@ def utilization_plot(utilization: pd.DataFrame, path: Path, config_name: str | N
     policies = list(dict.fromkeys(utilization["policy"]))
     if not policies:
         return
-    fig, axes = plt.subplots(len(policies), 1, figsize=(12, 2.5 * len(policies)), squeeze=False)
+    fig, axes = figure(len(policies), 1, figsize=(12, 2.5 * len(policies)), squeeze=False)
     for ax, label in zip(axes[:, 0], policies):
         rows = utilization[utilization["policy"] == label]
         network = rows[rows["kind"] != "nic"]
@@ -113,7 +119,7 @@ def line_styles(count: int) -> list[dict]:
 
 
 def staleness_plot(staleness: pd.DataFrame, path: Path, config_name: str | None = None) -> None:
-    fig, ax = plt.subplots(figsize=(7, 3.5))
+    fig, ax = figure(figsize=(7, 3.5))
     groups = list(staleness.groupby("policy", sort=False))
     for (label, rows), style in zip(groups, line_styles(len(groups))):
         counts = rows.groupby("staleness")["updates"].sum()
@@ -133,7 +139,7 @@ def accuracy_plot(
 ) -> None:
     """Consensus accuracy of every policy against simulated time and against iterations."""
     consensus = accuracy[accuracy["worker"] < 0]
-    fig, (ax_time, ax_iter) = plt.subplots(1, 2, figsize=(12, 4.2), sharey=True)
+    fig, (ax_time, ax_iter) = figure(1, 2, figsize=(12, 4.2), sharey=True)
     groups = list(consensus.groupby("policy", sort=False))
     for (label, rows), style in zip(groups, line_styles(len(groups))):  # coinciding curves stay visible
         (line,) = ax_time.plot(rows["time_s"], rows["accuracy"], label=label, **style)
@@ -156,7 +162,7 @@ def search_plot(
 ) -> None:
     """Sync-Switch's offline search: final accuracy and time to finish against the BSP fraction."""
     rows = table.sort_values("fraction")
-    fig, (ax_acc, ax_time) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, (ax_acc, ax_time) = figure(1, 2, figsize=(11, 4))
     colors = ["tab:green" if ok else "tab:red" for ok in rows["passes"]]
     ax_acc.plot(rows["fraction"] * 100, rows["final_accuracy"], color="grey", lw=1)
     ax_acc.scatter(rows["fraction"] * 100, rows["final_accuracy"], c=colors, zorder=3)
@@ -177,7 +183,7 @@ def search_plot(
     save_captioned(fig, path, config_name)
 
 
-def shade_phases(ax: plt.Axes, phases: pd.DataFrame | None, label: str, color: str) -> None:
+def shade_phases(ax: Axes, phases: pd.DataFrame | None, label: str, color: str) -> None:
     """A policy that switched (Sync-Switch): its asynchronous phases shaded, its switches dotted."""
     if phases is None:
         return
@@ -191,20 +197,16 @@ def shade_phases(ax: plt.Axes, phases: pd.DataFrame | None, label: str, color: s
             ax.axvline(row.start_s - row.switch_s, color=color, ls=":", lw=1)
 
 
-def save_captioned(fig: plt.Figure, path: Path, config_name: str | None = None) -> None:
+def save_captioned(fig: Figure, path: Path, config_name: str | None = None) -> None:
     """`save_figure`, with the config's name as a caption."""
     if config_name:  # every figure says which config it shows
         fig.suptitle(f"config: {config_name}", x=0.01, ha="left", fontsize=9, color="0.35")
     save_figure(fig, path)
 
 
-def save_figure(fig: plt.Figure, path: Path, close: bool = True) -> None:
+def save_figure(fig: Figure, path: Path) -> None:
     """Through a temporary that keeps the extension (savefig picks the format from it: png, pdf, svg):
     never half a file."""
-    try:
-        fig.tight_layout()
-        with atomic_path(path) as tmp:
-            fig.savefig(tmp, dpi=110)
-    finally:
-        if close:
-            plt.close(fig)
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=110)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from sim.errors import ConfigError
-from sim.plots import line_styles, plt, save_figure
+from sim.plots import Axes, figure, line_styles, save_figure
 
 FORMATS = ("png", "pdf", "svg")
 
@@ -52,7 +52,7 @@ def sweep_plot(table: pd.DataFrame, metric: str, x: str | None, path_stem: Path,
         by_x = (rows.groupby(x, sort=True) if x is not None else rows.groupby(lambda _: ""))[metric]
         series.append((label, by_x.mean(), by_x.min(), by_x.max()))
     seeds = table["seed"].nunique() if "seed" in table else 1
-    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    fig, ax = figure(figsize=(7.5, 4.5))
     if x is not None and pd.api.types.is_numeric_dtype(ok[x]):
         _lines(ax, series)
     else:
@@ -66,23 +66,22 @@ def sweep_plot(table: pd.DataFrame, metric: str, x: str | None, path_stem: Path,
     written = []
     for fmt in FORMATS:
         target = path_stem.with_suffix(f".{fmt}")
-        save_figure(fig, target, close=False)
+        save_figure(fig, target)
         written.append(target)
-    plt.close(fig)
     return written
 
 
 Series = tuple[str, pd.Series, pd.Series, pd.Series]
 
 
-def _lines(ax: plt.Axes, series: list[Series]) -> None:
+def _lines(ax: Axes, series: list[Series]) -> None:
     for (label, mean, low, high), style in zip(series, line_styles(len(series))):
         (line,) = ax.plot(mean.index, mean.values, marker="o", markersize=3, label=label, **style)
         if (high > low).any():  # several seeds: their range
             ax.fill_between(mean.index, low.values, high.values, color=line.get_color(), alpha=0.2, linewidth=0)
 
 
-def _bars(ax: plt.Axes, series: list[Series]) -> None:
+def _bars(ax: Axes, series: list[Series]) -> None:
     """A group of bars per x value, a bar per line; error bars from the seeds' min to max."""
     groups = list(dict.fromkeys(v for _, mean, _, _ in series for v in mean.index))
     width = 0.8 / max(1, len(series))

@@ -27,8 +27,9 @@ ITERATION_FIELDS = (
 # one row per phase of a run (policies.phases); switch_s: the idle switch before it (0 for the first)
 PHASE_FIELDS = ("phase", "phase_policy", "synchronous", "start_step", "start_s", "end_s", "updates", "switch_s")
 # `count` > 1: a rank's concurrent point-to-point ops that travelled as one coupled transfer
-# nbytes: the tensor size the op names (a sparse op: its dense size); wire_bytes: what it put on the
-# network (a collective: over all members); imbalance: a sparse collective's max / mean bytes received
+# nbytes: the tensor size the op names (a sparse op: its dense size); wire_bytes: what it sent to other
+# ranks or shards, over all members of a collective, same-host peers included (links.csv has what
+# each network link carried); imbalance: a sparse collective's max / mean bytes received
 OP_FIELDS = (
     "step", "rank", "kind", "group", "group_size", "shard", "count", "nbytes", "issued_s", "launched_s", "finished_s",
     "wire_bytes", "imbalance",

@@ -16,7 +16,7 @@ def drawn(monkeypatch: pytest.MonkeyPatch) -> list:
 
     figures: list = []
 
-    def keep(fig, path, close=True):  # type: ignore[no-untyped-def]
+    def keep(fig, path):  # type: ignore[no-untyped-def]
         figures.append(fig)
 
     monkeypatch.setattr(sim.plots, "save_figure", keep)

@@ -1,5 +1,6 @@
 """Notebooks execute top to bottom on a fresh kernel, from any directory (their cells assert what they
-show), and each .ipynb is its paired jupytext `.py` (percent format, the readable source)."""
+show), draw their figures, and each .ipynb is its paired jupytext `.py` (percent format, the readable
+source)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,10 @@ def test_notebook_runs(path: Path, tmp_path: Path) -> None:
     NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
     errors = [o for cell in nb.cells if cell.cell_type == "code" for o in cell.outputs if o.output_type == "error"]
     assert not errors, [f"{e['ename']}: {e['evalue']}" for e in errors]
+    figures = [
+        o for cell in nb.cells if cell.cell_type == "code" for o in cell.outputs if "image/png" in o.get("data", {})
+    ]
+    assert figures, f"{path.name} drew no figure"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])

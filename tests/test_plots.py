@@ -71,3 +71,27 @@ def test_the_search_and_validation_figures_name_their_config(drawn: list) -> Non
     v = Validation.read(measured("validate_2x2"))
     plot(v.table, Path("unused.png"), v.calibrated_config().name)
     assert [fig._suptitle.get_text() for fig in drawn] == ["config: search-run", "config: validate-2x2"]
+
+
+def test_drawing_leaves_pyplot_and_its_backend_alone(tmp_path: Path) -> None:
+    """A notebook that imports syncsim keeps its inline backend, and saved figures stay out of
+    pyplot's list of open figures (nothing to close, nothing shown twice)."""
+    import subprocess
+    import sys
+
+    script = f"""
+import matplotlib
+matplotlib.use("svg")
+import matplotlib.pyplot as plt
+import sim.plots, sim.sweep_plot
+from sim import simulate
+from helpers import star, synthetic
+simulate({{**synthetic(star(4), [{{"name": "ring"}}], 10.0, compute_ms=5.0), "iterations": 2}}).plot({str(tmp_path)!r})
+assert matplotlib.get_backend() == "svg", matplotlib.get_backend()
+assert plt.get_fignums() == [], plt.get_fignums()
+"""
+    tests = Path(__file__).parent
+    env = {"PYTHONPATH": f"{tests}:{tests.parent}", "PATH": "/usr/bin:/bin"}
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "comparison.png").stat().st_size > 1000

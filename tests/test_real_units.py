@@ -195,3 +195,19 @@ def test_backends_training_is_gloo_and_a_bad_choice_names_the_field() -> None:
         assert backend_for("auto", calibrate=True) == "gloo"
         with pytest.raises(ConfigError, match="no.*CUDA|CUDA.*none"):
             backend_for("nccl", calibrate=True)
+
+
+def test_a_bundled_validation_reads_back_and_its_table_recomputes() -> None:
+    """The measured 2x2 validation shipped for the calibration notebook: its comparison follows from
+    its own saved runs, through the public reader."""
+    from real.validate import Validation
+    from sim.bundled import measured
+
+    v = Validation.read(measured("validate_2x2"))
+    assert set(v.calibration()) == {"collectives", "computes", "pairs", "uplinks"}
+    assert v.calibrated_config().cluster.topology == "two_tier"
+    assert set(v.simulated().summary["policy"]) == set(v.measured().summary["policy"]) == set(v.table["policy"])
+    again = compare(v.out / "calibrated.yaml", v.out / "sim", v.out / "real", 3, v.out_of_step())
+    pd.testing.assert_frame_equal(again, v.table, check_dtype=False)
+    with pytest.raises(FileNotFoundError, match="no bundled validation 'nope'; bundled: validate_2x2"):
+        measured("nope")
