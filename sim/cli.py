@@ -1,4 +1,4 @@
-"""`syncsim` command line: run, real, calibrate, validate, emulate, search, check, list.
+"""`syncsim` command line: run, real, calibrate, validate, emulate, search, check, sweep, plot, profile, list.
 
 Exit codes: 0 success; 1 a policy failed mid-run (results so far are written); 2 invalid config, or
 a run whose cost estimate exceeds a `simulation.max_estimated_*` limit (sim/cost.py); 3 the output
@@ -159,6 +159,32 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         print(f"calibration failed: {outcome.failed}", file=sys.stderr)
         return 1
     print(f"calibrated config: {args.out} (raw measurements beside it: .csv)")
+    return 0
+
+
+def _cmd_profile(args: argparse.Namespace) -> int:
+    _require_torch("profile")
+    import torch
+
+    from real.profiler import measure_profile
+    from sim.profile import write_profile
+
+    args.config = "the command line"  # what a bad flag's message names
+    for flag in ("batch", "warmup", "repeats"):
+        if getattr(args, flag) < (0 if flag == "warmup" else 1):
+            raise ConfigError(
+                f"--{flag}: expected an integer >= {0 if flag == 'warmup' else 1}, got {getattr(args, flag)}"
+            )
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"--device: {args.device!r} needs a CUDA device and this machine has none; allowed here: cpu")
+    device = None if args.device == "auto" else args.device
+    profile = measure_profile(args.model, args.batch, args.precision, device, args.warmup, args.repeats, args.seed)
+    path = write_profile(profile, args.out)
+    print(
+        f"{profile.model} at batch {profile.batch_size}, {profile.precision}, on {profile.device}: forward "
+        f"{profile.forward_s * 1e3:.2f} ms, backward {profile.backward_s * 1e3:.2f} ms over {len(profile.layers)} "
+        f"layers (median of {args.repeats})\nprofile: {path} (use it with workload.profile)"
+    )
     return 0
 
 
@@ -339,6 +365,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     from real.emulate.shaping import QUEUES  # stdlib only, like real.emulate.cli below
+    from sim.zoo import MODEL_NAMES
 
     parser = argparse.ArgumentParser(prog="syncsim", description="Simulate synchronization schemes on a cluster.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -415,6 +442,16 @@ def build_parser() -> argparse.ArgumentParser:
     plot.add_argument("--metric", default="throughput_samples_s", help="sweeps: the summary column to draw")
     plot.add_argument("--x", help="sweeps: the axis on the x axis (default: the first numeric axis that varies)")
     plot.set_defaults(func=_cmd_plot)
+    prof = sub.add_parser("profile", help="measure a zoo model's per-layer compute times on this machine's device")
+    prof.add_argument("model", choices=MODEL_NAMES, help="a zoo model")
+    prof.add_argument("--batch", type=int, required=True, help="samples per iteration (per GPU)")
+    prof.add_argument("--precision", choices=("fp32", "fp16"), default="fp32", help="fp16: under autocast")
+    prof.add_argument("--out", required=True, help="the profile (YAML) to write")
+    prof.add_argument("--device", default="auto", help="auto (the current CUDA device, else the CPU), cpu, cuda:N")
+    prof.add_argument("--warmup", type=int, default=3, help="untimed iterations first")
+    prof.add_argument("--repeats", type=int, default=10, help="timed iterations; each layer's median is kept")
+    prof.add_argument("--seed", type=int, default=0, help="seeds the model's weights and the synthetic batch")
+    prof.set_defaults(func=_cmd_profile)
     lst = sub.add_parser("list", help="list policies, models and GPUs")
     lst.set_defaults(func=_cmd_list)
     return parser

@@ -123,6 +123,11 @@ class WorkloadConfig(Strict):
     efficiency: Optional[Annotated[float, Field(ge=1e-4, le=1)]] = Field(
         None, description="fraction of the GPU's peak FLOP/s reached; default: the GPU's, for the precision"
     )
+    profile: Optional[str] = Field(
+        None,
+        description="a measured compute profile (`syncsim profile`, docs/profiles.md) whose per-layer times replace "
+        "the estimate from FLOPs; a relative path is relative to the config file",
+    )
     bucket_mb: Megabytes = Field(25.0, description="gradient bucket size (DDP's bucket_cap_mb)")
     compute_jitter: Annotated[float, Field(ge=0, le=10)] = Field(
         0.0, description="coefficient of variation of each iteration's compute time"
@@ -154,6 +159,10 @@ class WorkloadConfig(Strict):
                     raise ValueError(f"{name}: applies only to model 'synthetic' (a zoo model sets it)")
             if self.sparsity.lookups is not None:
                 raise ValueError("sparsity.lookups: applies only to model 'synthetic' (a zoo model's tables set it)")
+        if self.profile is not None and self.model == "synthetic":
+            raise ValueError("profile: applies only to zoo models (a synthetic workload's compute_ms sets its time)")
+        if self.profile is not None and self.efficiency is not None:
+            raise ValueError("efficiency: not used when a profile gives the measured times; remove one of the two")
         return self
 
 
@@ -317,7 +326,16 @@ def load_config(path: Union[str, Path], overrides: Sequence[str] = ()) -> Config
     data = resolve_extends(read_yaml(Path(path)), Path(path))
     if isinstance(data, dict) and "sweep" in data:
         raise ConfigError(f"sweep: {path} describes a sweep; run it with: syncsim sweep {path} --out DIR")
-    return parse_config(apply_overrides(data, overrides))
+    return parse_config(_profile_beside(apply_overrides(data, overrides), Path(path).parent))
+
+
+def _profile_beside(data: Any, folder: Path) -> Any:
+    """`workload.profile` given relative to the config file, made absolute."""
+    workload = data.get("workload") if isinstance(data, dict) else None
+    profile = workload.get("profile") if isinstance(workload, dict) else None
+    if isinstance(profile, str) and profile and not Path(profile).is_absolute():
+        data = {**data, "workload": {**workload, "profile": str((folder / profile).resolve())}}
+    return data
 
 
 def dump_config(config: Config) -> str:

@@ -160,14 +160,14 @@ def worker(ctx: WorkerContext, rank: int) -> Generator[simpy.Event, Any, None]:
             # would put them, one after another, so one event at the end of forward will do
             end = env.now
             for bucket in forward_order:
-                a, end = end, end + compute.segment(rank, plan.buckets[bucket.index].backward_s / 2, factor)
+                a, end = end, end + compute.segment(rank, plan.buckets[bucket.index].forward_s, factor)
                 computing.append((a, end))
             yield ctx.timers.at(end)
         else:
             for bucket, ready in zip(forward_order, reads):
                 yield ready
                 a = env._now
-                yield Timeout(env, compute.segment(rank, plan.buckets[bucket.index].backward_s / 2, factor))
+                yield Timeout(env, compute.segment(rank, plan.buckets[bucket.index].forward_s, factor))
                 computing.append((a, env._now))
         forward_end = env.now
         if numerics is not None:  # the parameters forward used are settled: the real gradient

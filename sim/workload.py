@@ -4,7 +4,8 @@ Backward runs through the layers in reverse; each layer's gradients join the ope
 bucket closes (becomes ready for communication) once it holds at least `bucket_mb`, as DDP's
 reducer does. The last bucket closes when backward ends. An embedding table whose gradient is
 sparse (`workload.sparsity`) gets a bucket of its own, as DDP gives every sparse gradient. Backward
-costs twice the forward FLOPs.
+costs twice the forward FLOPs, unless a measured profile (`workload.profile`, sim.profile) gives
+every layer's forward and backward seconds.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from sim.config import WorkloadConfig
 from sim.gpus import GpuSpec
+from sim.profile import check_profile, read_profile
 from sim.zoo import Layer, ModelSpec, get_model
 
 if TYPE_CHECKING:
@@ -27,6 +29,7 @@ BYTES_PER_VALUE = {"fp32": 4, "fp16": 2}
 class GradientBucket:
     nbytes: float
     backward_s: float  # backward compute between the previous bucket becoming ready and this one
+    forward_s: float  # forward compute of the same layers
     layers: tuple[int, ...] = ()  # indices into the model's layers, in the order backward produced them
 
 
@@ -85,21 +88,29 @@ def compute_plan(cfg: WorkloadConfig, gpu: GpuSpec) -> ComputePlan:
         flops_scale = cfg.batch_size * gpu.compute_seconds(1.0, cfg.precision, cfg.efficiency)
         grad_bytes = [layer.params * width for layer in spec.layers]
     forward_s = spec.forward_flops * flops_scale
+    forward = [layer.forward_flops * flops_scale for layer in spec.layers]
+    backward = [2.0 * f for f in forward]
+    if cfg.profile is not None:  # measured times replace the estimate, layer by layer
+        profile = read_profile(cfg.profile)
+        check_profile(profile, spec.name, [layer.name for layer in spec.layers], cfg.batch_size, cfg.precision)
+        forward_s = profile.forward_s
+        forward, backward = [t.forward_s for t in profile.layers], [t.backward_s for t in profile.layers]
     buckets: list[GradientBucket] = []
     cap = cfg.bucket_mb * MB
-    open_bytes, open_s, members = 0.0, 0.0, []
+    open_bytes, open_s, open_f, members = 0.0, 0.0, 0.0, []
     for index in reversed(range(len(spec.layers))):
         if sparse_table(spec.layers[index], cfg) and members:  # close the open bucket first
-            buckets.append(GradientBucket(open_bytes, open_s, tuple(members)))
-            open_bytes, open_s, members = 0.0, 0.0, []
+            buckets.append(GradientBucket(open_bytes, open_s, open_f, tuple(members)))
+            open_bytes, open_s, open_f, members = 0.0, 0.0, 0.0, []
         open_bytes += grad_bytes[index]
-        open_s += 2.0 * spec.layers[index].forward_flops * flops_scale
+        open_s += backward[index]
+        open_f += forward[index]
         members.append(index)
         if open_bytes >= cap or sparse_table(spec.layers[index], cfg):
-            buckets.append(GradientBucket(open_bytes, open_s, tuple(members)))
-            open_bytes, open_s, members = 0.0, 0.0, []
+            buckets.append(GradientBucket(open_bytes, open_s, open_f, tuple(members)))
+            open_bytes, open_s, open_f, members = 0.0, 0.0, 0.0, []
     if open_bytes > 0 or not buckets:
-        buckets.append(GradientBucket(open_bytes, open_s, tuple(members)))
+        buckets.append(GradientBucket(open_bytes, open_s, open_f, tuple(members)))
     total = float(sum(grad_bytes))
     from sim.sparsity import bucket_layouts  # it reads the buckets cut here
 

@@ -81,3 +81,12 @@ def test_calibration_picks_nccl_on_the_process_gpu() -> None:
     assert backend_for("auto", calibrate=True) == "nccl"
     assert device_for("nccl", local_rank=torch.cuda.device_count()) == torch.device("cuda", 0)
     assert backend_for("auto") == "gloo"  # training keeps its tensors on the CPU
+
+
+def test_a_profile_is_measured_on_the_gpu_with_cuda_events(tmp_path: Path) -> None:
+    from real.profiler import measure_profile
+
+    profile = measure_profile("resnet32", 32, "fp16", warmup=2, repeats=5)
+    assert profile.device == torch.cuda.get_device_name()
+    assert all(t.forward_s >= 0 and t.backward_s >= 0 for t in profile.layers)
+    assert 0 < profile.forward_s < profile.forward_s + profile.backward_s < 1.0

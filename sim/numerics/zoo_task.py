@@ -50,7 +50,7 @@ class ZooTask:
         self.tensor_sizes = [b - a for _, a, b, _ in self.slices]  # in flat order
         self.initial = torch.cat([params[name].detach().reshape(-1) for name, *_ in self.slices]).clone()
         self.data = _synthetic(self.name, cfg, seed)
-        self.loss, self._correct = _objective(self.name)
+        self.loss, self._correct = objective(self.name)
 
     def forward(self, flat: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         return self._call(self._unflatten(flat), x)
@@ -88,7 +88,7 @@ class ZooTask:
 Objective = tuple[Callable[[torch.Tensor, torch.Tensor], torch.Tensor], Callable[..., tuple[float, float]]]
 
 
-def _objective(name: str) -> Objective:
+def objective(name: str) -> Objective:
     if name == "deepfm":
         return (
             lambda out, y: F.binary_cross_entropy_with_logits(out, y),
@@ -123,12 +123,14 @@ def _synthetic(name: str, cfg: NumericsConfig, seed: int) -> Dataset:
         teacher = torch.randn(features, generator=g)
         y = (teacher[x].sum(1) > 0).float()
     else:
-        x, y = _sequences(name, z.sequence, z.classes, n, g)
+        x, y = token_sequences(name, z.sequence, z.classes, n, g)
     test = max(1, int(round(cfg.test_fraction * n)))
     return Dataset(x[test:], y[test:], x[:test], y[:test], z.classes)
 
 
-def _sequences(name: str, length: int, symbols: int, n: int, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+def token_sequences(
+    name: str, length: int, symbols: int, n: int, g: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Token sequences where each symbol follows from the previous one (3s + 1 mod symbols) 80% of
     the time; BERT gets them masked, GPT-2 shifted by one."""
     steps = length + (1 if name == "gpt2" else 0)

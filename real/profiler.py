@@ -1,0 +1,191 @@
+"""`syncsim profile MODEL`: a zoo model's per-layer forward and backward seconds, measured here.
+
+The model is the zoo's torch.nn twin (`sim.numerics.zoo_nets`) on a seeded synthetic batch of the
+zoo's input shape (224x224 images, 32x32 for the CIFAR networks, 128 BERT tokens, 1,024 GPT-2
+tokens, one Criteo example). Timestamps are taken where the work of each layer is enqueued and
+done: a forward pre-hook on the modules that own a layer's parameters marks its first use, a
+post-accumulate-grad hook on its parameters marks its gradients ready (`sim.profile` says what each
+span covers). On a GPU the stamps are CUDA events on the current stream, read after a synchronize;
+on the CPU, `time.perf_counter`. After `warmup` untimed iterations, each layer's time is the median
+over `repeats` timed ones. fp16 runs under autocast, as mixed-precision training does.
+"""
+
+from __future__ import annotations
+
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any, Optional
+
+import torch
+from torch import nn
+
+from sim.numerics.zoo_nets import FIELDS, build_zoo_module, flat_layout
+from sim.numerics.zoo_task import IMAGE_MODELS, objective, token_sequences
+from sim.profile import ComputeProfile, LayerTime
+from sim.zoo import canonical_name, get_model
+from sim.zoo.recsys import CRITEO_HASHED_FEATURES
+from sim.zoo.transformers import BERT_SEQ_LEN, GPT2_POSITIONS
+
+SEQUENCE = {"bert_base": BERT_SEQ_LEN, "bert_large": BERT_SEQ_LEN, "gpt2": GPT2_POSITIONS}
+SYMBOLS = 1000  # distinct tokens of the synthetic sequences
+
+
+def sample_batch(name: str, batch: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """A seeded batch of the zoo model's input shape, with targets for its loss."""
+    g = torch.Generator().manual_seed(seed)
+    if name in IMAGE_MODELS:
+        size = IMAGE_MODELS[name]
+        return torch.randn(batch, 3, size, size, generator=g), torch.zeros(batch, dtype=torch.int64)
+    if name == "deepfm":
+        block = CRITEO_HASHED_FEATURES // FIELDS
+        x = torch.arange(FIELDS) * block + torch.randint(block, (batch, FIELDS), generator=g)
+        return x, torch.randint(2, (batch,), generator=g).float()
+    return token_sequences(name, SEQUENCE[name], SYMBOLS, batch, g)
+
+
+class Clock:
+    """Stamps of the device's progress: CUDA events on a GPU, wall time on the CPU."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+
+    def stamp(self) -> Any:
+        if not self.cuda:
+            return time.perf_counter()
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def seconds(self, start: Any, end: Any) -> float:
+        return start.elapsed_time(end) / 1e3 if self.cuda else end - start
+
+    def wait(self) -> None:
+        if self.cuda:
+            torch.cuda.synchronize()
+
+
+def measure_profile(
+    model: str,
+    batch: int,
+    precision: str = "fp32",
+    device: Optional[str] = None,
+    warmup: int = 3,
+    repeats: int = 10,
+    seed: int = 0,
+) -> ComputeProfile:
+    """Time one training iteration of zoo `model` at `batch` on `device` (default: the current CUDA
+    device, else the CPU), layer by layer."""
+    name = canonical_name(model)
+    spec = get_model(name)
+    where = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    torch.manual_seed(seed)
+    module = build_zoo_module(name).to(where).train()
+    x, y = (t.to(where) for t in sample_batch(name, batch, seed))
+    loss_fn = objective(name)[0]
+    layout = flat_layout(module, spec)
+    clock = Clock(where)
+    forward_marks: dict[int, Any] = {}
+    ready_marks: dict[int, Any] = {}
+    counts: dict[int, int] = {}  # parameters of each layer whose gradients are in, this iteration
+    handles = _hooks(module, layout, clock, forward_marks, ready_marks, counts)
+    autocast = torch.autocast(where.type, dtype=torch.float16, enabled=precision == "fp16")
+    samples: list[tuple[list[float], list[float]]] = []
+    try:
+        for i in range(warmup + repeats):
+            for marks in (forward_marks, ready_marks, counts):
+                marks.clear()
+            module.zero_grad(set_to_none=True)
+            clock.wait()
+            start = clock.stamp()
+            with autocast:
+                loss = loss_fn(module(x), y)
+            backward_start = clock.stamp()
+            loss.backward()
+            end = clock.stamp()
+            clock.wait()
+            if i >= warmup:
+                samples.append(_spans(len(layout), forward_marks, ready_marks, start, backward_start, end, clock))
+    finally:
+        for handle in handles:
+            handle.remove()
+    layers = tuple(
+        LayerTime(
+            layer_name,
+            statistics.median(s[0][index] for s in samples),
+            statistics.median(s[1][index] for s in samples),
+        )
+        for index, (layer_name, _) in enumerate(layout)
+    )
+    if where.type == "cuda":
+        device_name = torch.cuda.get_device_name(where)
+    else:
+        device_name = f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+    notes = {"torch": str(torch.__version__), "warmup": warmup, "repeats": repeats, "statistic": "median", "seed": seed}
+    return ComputeProfile(name, batch, precision, layers, device_name, notes)
+
+
+def _hooks(
+    module: nn.Module,
+    layout: list[tuple[str, list[str]]],
+    clock: Clock,
+    forward_marks: dict[int, Any],
+    ready_marks: dict[int, Any],
+    counts: dict[int, int],
+) -> list[Any]:
+    """Forward pre-hooks on each layer's owning modules (first use wins) and post-accumulate-grad
+    hooks on its parameters (the last one ready marks the layer ready)."""
+    params = dict(module.named_parameters())
+    modules = dict(module.named_modules())
+    handles: list[Any] = []
+    for index, (_, names) in enumerate(layout):
+        owners = {name.rsplit(".", 1)[0] if "." in name else "" for name in names}
+        for owner in owners:
+            handles.append(modules[owner].register_forward_pre_hook(_first_use(index, clock, forward_marks)))
+        for name in names:
+            hook = _ready(index, len(names), clock, ready_marks, counts)
+            handles.append(params[name].register_post_accumulate_grad_hook(hook))
+    return handles
+
+
+def _first_use(index: int, clock: Clock, marks: dict[int, Any]) -> Callable[..., None]:
+    def hook(*_: Any) -> None:
+        if index not in marks:
+            marks[index] = clock.stamp()
+
+    return hook
+
+
+def _ready(index: int, count: int, clock: Clock, marks: dict[int, Any], counts: dict[int, int]) -> Callable[..., None]:
+    def hook(_: torch.Tensor) -> None:
+        counts[index] = counts.get(index, 0) + 1
+        if counts[index] == count:  # the layer's last parameter: its gradients are all there
+            marks[index] = clock.stamp()
+
+    return hook
+
+
+def _spans(
+    count: int,
+    forward_marks: dict[int, Any],
+    ready_marks: dict[int, Any],
+    start: Any,
+    backward_start: Any,
+    end: Any,
+    clock: Clock,
+) -> tuple[list[float], list[float]]:
+    """Per layer: forward from its first use to the next first use (the last: to the loss), backward
+    from the previous readiness (backward's start, for the first) to its own. A layer never used or
+    never ready (unused parameters) gets 0 and its time stays with its neighbour."""
+    forward = [0.0] * count
+    order = sorted(forward_marks, key=lambda i: clock.seconds(start, forward_marks[i]))
+    bounds = [start, *(forward_marks[i] for i in order[1:]), backward_start]  # the first layer takes the lead-in
+    for here, (begin, until) in zip(order, zip(bounds, bounds[1:])):
+        forward[here] = clock.seconds(begin, until)
+    backward = [0.0] * count
+    ready = sorted(ready_marks, key=lambda i: clock.seconds(backward_start, ready_marks[i]))
+    bounds = [backward_start, *(ready_marks[i] for i in ready[:-1]), end]  # the last layer takes the tail
+    for here, (begin, until) in zip(ready, zip(bounds, bounds[1:])):
+        backward[here] = clock.seconds(begin, until)
+    return forward, backward

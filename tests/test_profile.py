@@ -1,0 +1,129 @@
+"""Measured compute profiles: the file format, what the simulator takes from one (exactly the
+measured per-layer times), and the refusals that name `workload.profile`."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sim.api import prepare, simulate
+from sim.cli import main
+from sim.config import load_config
+from sim.errors import ConfigError
+from sim.profile import ComputeProfile, LayerTime, read_profile, write_profile
+from sim.zoo import get_model
+
+torch = pytest.importorskip("torch")
+
+from real.profiler import measure_profile  # noqa: E402
+
+
+def config_file(folder: Path, **workload: object) -> Path:
+    data = {
+        "name": "profiled",
+        "iterations": 2,
+        "cluster": {"topology": "star", "hosts": 2, "gpu": "V100", "nic_gbps": 25},
+        "workload": {"model": "resnet32", "batch_size": 4, "bucket_mb": 0.3, **workload},
+        "policies": [{"name": "no_sync"}],
+    }
+    path = folder / "config.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def fake(model: str = "resnet32", batch: int = 4, precision: str = "fp32") -> ComputeProfile:
+    layers = tuple(
+        LayerTime(layer.name, 1e-4 * (i + 1), 3e-4 / (i + 1)) for i, layer in enumerate(get_model(model).layers)
+    )
+    return ComputeProfile(model, batch, precision, layers, "test")
+
+
+def test_a_measured_profile_gives_the_simulator_exactly_its_times(tmp_path: Path) -> None:
+    profile = measure_profile("resnet32", 4, warmup=0, repeats=1)
+    write_profile(profile, tmp_path / "profiles" / "r32.yaml")
+    back = read_profile(tmp_path / "profiles" / "r32.yaml")
+    assert back.layers == profile.layers and back.forward_s == profile.forward_s  # floats survive YAML
+    config = load_config(config_file(tmp_path, profile="profiles/r32.yaml"))  # relative to the config file
+    _, plan = prepare(config)
+    assert plan.forward_s == profile.forward_s
+    for bucket in plan.buckets:  # every bucket: the measured backward of its layers, nothing else
+        assert bucket.backward_s == sum(profile.layers[i].backward_s for i in bucket.layers)
+    assert sorted(i for b in plan.buckets for i in b.layers) == list(range(len(profile.layers)))
+    assert math.isclose(plan.backward_s, profile.backward_s, rel_tol=1e-12)
+    iterations = simulate(config).iterations
+    assert iterations["compute_s"].tolist() == pytest.approx([plan.compute_s] * 4, rel=1e-12)
+
+
+def test_every_layer_gets_its_own_measured_span() -> None:
+    profile = measure_profile("deepfm", 16, warmup=1, repeats=2)
+    assert [t.name for t in profile.layers] == [layer.name for layer in get_model("deepfm").layers]
+    assert all(t.backward_s > 0 for t in profile.layers)  # every layer's gradients get ready at their own time
+    # the first-order term's weight is indexed directly, not called as a module: its forward time
+    # stays inside the span of the layer in use around it, as documented; every called layer has its own
+    assert profile.layers[0].name == "fm.linear" and profile.layers[0].forward_s == 0
+    assert all(t.forward_s > 0 for t in profile.layers[1:])
+
+
+@pytest.mark.parametrize(
+    ("profile", "message"),
+    [
+        (fake(batch=8), "workload.profile: measured at batch_size 8; the workload's is 4"),
+        (fake(model="resnet50"), "workload.profile: measured for model 'resnet50'; the workload trains 'resnet32'"),
+        (fake(precision="fp16"), "workload.profile: measured at precision fp16; the workload's is fp32"),
+        (
+            ComputeProfile("resnet32", 4, "fp32", fake().layers[:-1], "test"),
+            "workload.profile: its layers differ from the zoo's resnet32 at position 66 (66 layers against 67)",
+        ),
+    ],
+)
+def test_a_profile_for_another_workload_is_refused_by_field(
+    profile: ComputeProfile, message: str, tmp_path: Path
+) -> None:
+    write_profile(profile, tmp_path / "p.yaml")
+    with pytest.raises(ConfigError, match="^" + message.replace("(", r"\(").replace(")", r"\)")):
+        prepare(load_config(config_file(tmp_path, profile="p.yaml")))
+
+
+def test_a_bad_profile_file_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write_profile(fake(), tmp_path / "p.yaml")
+    data = yaml.safe_load((tmp_path / "p.yaml").read_text())
+    cases = {
+        "version": ({**data, "version": 2}, "version 2; this syncsim reads version 1"),
+        "format": ({**data, "format": "x"}, "not a compute profile"),
+        "time": ({**data, "layers": [{**data["layers"][0], "backward_s": -1}]}, "layers[0].backward_s: expected"),
+    }
+    for case, (broken, message) in cases.items():
+        (tmp_path / "p.yaml").write_text(yaml.safe_dump(broken))
+        assert main(["check", str(config_file(tmp_path, profile="p.yaml"))]) == 2, case
+        err = capsys.readouterr().err
+        assert "workload.profile: " in err and message in err and "Traceback" not in err, case
+    assert main(["check", str(config_file(tmp_path, profile="missing.yaml"))]) == 2
+    assert "cannot read it" in capsys.readouterr().err
+
+
+def test_profile_settings_that_cannot_apply_are_refused(tmp_path: Path) -> None:
+    write_profile(fake(), tmp_path / "p.yaml")
+    with pytest.raises(ConfigError, match="efficiency: not used when a profile gives the measured times"):
+        load_config(config_file(tmp_path, profile="p.yaml", efficiency=0.5))
+    synthetic = {"model": "synthetic", "gradient_mb": 1, "compute_ms": 5, "profile": "p.yaml"}
+    with pytest.raises(ConfigError, match="profile: applies only to zoo models"):
+        load_config(config_file(tmp_path, **synthetic))
+
+
+def test_the_profile_command_writes_a_profile_and_refuses_bad_flags(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "r32.yaml"
+    assert main(["profile", "resnet32", "--batch", "4", "--out", str(out), "--warmup", "0", "--repeats", "1"]) == 0
+    assert read_profile(out).batch_size == 4 and "profile: " in capsys.readouterr().out
+    assert main(["profile", "resnet32", "--batch", "0", "--out", str(out)]) == 2
+    assert "--batch: expected an integer >= 1, got 0" in capsys.readouterr().err
+    if not torch.cuda.is_available():
+        assert main(["profile", "resnet32", "--batch", "4", "--device", "cuda", "--out", str(out)]) == 2
+        assert "--device: 'cuda' needs a CUDA device and this machine has none" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:  # argparse: the model must be a zoo model
+        main(["profile", "resnet", "--batch", "4", "--out", str(out)])
+    assert exit_info.value.code == 2
