@@ -8,6 +8,7 @@ from pathlib import Path
 
 from real.backends import BACKENDS
 from real.session import main
+from real.timing_run import with_timing_numerics
 from sim.config import load_config
 from sim.errors import ConfigError
 
@@ -26,7 +27,7 @@ def run(argv: list[str] | None = None) -> int:
             from real.calibrate.session import main as calibrate
 
             return calibrate(config, Path(args.out), args.timeout, args.backend)
-        return main(config, Path(args.out), args.timeout, args.backend)
+        return main(with_timing_numerics(config), Path(args.out), args.timeout, args.backend)
     except ConfigError as exc:
         print(f"config error in {args.config}: {exc}", file=sys.stderr)
         return 2

@@ -117,9 +117,11 @@ def _cmd_real(args: argparse.Namespace) -> int:
     _require_torch("real")
     from real.backends import backend_for
     from real.launch import launch
-    from real.session import placement, require_numerics
+    from real.session import placement
+    from real.timing_run import with_timing_numerics
 
-    require_numerics(config)
+    timing = not config.numerics_on
+    config = with_timing_numerics(config)  # no numerics section: the workload's zoo model, for timing
     out = _hold(args, Path(args.out) if args.out else Path("results") / f"{config.name}-real")
     need = placement(config)
     if args.nproc is not None and args.nproc != need.workers:  # before announcing anything
@@ -127,6 +129,8 @@ def _cmd_real(args: argparse.Namespace) -> int:
             f"--nproc: the config's cluster has {need.workers} GPUs (one worker process each), got {args.nproc}"
         )
     backend = backend_for(args.backend)
+    if timing:
+        print(f"no numerics: section: training {config.workload.model} on synthetic data, for timing", file=sys.stderr)
     print(
         f"starting {need.workers} workers"
         + (f" + {need.servers} parameter-server shards" if need.servers else "")
@@ -377,7 +381,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_set(run)
     run.set_defaults(func=_cmd_run)
     real = sub.add_parser("real", help="run every policy of a config on real torch.distributed processes")
-    real.add_argument("config", help="YAML config file (with a numerics: section: the model to train)")
+    real.add_argument(
+        "config", help="YAML config file (its numerics: model is trained; without one, the workload's zoo model)"
+    )
     real.add_argument("--nproc", type=int, help="worker processes (must equal the cluster's GPUs; servers are added)")
     real.add_argument("--out", help="output folder (default: results/<config name>-real)")
     real.add_argument("--timeout", type=float, default=60.0, help="seconds before a silent peer counts as dead")

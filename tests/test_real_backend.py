@@ -18,6 +18,7 @@ pytest.importorskip("sklearn")
 
 from real.launch import launch  # noqa: E402
 from sim.api import as_config, prepare, simulate  # noqa: E402
+from sim.cli import main  # noqa: E402
 
 ITERATIONS = 20
 
@@ -196,3 +197,25 @@ def as_numerics_initial(path: Path) -> np.ndarray:
     from sim.numerics.session import load_task
 
     return load_task(as_config(path)).initial.numpy()
+
+
+def test_a_config_without_numerics_trains_its_zoo_model_for_timing(tmp_path: Path) -> None:
+    """The quickstart cluster (8 workers in 2 racks), its model made small enough for 2 cores: no
+    numerics section, so every worker trains the workload's zoo model on synthetic data."""
+    path = tmp_path / "quickstart_small.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "extends": str(Path(__file__).parent.parent / "configs" / "quickstart.yaml"),
+                "iterations": 2,
+                "workload": {"model": "resnet32", "batch_size": 2},
+                "policies": [{"name": "ring"}, {"name": "hierarchical", "level": "rack"}],
+            }
+        )
+    )
+    assert main(["real", str(path), "--nproc", "8", "--out", str(tmp_path / "out")]) == 0
+    summary = pd.read_csv(tmp_path / "out" / "summary.csv")
+    assert list(summary["policy"]) == ["ring", "hierarchical"] and (summary["status"] == "ok").all()
+    assert (summary["iterations"] == 2).all() and (summary["throughput_samples_s"] > 0).all()
+    numerics = yaml.safe_load((tmp_path / "out" / "config.yaml").read_text())["numerics"]
+    assert (numerics["model"], numerics["global_batch"], numerics["dataset"]) == ("resnet32", 16, "synthetic")

@@ -211,3 +211,25 @@ def test_a_bundled_validation_reads_back_and_its_table_recomputes() -> None:
     pd.testing.assert_frame_equal(again, v.table, check_dtype=False)
     with pytest.raises(FileNotFoundError, match="no bundled validation 'nope'; bundled: validate_2x2"):
         measured("nope")
+
+
+def test_a_config_without_numerics_gets_its_zoo_model_on_synthetic_data() -> None:
+    from real.timing_run import with_timing_numerics
+    from sim.errors import ConfigError
+
+    base = {
+        "cluster": {"topology": "two_tier", "racks": 2, "hosts_per_rack": 2, "gpus_per_host": 2},
+        "workload": {"model": "BERT-base", "batch_size": 3},
+        "policies": [{"name": "ring"}],
+        "iterations": 7,
+    }
+    config = with_timing_numerics(parse_config(base))
+    n = config.numerics
+    assert n is not None and (n.dataset, n.model, n.global_batch, n.eval_every) == ("synthetic", "bert_base", 24, 7)
+    assert n.zoo.sequence == 128 and n.zoo.samples == 48 and config.workload.model == "bert_base"
+    with_numerics = parse_config(
+        {**base, "workload": {"model": "synthetic", "gradient_mb": 1, "compute_ms": 1}, "numerics": {"global_batch": 8}}
+    )
+    assert with_timing_numerics(with_numerics) is with_numerics  # a section that is on is kept as it is
+    with pytest.raises(ConfigError, match="numerics: the real backend trains a model, and a synthetic workload has"):
+        with_timing_numerics(parse_config({**with_numerics.model_dump(mode="json"), "numerics": None}))

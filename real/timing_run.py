@@ -1,0 +1,48 @@
+"""A real run of a config without a `numerics:` section: train the workload's own zoo model.
+
+The simulator needs no model to train, so most configs have no `numerics:` section. The real
+backend always trains one. When the section is missing (or disabled), it trains the workload's zoo
+model as torch.nn on seeded synthetic data of the zoo's input shape, at the workload's batch size
+per worker. This is a timing run: the loss is still logged, but the data are not a task worth
+learning. Every process derives the same section from the same config, and the run's
+`config.yaml` records it.
+"""
+
+from __future__ import annotations
+
+from sim.config import Config, parse_config
+from sim.errors import ConfigError
+from sim.topology import build_cluster
+from sim.zoo import canonical_name
+
+# the zoo's own sequence lengths, so the FLOPs the simulator counts are the ones trained
+SEQUENCE = {"bert_base": 128, "bert_large": 128, "gpt2": 1024}
+
+
+def with_timing_numerics(config: Config) -> Config:
+    """`config` itself when its numerics are on; otherwise `config` with a numerics section that
+    trains the workload's zoo model (a synthetic workload has none: ConfigError)."""
+    if config.numerics_on:
+        return config
+    workload = config.workload
+    if workload.model == "synthetic":
+        raise ConfigError(
+            "numerics: the real backend trains a model, and a synthetic workload has none; use a zoo model "
+            "(workload.model) or add a numerics: section (see configs/real_2x2_digits.yaml)"
+        )
+    model = canonical_name(workload.model)
+    workers = build_cluster(config.cluster, config.seed).world_size
+    global_batch = workload.batch_size * workers
+    zoo: dict[str, int] = {"samples": min(1_000_000, 2 * global_batch)}  # 80% for training: a batch per worker
+    if model in SEQUENCE:
+        zoo["sequence"] = SEQUENCE[model]
+    data = config.model_dump(mode="json")
+    data["workload"] = {**data["workload"], "model": model}
+    data["numerics"] = {
+        "dataset": "synthetic",
+        "model": model,
+        "global_batch": global_batch,
+        "zoo": zoo,
+        "eval_every": config.iterations,  # one evaluation, at the end: this run is for timing
+    }
+    return parse_config(data)
