@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -10,7 +11,7 @@ from real.backends import BACKENDS
 from real.session import main
 from real.timing_run import with_timing_numerics
 from sim.config import load_config
-from sim.errors import ConfigError
+from sim.errors import ConfigError, SyncsimError
 
 
 def run(argv: list[str] | None = None) -> int:
@@ -31,6 +32,9 @@ def run(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"config error in {args.config}: {exc}", file=sys.stderr)
         return 2
+    except SyncsimError as exc:  # a calibration that cannot fit a figure, ...: one line, not a traceback
+        print(f"rank {os.environ.get('RANK', '?')}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -233,3 +233,22 @@ def test_a_config_without_numerics_gets_its_zoo_model_on_synthetic_data() -> Non
     assert with_timing_numerics(with_numerics) is with_numerics  # a section that is on is kept as it is
     with pytest.raises(ConfigError, match="numerics: the real backend trains a model, and a synthetic workload has"):
         with_timing_numerics(parse_config({**with_numerics.model_dump(mode="json"), "numerics": None}))
+
+
+def test_a_rank_whose_calibration_cannot_fit_says_so_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import real.calibrate.session
+    from real.__main__ import run
+    from real.calibrate.errors import CalibrationError
+
+    def cannot_fit(*args: object) -> int:
+        raise CalibrationError("uplinks: rack egress no slower than a NIC; measure with a larger uplink_bytes")
+
+    monkeypatch.setattr(real.calibrate.session, "main", cannot_fit)
+    monkeypatch.setenv("RANK", "0")
+    config = str(Path(__file__).parent.parent / "configs" / "real_2x2_digits.yaml")
+    assert run([config, "--out", "unused.yaml", "--calibrate"]) == 1
+    assert capsys.readouterr().err == (
+        "rank 0: CalibrationError: uplinks: rack egress no slower than a NIC; measure with a larger uplink_bytes\n"
+    )
