@@ -26,9 +26,8 @@ from sim.numerics.zoo_task import IMAGE_MODELS, objective, token_sequences
 from sim.profile import ComputeProfile, LayerTime
 from sim.zoo import canonical_name, get_model
 from sim.zoo.recsys import CRITEO_HASHED_FEATURES
-from sim.zoo.transformers import BERT_SEQ_LEN, GPT2_POSITIONS
+from sim.zoo.transformers import SEQUENCE_LENGTHS
 
-SEQUENCE = {"bert_base": BERT_SEQ_LEN, "bert_large": BERT_SEQ_LEN, "gpt2": GPT2_POSITIONS}
 SYMBOLS = 1000  # distinct tokens of the synthetic sequences
 
 
@@ -42,7 +41,7 @@ def sample_batch(name: str, batch: int, seed: int = 0) -> tuple[torch.Tensor, to
         block = CRITEO_HASHED_FEATURES // FIELDS
         x = torch.arange(FIELDS) * block + torch.randint(block, (batch, FIELDS), generator=g)
         return x, torch.randint(2, (batch,), generator=g).float()
-    return token_sequences(name, SEQUENCE[name], SYMBOLS, batch, g)
+    return token_sequences(name, SEQUENCE_LENGTHS[name], SYMBOLS, batch, g)
 
 
 class Clock:

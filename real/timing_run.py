@@ -14,9 +14,7 @@ from sim.config import Config, parse_config
 from sim.errors import ConfigError
 from sim.topology import build_cluster
 from sim.zoo import canonical_name
-
-# the zoo's own sequence lengths, so the FLOPs the simulator counts are the ones trained
-SEQUENCE = {"bert_base": 128, "bert_large": 128, "gpt2": 1024}
+from sim.zoo.transformers import SEQUENCE_LENGTHS
 
 
 def with_timing_numerics(config: Config) -> Config:
@@ -34,8 +32,8 @@ def with_timing_numerics(config: Config) -> Config:
     workers = build_cluster(config.cluster, config.seed).world_size
     global_batch = workload.batch_size * workers
     zoo: dict[str, int] = {"samples": min(1_000_000, 2 * global_batch)}  # 80% for training: a batch per worker
-    if model in SEQUENCE:
-        zoo["sequence"] = SEQUENCE[model]
+    if model in SEQUENCE_LENGTHS:  # the zoo's own lengths: the FLOPs the simulator counts are the ones trained
+        zoo["sequence"] = SEQUENCE_LENGTHS[model]
     data = config.model_dump(mode="json")
     data["workload"] = {**data["workload"], "model": model}
     data["numerics"] = {

@@ -174,11 +174,9 @@ def _cmd_profile(args: argparse.Namespace) -> int:
     from sim.profile import write_profile
 
     args.config = "the command line"  # what a bad flag's message names
-    for flag in ("batch", "warmup", "repeats"):
-        if getattr(args, flag) < (0 if flag == "warmup" else 1):
-            raise ConfigError(
-                f"--{flag}: expected an integer >= {0 if flag == 'warmup' else 1}, got {getattr(args, flag)}"
-            )
+    for flag, least in (("batch", 1), ("warmup", 0), ("repeats", 1)):
+        if getattr(args, flag) < least:
+            raise ConfigError(f"--{flag}: expected an integer >= {least}, got {getattr(args, flag)}")
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         raise ConfigError(f"--device: {args.device!r} needs a CUDA device and this machine has none; allowed here: cpu")
     device = None if args.device == "auto" else args.device

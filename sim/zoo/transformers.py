@@ -27,6 +27,8 @@ TOKEN_ZIPF_S = 1.0
 GPT2_VOCAB = 50257
 GPT2_POSITIONS = 1024
 GPT2_SEQ_LEN = 1024
+# tokens per sample each model's FLOPs are counted for (timing runs and profiles train at these)
+SEQUENCE_LENGTHS = {"bert_base": BERT_SEQ_LEN, "bert_large": BERT_SEQ_LEN, "gpt2": GPT2_SEQ_LEN}
 
 
 def bert_layers(*, n_layers: int, d_model: int, n_heads: int, seq_len: int = BERT_SEQ_LEN) -> tuple[Layer, ...]:
