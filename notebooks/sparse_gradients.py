@@ -2,6 +2,11 @@
 # jupyter:
 #   jupytext:
 #     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -286,8 +291,9 @@ display(emb.round(4))
 #
 # The sparse PS (list ids) is faster than Zen at the smaller batches, for a reason that has nothing
 # to do with the tables: DeepFM's dense DNN bucket goes through its colocated servers in two
-# latencies, while Zen all-reduces it in a ring of 2(n-1). That gap is the same at every batch;
-# it shows as the distance between `zen_list` and `sparse_ps`. Once D passes 1/32 (from 1,024 on)
+# latencies, while Zen all-reduces it in a ring of 2(n-1), and the PS pulls that bucket during
+# forward and pushes it during backward, where compute hides part of it. So the distance between
+# `zen_list` and `sparse_ps` is at least the ring's extra latency and changes little with the batch. Once D passes 1/32 (from 1,024 on)
 # Zen's all-gather sends bitmap ids instead of a list; at the largest batch that saves more than
 # the latency gap, and Zen is ahead.
 
@@ -321,9 +327,9 @@ for batch_size in batches:
     assert c["zen"] < c["sparse_allgather"] < c["ring"] and c["zen"] < c["zen_list"] * 1.001
 lead = dcomm["sparse_allgather"] / dcomm["zen"]
 assert lead.is_monotonic_increasing and lead.iloc[-1] > 1.5
-# the sparse PS's edge over zen_list is the ring's latency on the dense bucket, at every batch
+# the sparse PS's edge over zen_list: at least the ring's latency on the dense bucket, at every batch
 gap = dcomm["zen_list"] - dcomm["sparse_ps"]
-assert ((gap * 1e6 / emb["ring_latency_us"] - 1).abs() < 0.25).all(), (gap, emb["ring_latency_us"])
+assert (gap * 1e6 > 0.9 * emb["ring_latency_us"]).all() and gap.max() < 1.25 * gap.min(), (gap, emb)
 assert dcomm.loc[batches[0], "sparse_ps"] < dcomm.loc[batches[0], "zen"]
 assert dcomm.loc[batches[-1], "zen"] < dcomm.loc[batches[-1], "sparse_ps"]
 # bitmaps make Zen cheaper than its list-id self exactly where D passes 1/32

@@ -8,8 +8,10 @@ import sys
 from pathlib import Path
 
 from real.backends import BACKENDS
+from real.launch import LAUNCHED_ENV
 from real.session import main
 from real.timing_run import with_timing_numerics
+from sim.cli import print_real_results
 from sim.config import load_config
 from sim.errors import ConfigError, SyncsimError
 
@@ -21,14 +23,18 @@ def run(argv: list[str] | None = None) -> int:
     parser.add_argument("--calibrate", action="store_true", help="measure the cluster instead of training")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds before a silent peer counts as dead")
     parser.add_argument("--backend", choices=BACKENDS, default="auto")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="change one config setting")
     args = parser.parse_args(argv)
     try:
-        config = load_config(args.config)
+        config = load_config(args.config, args.set)
         if args.calibrate:
             from real.calibrate.session import main as calibrate
 
             return calibrate(config, Path(args.out), args.timeout, args.backend)
-        return main(with_timing_numerics(config), Path(args.out), args.timeout, args.backend)
+        code = main(with_timing_numerics(config), Path(args.out), args.timeout, args.backend)
+        if code == 0 and os.environ.get("RANK") == "0" and not os.environ.get(LAUNCHED_ENV):
+            print_real_results(Path(args.out))  # torchrun: no parent of ours prints it
+        return code
     except ConfigError as exc:
         print(f"config error in {args.config}: {exc}", file=sys.stderr)
         return 2

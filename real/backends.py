@@ -1,9 +1,19 @@
 """Which torch.distributed backend, and which device, a real process uses.
 
-Training (`syncsim real`) keeps replicas and shards on the CPU, where gloo works and NCCL does not,
-so `auto` means gloo there and `nccl` is refused up front rather than failing inside the first
-collective. Calibration's measurements take a device, so it runs NCCL on the process's GPU
-(`LOCAL_RANK`) when asked or, with `auto`, when the machine has one.
+- **Device.** Every rank of `syncsim real` trains on its device: with CUDA, `cuda:LOCAL_RANK %
+  device_count` (made current), else the CPU (`training_device`). Its replica, optimizer state,
+  gradient buckets, batches and, on a shard rank, the shard's tensors live there (real/placement.py).
+- **Backend.** `auto` is NCCL when CUDA is available, else gloo; `nccl` without CUDA is refused up
+  front (a ConfigError naming `backend`) rather than failing inside the first collective. gloo on
+  CUDA tensors is allowed: its collectives copy through the host, and its point-to-point messages
+  are staged through pinned host buffers (real/transport.py).
+- **What runs on the backend.** The workers' collectives and ring steps. Barriers, gathering the
+  results, the phases' agreements and the parameter-server protocol run on a gloo group over host
+  memory on every backend (real/transport.py says why), so under NCCL a shard may share a GPU
+  with a worker.
+
+Calibration (`calibrate=True`) chooses the backend by the same rule; its measurements run on the
+device `device_for` gives: the process's GPU under NCCL, else the CPU.
 """
 
 from __future__ import annotations
@@ -21,23 +31,26 @@ def _check(backend: str) -> None:
 
 
 def backend_for(backend: str, calibrate: bool = False) -> str:
-    """The backend a training run (gloo: its tensors live on the CPU) or a calibration uses."""
+    """The backend a training run or (`calibrate`) a calibration uses: the same rule for both."""
     _check(backend)
     cuda = torch.cuda.is_available()
-    if not calibrate:
-        if backend == "nccl":
-            raise ConfigError(
-                "backend: 'nccl' needs CUDA tensors, and `syncsim real` keeps the model on the CPU; allowed here: "
-                "auto, gloo (NCCL works for `syncsim calibrate` and for the DDP hooks of docs/real_hooks.md)"
-            )
-        return "gloo"
     if backend == "nccl" and not cuda:
         raise ConfigError("backend: 'nccl' needs a CUDA device and this machine has none; allowed here: auto, gloo")
     return "nccl" if backend == "nccl" or (backend == "auto" and cuda) else "gloo"
 
 
+def training_device(local_rank: int) -> torch.device:
+    """The device a training rank's tensors live on, whatever the backend: its GPU (made current)
+    when CUDA is available, else the CPU."""
+    if not torch.cuda.is_available():
+        return torch.device("cpu")
+    device = torch.device("cuda", local_rank % torch.cuda.device_count())
+    torch.cuda.set_device(device)
+    return device
+
+
 def device_for(backend: str, local_rank: int) -> torch.device:
-    """The device a process's tensors live on: with NCCL its GPU (made current), else the CPU."""
+    """The device a calibration process measures on: with NCCL its GPU (made current), else the CPU."""
     if backend != "nccl":
         return torch.device("cpu")
     device = torch.device("cuda", local_rank % torch.cuda.device_count())

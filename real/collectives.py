@@ -17,6 +17,7 @@ import torch
 import torch.distributed as dist
 
 from policies.ops import AllGather, AllReduce, Barrier, Collective, Payload, ReduceScatter
+from real import transport
 from real.groups import group_order
 from real.sparse_collectives import Shares, start_sparse
 from sim.errors import PolicyError
@@ -102,6 +103,8 @@ class RingReduceScatter:
     shaped 2-rank link: 34 ms against 13 ms for the all-gather of the same bytes), which would make
     hierarchical all-reduce look worse than it is. Step s: send the partial sum of chunk i-s-1 to the
     next member, add the previous member's partial sum of chunk i-s-2; member i ends with chunk i.
+    Each step is one `transport.exchange` (NCCL: one batch; gloo: staged through the host for CUDA
+    tensors).
     """
 
     def __init__(self, data: torch.Tensor, parts: list, ranks: tuple[int, ...], me: int, pg: Any) -> None:
@@ -115,10 +118,8 @@ class RingReduceScatter:
         for step in range(p - 1):
             out, into = (i - step - 1) % p, (i - step - 2) % p
             incoming = torch.empty_like(acc[into])
-            received = dist.irecv(incoming, left, group=self.pg)  # posted first: the data never waits
-            sent = dist.isend(acc[out], right, group=self.pg)
-            received.wait()
-            sent.wait()
+            for work in transport.exchange(acc[out], right, incoming, left, self.pg):
+                work.wait()
             acc[into].add_(incoming)
         self.result = acc[i]
         return True

@@ -17,6 +17,10 @@ seconds the server held them, which is time blocked on other workers.
 Sparse pushes and pulls (a `coding`) carry (index, value) pairs (`real/protocol.py`): a push the
 non-zero elements of its range, a pull the elements the shard's round updated (with the plain sgd
 `Replica.pull_ranges` requires, the only ones that changed since this rank's last pull).
+
+Devices: the replica may live on a GPU. Frames and replies are host tensors (real/protocol.py);
+a pull's reply is copied onto the replica's device as it completes. A collective counts as finished
+when the device has finished it, not when the host has enqueued it (`transport.complete`).
 """
 
 from __future__ import annotations
@@ -29,10 +33,10 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import torch
-import torch.distributed as dist
 
 from policies.ops import Collective, Op, Pull, Push, WaitForClock, step_ops
 from real import protocol as wire
+from real import transport
 from real.collectives import Started, start
 from real.groups import ProcessGroups
 from real.sparse_collectives import Shares
@@ -208,7 +212,7 @@ class RankExecutor:
                 index_bytes = op.coding.index_bytes if op.coding is not None else 0
                 reply = torch.empty(wire.pull_reply_floats(a, b, index_bytes) if index_bytes else b - a + 1)
                 works = [  # the reply's receive first, so the shard's answer finds it posted
-                    dist.irecv(reply, src, tag=wire.REPLY_BASE + op.key),
+                    wire.expect(reply, src, wire.REPLY_BASE + op.key),
                     wire.send(wire.frame(wire.Kind.PULL, op.key, a, b, value=index_bytes), src),
                 ]
                 slot.issued = now
@@ -225,7 +229,7 @@ class RankExecutor:
             op = slot.op
             assert isinstance(op, WaitForClock)
             works = [
-                dist.irecv(held, self.clock_rank, tag=wire.CLOCK_REPLY),
+                wire.expect(held, self.clock_rank, wire.CLOCK_REPLY),
                 wire.send(wire.frame(wire.Kind.WAIT_CLOCK, value=op.min_clock), self.clock_rank),
             ]
             slot.issued = now
@@ -238,15 +242,16 @@ class RankExecutor:
         """Copy the reply into place; `sparse`: the flight of a sparse pull, whose bytes the reply sets."""
 
         def finish() -> None:
+            params = self.replica.params
             if sparse is None:
-                self.replica.params[a:b] = reply[:-1]
+                params[a:b] = reply[:-1]
                 held = float(reply[-1])
             else:
                 got = wire.read_pull_reply(reply)
                 if got.index is None:
-                    self.replica.params[a:b] = got.values
+                    params[a:b] = got.values
                 else:
-                    self.replica.params[a + got.index] = got.values
+                    params[a + got.index.to(params.device)] = got.values.to(params.device)
                 held, sparse.nbytes = got.held, got.nbytes
             if held > 0:
                 self.blocked.append((step, slot.issued, slot.issued + held))
@@ -264,10 +269,11 @@ class RankExecutor:
                 self._done.append(flight)
             return
 
+        device = self.replica.params.device
+
         def wait() -> None:
             try:
-                for work in flight.works:
-                    work.wait()
+                transport.complete(flight.works, device)
             except BaseException as exc:  # noqa: BLE001 - handed to the main thread
                 flight.error = exc
             flight.finished = time.perf_counter()

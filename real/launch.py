@@ -32,6 +32,10 @@ from real.session import PEER_FAILED, placement
 from sim.config import load_config
 from sim.errors import ConfigError
 
+# set in the processes `launch` starts: their parent prints the summary, so rank 0 does not (under
+# torchrun, where nobody else would, it does: real/__main__.py)
+LAUNCHED_ENV = "SYNCSIM_REAL_LAUNCHED"
+
 Prefix = Callable[[int], Sequence[str]]
 Env = Callable[[int], dict[str, str]]
 
@@ -96,11 +100,13 @@ def launch(
     port: Optional[int] = None,
     emulation: Optional[str] = None,
     calibrate: bool = False,
+    overrides: Sequence[str] = (),
 ) -> Outcome:
     """Start every process of a real run of `config_path` and wait for them (`emulation`: the tag of
     a running `syncsim emulate up`, whose namespaces the ranks run in; `calibrate`: measure the
-    cluster with one process per GPU and write the calibrated config to `out`)."""
-    config = load_config(config_path)
+    cluster with one process per GPU and write the calibrated config to `out`; `overrides`:
+    `KEY=VALUE` settings every process applies to the config, as `--set` does)."""
+    config = load_config(config_path, overrides)
     backend = backend_for(backend, calibrate)  # a clear error here, not one per process
     need = placement(config)
     if calibrate:
@@ -117,11 +123,12 @@ def launch(
     for rank in range(need.world):
         env = dict(os.environ)
         env.update(RANK=str(rank), WORLD_SIZE=str(need.world), LOCAL_RANK=str(rank))
-        env.update(MASTER_ADDR=master_addr, MASTER_PORT=str(port))
+        env.update(MASTER_ADDR=master_addr, MASTER_PORT=str(port), **{LAUNCHED_ENV: "1"})
         if env_for is not None:
             env.update(env_for(rank))
         cmd = [*(prefix(rank) if prefix else ()), sys.executable, "-m", "real", str(config_path), "--out", str(out)]
         cmd += ["--timeout", str(timeout_s), "--backend", backend] + (["--calibrate"] if calibrate else [])
+        cmd += [arg for override in overrides for arg in ("--set", override)]
         procs[rank] = subprocess.Popen(cmd, env=env)
     return watch(procs, timeout_s, need.roles())
 

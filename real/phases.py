@@ -5,7 +5,8 @@ of adaptive synchronous phases.
 Every process of the world calls `agree_used` and `restart` at every switch, in the same order.
 Every process asks the policy for the next phase with the same `Progress`, so all agree on it; the
 worker-iterations an asynchronous phase used are known to its coordinating shard alone, and
-`agree_used` hands them to everyone.
+`agree_used` hands them to everyone. These calls run on the control group (host tensors over gloo,
+`real.transport.control`) on every backend; a checkpoint is taken and handed out on the host.
 """
 
 from __future__ import annotations
@@ -19,12 +20,13 @@ import torch.distributed as dist
 
 from policies.base import Policy
 from policies.phases import Timing
+from real.transport import control
 
 
 def agree_used(used: int) -> int:
     """The largest `used` any process reports: the phase's worker-iterations (a barrier too)."""
     value = torch.tensor([used], dtype=torch.int64)
-    dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    dist.all_reduce(value, op=dist.ReduceOp.MAX, group=control())
     return int(value.item())
 
 
@@ -37,18 +39,20 @@ def restart(
 ) -> torch.Tensor:
     """The `n`-element checkpoint every process restarts from: the servers' model if the phase that
     ended ran servers (each element from the shard it was pushed to), else the replicas' mean. A
-    worker passes its replica's `params`, a shard its `(params, touched)`; every process gets it."""
-    replicas = params.clone() if params is not None else torch.zeros(n)
-    dist.all_reduce(replicas)
+    worker passes its replica's `params`, a shard its `(params, touched)` (any device); every process
+    gets it, on the host."""
+    replicas = params.to("cpu", copy=True) if params is not None else torch.zeros(n)
+    dist.all_reduce(replicas, group=control())
     mean = replicas / workers
     if not from_servers:
         return mean
     owned, count = torch.zeros(n), torch.zeros(n)
     if shard is not None:
-        owned[shard[1]] = shard[0][shard[1]]
-        count[shard[1]] = 1.0
-    dist.all_reduce(owned)
-    dist.all_reduce(count)
+        touched = shard[1].cpu()
+        owned[touched] = shard[0].cpu()[touched]
+        count[touched] = 1.0
+    dist.all_reduce(owned, group=control())
+    dist.all_reduce(count, group=control())
     return torch.where(count > 0, owned / count.clamp(min=1.0), mean)
 
 

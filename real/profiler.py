@@ -7,7 +7,9 @@ done: a forward pre-hook on the modules that own a layer's parameters marks its 
 post-accumulate-grad hook on its parameters marks its gradients ready (`sim.profile` says what each
 span covers). On a GPU the stamps are CUDA events on the current stream, read after a synchronize;
 on the CPU, `time.perf_counter`. After `warmup` untimed iterations, each layer's time is the median
-over `repeats` timed ones. fp16 runs under autocast, as mixed-precision training does.
+over `repeats` timed ones. The precision (fp32, tf32, fp16, bf16) is set as training sets it
+(`real.precision`): TF32 switches, and autocast for fp16 and bf16. fp16 profiles the scaled loss's
+backward as fp16 training runs it; the loss scale changes no kernel, so it is left out here.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any, Optional
 import torch
 from torch import nn
 
+from real.precision import autocast, check, configure_tf32
 from sim.numerics.zoo_nets import FIELDS, build_zoo_module, flat_layout
 from sim.numerics.zoo_task import IMAGE_MODELS, objective, token_sequences
 from sim.profile import ComputeProfile, LayerTime
@@ -76,6 +79,7 @@ def measure_profile(
 ) -> ComputeProfile:
     """Time one training iteration of zoo `model` at `batch` on `device` (default: the current CUDA
     device, else the CPU), layer by layer."""
+    check(precision)
     name = canonical_name(model)
     spec = get_model(name)
     where = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -89,7 +93,7 @@ def measure_profile(
     ready_marks: dict[int, Any] = {}
     counts: dict[int, int] = {}  # parameters of each layer whose gradients are in, this iteration
     handles = _hooks(module, layout, clock, forward_marks, ready_marks, counts)
-    autocast = torch.autocast(where.type, dtype=torch.float16, enabled=precision == "fp16")
+    configure_tf32(precision)
     samples: list[tuple[list[float], list[float]]] = []
     try:
         for i in range(warmup + repeats):
@@ -98,7 +102,7 @@ def measure_profile(
             module.zero_grad(set_to_none=True)
             clock.wait()
             start = clock.stamp()
-            with autocast:
+            with autocast(precision, where):
                 loss = loss_fn(module(x), y)
             backward_start = clock.stamp()
             loss.backward()

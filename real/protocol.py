@@ -18,6 +18,11 @@ A SPARSE_PUSH frame carries a shard range's non-zero pairs (ids are offsets from
 PULL asks for the elements the shard's round updated, and its reply is a frame too (`pull_reply`).
 Dense frames and replies are unchanged.
 
+Frames live in host memory on every backend and device: a push copies its values out of the
+worker's device into the frame, and a shard copies them onto its own. They travel on the control
+group (`real.transport.control`: gloo, whatever the training backend; real/transport.py says why),
+and every send and receive goes through `real.transport`.
+
 After DONE a worker sends one CLOSE frame per other posted receive, so no receive outlives the
 policy. Replies travel on their own tags; a worker matches them by kind and key whatever order
 the shard answers in. Point-to-point (rather than torch.distributed.rpc) keeps server traffic on
@@ -31,7 +36,8 @@ from enum import IntEnum
 from typing import Any, NamedTuple, Optional
 
 import torch
-import torch.distributed as dist
+
+from real import transport
 
 HEADER_LEN = 6  # kind, key, a, b, value, spare
 HEADER_FLOATS = 2 * HEADER_LEN  # float32 slots holding the int64 header
@@ -66,7 +72,7 @@ def frame(
     payload: Optional[torch.Tensor] = None,
     spare: int = 0,
 ) -> torch.Tensor:
-    """One message: the header, then `payload` (float32) if any."""
+    """One message in host memory: the header, then `payload` (float32, from any device) if any."""
     size = 0 if payload is None else payload.numel()
     out = torch.empty(HEADER_FLOATS + size, dtype=torch.float32)
     out[:HEADER_FLOATS].view(torch.int64).copy_(torch.tensor([int(kind), key, a, b, value, spare]))
@@ -95,9 +101,10 @@ def payload_of(message: torch.Tensor, a: int, b: int) -> torch.Tensor:
 
 
 def pack_pairs(index: torch.Tensor, values: torch.Tensor, index_bytes: int) -> torch.Tensor:
-    """Pairs as float32 slots: the ids as `index_bytes`-wide integers (bit patterns), then the values."""
+    """Pairs as float32 slots: the ids as `index_bytes`-wide integers (bit patterns), then the values
+    (on the ids' device)."""
     ids = index.to(_ID_TYPES[index_bytes]).contiguous().view(torch.float32)
-    return torch.cat([ids, values.to(torch.float32)])
+    return torch.cat([ids, values.to(device=ids.device, dtype=torch.float32)])
 
 
 def unpack_pairs(packed: torch.Tensor, index_bytes: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -136,10 +143,11 @@ def pull_reply(
     key: int, a: int, b: int, held: float, index_bytes: int, params: torch.Tensor, rows: Optional[torch.Tensor]
 ) -> torch.Tensor:
     """A sparse pull's reply: the seconds the request was held, then the pairs of `rows` (offsets from
-    `a`) of params[a:b], or params[a:b] dense (value -1) where the shard has no rows for the round."""
+    `a`, on the host) of params[a:b] (on any device), or params[a:b] dense (value -1) where the shard has
+    no rows for the round."""
     held_t = torch.tensor([held], dtype=torch.float32)
     if rows is None:
-        return frame(Kind.PULL, key, a, b, -1, torch.cat([held_t, params[a:b]]), index_bytes)
+        return frame(Kind.PULL, key, a, b, -1, torch.cat([held_t, params[a:b].cpu()]), index_bytes)
     pairs = pack_pairs(rows, params[a + rows], index_bytes)
     return frame(Kind.PULL, key, a, b, len(rows), torch.cat([held_t, pairs]), index_bytes)
 
@@ -179,12 +187,22 @@ def preposted(elements: int) -> int:
 
 
 def send(message: torch.Tensor, shard: int) -> Any:
-    return dist.isend(message, shard, tag=MESSAGE)
+    return transport.isend(message, shard, MESSAGE, transport.control())
 
 
 def post(buffer: torch.Tensor, worker: int) -> Any:
     """A shard's receive for the next frame from `worker`."""
-    return dist.irecv(buffer, worker, tag=MESSAGE)
+    return transport.irecv(buffer, worker, MESSAGE, transport.control())
+
+
+def reply(tensor: torch.Tensor, worker: int, tag: int) -> Any:
+    """A shard's answer (a pull's values, a claim's grant, a clock's release) on `tag`."""
+    return transport.isend(tensor, worker, tag, transport.control())
+
+
+def expect(buffer: torch.Tensor, shard: int, tag: int) -> Any:
+    """A worker's receive for the answer on `tag`, posted before it asks."""
+    return transport.irecv(buffer, shard, tag, transport.control())
 
 
 def goodbye(shard: int, elements: int) -> list[Any]:

@@ -1,10 +1,12 @@
-"""Rank 0 turns what every process reported into a `PolicyRun`, and writes the simulator's tables plus
-`parameters.npz` (per policy: `<label>/workers`, every replica's final flat parameters,
-`<label>/consensus`, and `<label>/checkpoint<k>`, the model restarted from at a phased policy's k-th
-switch), which the simulator keeps in memory as `PolicyRun.parameters` / `.consensus` / `.checkpoints`."""
+"""Rank 0 turns what every process reported into a `PolicyRun`, and writes the simulator's tables,
+`trace.json` and figures (those a real run can measure: no per-link tables) plus `parameters.npz`
+(per policy: `<label>/workers`, every replica's final flat parameters, `<label>/consensus`, and
+`<label>/checkpoint<k>`, the model restarted from at a phased policy's k-th switch), which the
+simulator keeps in memory as `PolicyRun.parameters` / `.consensus` / `.checkpoints`."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +18,8 @@ import torch
 from real.accounting import RankReport, account
 from sim.config import Config, PolicyEntry
 from sim.engine import PolicyRun
-from sim.output import atomic_path
+from sim.output import atomic_path, atomic_write
+from sim.results import Result
 
 
 @dataclass
@@ -121,10 +124,13 @@ def _mean(values: Sequence[float]) -> float:
 
 
 def write(config: Config, cluster: Any, plan: Any, runs: list[PolicyRun], out: Path) -> None:
-    """The tables so far (atomic writes, so a later failure loses nothing already written)."""
+    """The tables so far (atomic writes, so a later failure loses nothing already written), then
+    `trace.json`, then, once every policy has finished, the figures. The per-link tables are left
+    out: a real run cannot see what each link carried (`sim.results.UNMEASURED`)."""
     from sim.api import result_of
 
     result = result_of(config, cluster, plan, runs)
+    result.measured = True
     # the ideal is every worker computing all the time at its *measured* speed (not the sim's model)
     frame = result.iterations.groupby("policy")["compute_s"].mean()
     ideal = cluster.world_size * plan.batch_size / result.summary["policy"].map(frame)
@@ -135,3 +141,22 @@ def write(config: Config, cluster: Any, plan: Any, runs: list[PolicyRun], out: P
     arrays.update({f"{run.label}/checkpoint{k}": c for run in runs for k, c in enumerate(run.checkpoints)})
     with atomic_path(out / "parameters.npz") as tmp:
         np.savez(tmp, **arrays)
+    # a failed run skips the figures: rank 0 must write its rows before the launcher's deadline
+    finished = len(runs) == len(config.policies) and not result.errors
+    draw(result, out, figures=finished)
+
+
+def draw(result: Result, out: Path, figures: bool = True) -> None:
+    """`trace.json` and (with `figures`) the figures of tables already written: a failure here is
+    reported in one line and loses no table."""
+    from sim.trace import chrome_trace
+
+    step = "trace.json"
+    try:
+        if result.config.simulation.trace:
+            atomic_write(out / "trace.json", chrome_trace(result, result.config.simulation.trace_max_events))
+        step = "the figures"
+        if figures:
+            result.plot(out)
+    except Exception as exc:  # noqa: BLE001 - the tables are what matters; say what is missing and go on
+        print(f"rank 0: {step} not written ({type(exc).__name__}: {exc}); the tables are", file=sys.stderr)

@@ -17,6 +17,10 @@ Sparse pushes arrive as (index, value) pairs and are applied as the dense range 
 elements each round of a sparse key touched, and answers a sparse pull of that round with just
 those (`protocol.pull_reply`); a pull it has no such round for (asynchronous, or a restarted
 shard's first read) gets the dense range.
+
+Devices: the shard's parameters and optimizer state may live on a GPU; frames are host tensors
+(real/protocol.py), so pushed values are copied onto the device as they are applied, and replies
+are read off it. The bookkeeping (`touched`, sparse rows) stays on the host.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ import torch.distributed as dist
 from policies.ops import ServerSpec
 from policies.phases import Timing
 from real import protocol as wire
+from real.placement import host_copy
 from real.worker import crash_point, fail_now, room_for_snapshot, wait_all
 from sim.numerics.servers import ServerTensors, Update
 from sim.phase_budget import SharedClaims
@@ -187,7 +192,7 @@ class ShardServer:
     def _push(self, rank: int, key: int, a: int, b: int, values: torch.Tensor, sparse: bool = False) -> None:
         rnd = self._pushed[(rank, key)]
         self._pushed[(rank, key)] = rnd + 1
-        update = Update(rank, a, b, values)
+        update = Update(rank, a, b, values.to(self.tensors.params.device))
         self.touched[a:b] = True
         if not self.spec.sync:
             self._rehearse_crash()
@@ -231,7 +236,7 @@ class ShardServer:
         done = self.snapshots[-1][0] if self.snapshots else 0
         if iteration > done and iteration % e.every == 0 and iteration < e.iterations:
             if room_for_snapshot(self.snapshots, self.tensors.params):
-                self.snapshots.append((iteration, time.perf_counter() - e.t0, self.tensors.params.clone()))
+                self.snapshots.append((iteration, time.perf_counter() - e.t0, host_copy(self.tensors.params)))
 
     def _pull(self, rank: int, key: int, a: int, b: int, arrival: float, index_bytes: int = 0) -> None:
         """`index_bytes` > 0: a sparse pull, answered with the rows round `rnd` touched."""
@@ -282,4 +287,4 @@ class ShardServer:
         self._clock_waiters = keep
 
     def _send(self, tensor: torch.Tensor, dst: int, tag: int) -> None:
-        self._sends.append(dist.isend(tensor, dst, tag=tag))
+        self._sends.append(wire.reply(tensor, dst, tag))

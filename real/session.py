@@ -3,7 +3,9 @@ write the same tables as the simulator after each policy.
 
 Ranks 0..W-1 are the workers (one per GPU of the config's cluster); ranks W.. run parameter-server
 shards (as many as the policy that declares the most). The environment gives RANK, WORLD_SIZE,
-MASTER_ADDR and MASTER_PORT, as `torchrun` and `syncsim real --nproc` both set them.
+MASTER_ADDR and MASTER_PORT, as `torchrun` and `syncsim real --nproc` both set them, and LOCAL_RANK
+picks the rank's GPU (real/backends.py: each rank trains on its device; barriers, gathers and the
+parameter-server protocol use the gloo control group of real/transport.py).
 """
 
 from __future__ import annotations
@@ -23,12 +25,15 @@ import torch.distributed as dist
 
 from policies.base import Bucket
 from policies.phases import Progress
+from real import transport
 from real.accounting import RankReport
-from real.backends import backend_for
+from real.backends import backend_for, training_device
 from real.executor import RankExecutor
 from real.groups import ProcessGroups, planned_groups
 from real.liveness import Heartbeat
 from real.phases import Decisions, agree_used, restart
+from real.placement import on_host, optimizer_on, task_on
+from real.precision import PrecisionTask, configure_tf32
 from real.results import ServerReport, assemble, write
 from real.server import Evaluation, ShardServer
 from real.worker import WorkerSetup, train
@@ -99,6 +104,7 @@ def main(config: Config, out: Path, timeout_s: float, backend: str = "auto") -> 
     from sim.api import _prepare
 
     require_numerics(config)
+    backend = backend_for(backend)  # refused before anything starts: nccl without CUDA
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     cluster, plan, task = _prepare(config)
     need = placement(config)
@@ -107,15 +113,19 @@ def main(config: Config, out: Path, timeout_s: float, backend: str = "auto") -> 
             f"WORLD_SIZE: this config needs {need.world} processes ({need.workers} workers + {need.servers} "
             f"parameter-server shards), got {world}"
         )
-    backend = backend_for(backend)
+    device = training_device(int(os.environ.get("LOCAL_RANK", rank)))
     torch.set_num_threads(config.numerics.threads)  # type: ignore[union-attr]
+    precision = config.workload.precision
+    configure_tf32(precision)
+    trained = PrecisionTask(task_on(task, device), precision, device)  # evaluation uses `task`, on the host
     dist.init_process_group(backend, rank=rank, world_size=world, timeout=timedelta(seconds=timeout_s))
+    transport.open_control()
     heartbeat = Heartbeat(rank, world, roles=need.roles())
     runs: list[Any] = []
     code = 0
     try:
         for index in range(len(config.policies)):
-            run = _run_policy(config, index, cluster, plan, task, need, rank, timeout_s, heartbeat, out)
+            run = _run_policy(config, index, cluster, plan, task, trained, need, rank, timeout_s, heartbeat, out)
             if rank == 0 and run is not None:
                 runs.append(run)
                 write(config, cluster, _real_plan(config, plan, cluster), runs, out)
@@ -127,6 +137,7 @@ def main(config: Config, out: Path, timeout_s: float, backend: str = "auto") -> 
     finally:
         heartbeat.close()
         if code == 0:
+            transport.close_control()
             dist.destroy_process_group()
     if code != 0:
         _leave(code)
@@ -179,12 +190,15 @@ def _run_policy(
     cluster: Any,
     plan: Any,
     task: Any,
+    trained: Any,
     need: Placement,
     rank: int,
     timeout_s: float,
     heartbeat: Heartbeat,
     out: Path,
 ) -> Optional[Any]:
+    """`task` on the host (evaluation); `trained`: this rank's copy on its device, in the workload's
+    precision (`real.precision.PrecisionTask`)."""
     entry = config.policies[index]
     policy = bind_policy(entry, index, cluster, plan)
     specs = list(policy.all_servers())
@@ -195,11 +209,12 @@ def _run_policy(
         steps = config.iterations * (workers if member.shared_budget else 1)
         planned += planned_groups(member, workers, steps, buckets)
     groups = ProcessGroups(list({tuple(sorted(g.ranks)): g for g in planned}.values()))
-    decision_group = dist.new_group(list(range(workers)))  # adaptive phases gather timings here
+    # adaptive phases gather timings (host tensors) here
+    decision_group = dist.new_group(list(range(workers)), backend="gloo")
     cfg = config.numerics
     assert cfg is not None
-    run = _RankRun(config, entry, policy, task, plan, buckets, workers, rank, timeout_s, groups, decision_group)
-    dist.barrier()
+    run = _RankRun(config, entry, policy, trained, plan, buckets, workers, rank, timeout_s, groups, decision_group)
+    dist.barrier(group=transport.control())
     run.t0 = time.perf_counter()
     wall = time.time()
     try:
@@ -220,8 +235,8 @@ def _run_policy(
         ) from exc
     run.finish()
     gathered: Optional[list[Any]] = [None] * need.world if rank == 0 else None
-    dist.gather_object(run.report, gathered, dst=0)
-    dist.barrier()
+    dist.gather_object(run.report, gathered, dst=0, group=transport.control())
+    dist.barrier(group=transport.control())
     if rank != 0:
         return None
     assert gathered is not None
@@ -230,7 +245,8 @@ def _run_policy(
 
 class _RankRun:
     """One process's part in one policy: its role (worker, shard, or idle in this policy) through
-    every phase of the policy (policies.phases), the switches between them, and its report."""
+    every phase of the policy (policies.phases), the switches between them, and its report. `task`
+    is on the rank's device (real/placement.py); so are its replica or shard tensors."""
 
     def __init__(
         self,
@@ -263,13 +279,14 @@ class _RankRun:
     def worker_setup(self) -> None:
         cfg, task, workers, rank = self.cfg, self.task, self.workers, self.rank
         self.report = RankReport(rank)
+        device = task.initial.device
         self.replica = Replica(
             cfg,
             task,
             rank,
             task.initial.clone(),
-            torch.zeros(task.size),
-            FlatOptimizer(cfg.optimizer, 1, task.size),
+            torch.zeros(task.size, device=device),
+            optimizer_on(FlatOptimizer(cfg.optimizer, 1, task.size), device),
             0,
             bucket_ranges(task.size, [b.nbytes for b in self.plan.buckets]),
             ShardSampler(
@@ -286,7 +303,8 @@ class _RankRun:
     def shard_setup(self, spec: Any) -> None:
         self.spec = spec
         self.tensors = ServerTensors(self.cfg, self.task.initial, self.workers, self.config.iterations)
-        self.touched = torch.zeros(self.task.size, dtype=torch.bool)
+        optimizer_on(self.tensors.optimizer, self.tensors.params.device)
+        self.touched = torch.zeros(self.task.size, dtype=torch.bool)  # bookkeeping stays on the host
         self.report = ServerReport(spec.shard, self.tensors.params, self.touched, self.staleness, self.snapshots)
 
     def phases(self) -> None:
@@ -359,15 +377,18 @@ class _RankRun:
             self.tensors.begin_phase(model, updates)
 
     def finish(self) -> None:
-        """Fill the report with what the executor recorded (times from the policy's start)."""
+        """Fill the report with what the executor recorded (times from the policy's start); its
+        tensors on the host."""
         ex, report, t0 = self.executor, self.report, self.t0
+        if isinstance(report, ServerReport):
+            report.params = on_host(report.params)
         if ex is None or self.replica is None:
             return
         report.blocked = [(s, a - t0, b - t0) for s, a, b in ex.blocked]
         report.collectives = [(*r[:6], r[6] - t0, r[7] - t0, *r[8:]) for r in ex.collectives]
         report.p2p = [(*r[:6], r[6] - t0, r[7] - t0) for r in ex.p2p]
         report.losses = self.replica.losses
-        report.parameters = self.replica.params
+        report.parameters = on_host(self.replica.params)
 
 
 def _first_sentence(exc: BaseException) -> str:

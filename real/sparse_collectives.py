@@ -42,7 +42,8 @@ class PairExchange:
         self.me, self.order, self.pg, self.index_bytes = me, list(order), pg, index_bytes
         self.received: list[Pairs] = list(outgoing)  # each slot but `me` is overwritten by `wait`
         packed: dict[int, torch.Tensor] = {}  # an all-gather sends one batch to everyone: pack it once
-        empty = torch.empty(0, dtype=torch.float32)
+        self.device = outgoing[me].values.device if outgoing else torch.device("cpu")
+        empty = torch.empty(0, dtype=torch.float32, device=self.device)
         self.chunks = [  # torch's member order
             empty if i == me else packed.setdefault(id(outgoing[i]), pack_pairs(*_fields(outgoing[i]), index_bytes))
             for i in self.order
@@ -51,12 +52,12 @@ class PairExchange:
         self.received_bytes = 0  # set by `wait`
 
     def wait(self) -> bool:
-        splits = torch.tensor([c.numel() for c in self.chunks], dtype=torch.int64)
+        splits = torch.tensor([c.numel() for c in self.chunks], dtype=torch.int64, device=self.device)
         incoming = torch.empty_like(splits)
         dist.all_to_all_single(incoming, splits, group=self.pg)
         sizes = incoming.tolist()
         self.received_bytes = 4 * sum(sizes) + 8 * (len(self.order) - 1)
-        out = torch.empty(sum(sizes), dtype=torch.float32)
+        out = torch.empty(sum(sizes), dtype=torch.float32, device=self.device)
         dist.all_to_all_single(out, torch.cat(self.chunks), sizes, splits.tolist(), group=self.pg)
         for t, chunk in enumerate(out.split(sizes)):
             if self.order[t] != self.me:

@@ -5,7 +5,8 @@ backend always trains one. When the section is missing (or disabled), it trains 
 model as torch.nn on seeded synthetic data of the zoo's input shape, at the workload's batch size
 per worker. This is a timing run: the loss is still logged, but the data are not a task worth
 learning. Every process derives the same section from the same config, and the run's
-`config.yaml` records it.
+`config.yaml` records it. Like every real run, it trains in the workload's `precision`
+(real/precision.py) on each rank's device (real/backends.py).
 """
 
 from __future__ import annotations

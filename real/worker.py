@@ -27,7 +27,6 @@ from datetime import timedelta
 from typing import Any, Optional
 
 import torch
-import torch.distributed as dist
 
 from policies.base import Bucket, Policy
 from policies.phases import Timing
@@ -35,6 +34,7 @@ from real import protocol as wire
 from real.accounting import RankReport
 from real.executor import RankExecutor
 from real.phases import Decisions
+from real.placement import host_copy
 
 
 @dataclass
@@ -129,7 +129,7 @@ def room_for_snapshot(snapshots: Sequence[Any], params: torch.Tensor) -> bool:
 def snapshot(report: Any, iteration: int, seconds: float, params: torch.Tensor, losses: int) -> None:
     """Keep a copy of the replica (and how many minibatch losses it had) for evaluation after the run."""
     if room_for_snapshot(report.snapshots, params):
-        report.snapshots.append((iteration, seconds, params.clone(), losses))
+        report.snapshots.append((iteration, seconds, host_copy(params), losses))
 
 
 class _Claims:
@@ -146,7 +146,7 @@ class _Claims:
 
     def _ask(self, last: Optional[Timing]) -> None:
         self._reply = torch.zeros(1, dtype=torch.int64)
-        self._answer = dist.irecv(self._reply, self.server, tag=wire.CLAIM_REPLY)  # posted before asking
+        self._answer = wire.expect(self._reply, self.server, wire.CLAIM_REPLY)  # posted before asking
         self._sent = wire.send(wire.claim(last), self.server)
 
     def next(self, last: Optional[Timing] = None) -> bool:

@@ -32,7 +32,8 @@ TABLE_COLUMNS = {
 ACCURACY_COLUMNS = {"final_accuracy": "final acc.", "time_to_target_s": "to target (s)"}
 
 
-def _table(summary) -> str:  # type: ignore[no-untyped-def]
+def summary_table(summary) -> str:  # type: ignore[no-untyped-def]
+    """The summary as the commands print it: milliseconds, and accuracy where the run measured it."""
     columns = dict(TABLE_COLUMNS)
     columns.update({k: v for k, v in ACCURACY_COLUMNS.items() if k in summary and summary[k].notna().any()})
     df = summary[list(columns)].rename(columns=columns).copy()
@@ -79,7 +80,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(f"\ninterrupted; finished policies are in {out}/", file=sys.stderr)
         return 130
     result.write(out, plot=not args.no_plot)
-    print(_table(result.summary))
+    print(summary_table(result.summary))
     tables = "summary, iterations, phases, ops, links, utilization, staleness" + (
         ", accuracy" if config.numerics_on else ""
     )
@@ -106,7 +107,8 @@ def _require_torch(command: str) -> None:
     except ImportError:
         raise ConfigError(
             f"`syncsim {command}` runs torch.distributed and torch is not installed; install it with: "
-            "pip install -c constraints.txt -e '.[numerics]'"
+            "pip install -c constraints.txt -e '.[numerics]' "
+            "(README.md, 'Which PyTorch you get': the CPU or the CUDA build)"
         ) from None
 
 
@@ -140,24 +142,81 @@ def _cmd_real(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     outcome = launch(Path(args.config), out, args.nproc, args.timeout, args.backend, emulation=args.emulate)
-    summary = out / "summary.csv"
-    if summary.exists():
-        import pandas as pd
-
-        print(_table(pd.read_csv(summary)))
-        print(f"\nresults: {out}/ (summary, iterations, phases, ops, accuracy: .csv; parameters.npz)")
+    print_real_results(out)
     if not outcome.ok:
         print(f"real run failed: {outcome.failed}; results measured so far are in {out}/", file=sys.stderr)
         return 1
     return 0
 
 
+def print_real_results(out: Path) -> None:
+    """A real run's summary table and what its folder holds (`syncsim real`, or rank 0 under torchrun)."""
+    summary = out / "summary.csv"
+    if not summary.exists():
+        return
+    import pandas as pd
+
+    print(summary_table(pd.read_csv(summary)))
+    figures = ", ".join(sorted(p.stem for p in out.glob("*.png")))
+    print(
+        f"\nresults: {out}/ (summary, iterations, phases, ops, staleness, accuracy: .csv; parameters.npz"
+        + ("; trace.json" if (out / "trace.json").exists() else "")
+        + (f"; figures: {figures}" if figures else "")
+        + ")",
+        flush=True,
+    )
+
+
+# `syncsim calibrate` flags that set a key of the config's `calibration:` section
+CALIBRATION_FLAGS = {
+    "repeats": "--repeats",
+    "statistic": "--statistic",
+    "uplink_bytes": "--uplink-bytes",
+    "max_bytes": "--max-bytes",
+}
+
+
+def _calibration_overrides(args: argparse.Namespace) -> tuple[list[str], list[str]]:
+    """(`calibration.KEY=VALUE` overrides from the flags given, one line per bad flag naming it)."""
+    from pydantic import ValidationError
+
+    from real.backends import backend_for
+    from sim.config_calibration import CalibrationConfig
+    from sim.config_errors import describe
+
+    given = {key: getattr(args, key) for key in CALIBRATION_FLAGS if getattr(args, key) is not None}
+    problems = []
+    try:
+        CalibrationConfig.model_validate(given)
+    except ValidationError as exc:
+        for line in describe(exc.errors(), given, CalibrationConfig):
+            key = line.split(":", 1)[0]
+            problems.append(f"{CALIBRATION_FLAGS[key]}{line[len(key) :]}" if key in CALIBRATION_FLAGS else line)
+    try:
+        backend_for(args.backend, calibrate=True)
+    except ConfigError as exc:
+        problems.append(f"--{exc}")
+    return [f"calibration.{key}={value}" for key, value in given.items()], problems
+
+
 def _cmd_calibrate(args: argparse.Namespace) -> int:
     _require_torch("calibrate")
     from real.launch import launch
 
+    overrides, problems = _calibration_overrides(args)
+    for line in problems:
+        print(f"syncsim calibrate: {line}", file=sys.stderr)
+    if problems:
+        return 2
     outcome = launch(
-        Path(args.config), Path(args.out), None, args.timeout, args.backend, emulation=args.emulate, calibrate=True
+        Path(args.config),
+        Path(args.out),
+        None,
+        args.timeout,
+        args.backend,
+        emulation=args.emulate,
+        calibrate=True,
+        overrides=overrides,
     )
     if not outcome.ok:
         print(f"calibration failed: {outcome.failed}", file=sys.stderr)
@@ -399,6 +458,14 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--emulate", metavar="TAG", help="measure the emulated cluster `syncsim emulate up` built")
     cal.add_argument("--timeout", type=float, default=120.0)
     cal.add_argument("--backend", choices=["auto", "gloo", "nccl"], default="auto", help="auto: nccl with GPUs")
+    cal.add_argument("--repeats", type=int, help="timed repeats per measurement (default: calibration.repeats, 5)")
+    cal.add_argument("--statistic", help="median, mean or min over repeats (default: calibration.statistic, median)")
+    cal.add_argument(
+        "--uplink-bytes", dest="uplink_bytes", type=int, help="bytes per host in the rack-egress test (default: probed)"
+    )
+    cal.add_argument(
+        "--max-bytes", dest="max_bytes", type=int, help="the largest message the probe may choose (default: 64 MiB)"
+    )
     cal.set_defaults(func=_cmd_calibrate)
     val = sub.add_parser("validate", help="calibrate, run each policy real and simulated, compare (root: emulates)")
     val.add_argument("config")
@@ -449,7 +516,12 @@ def build_parser() -> argparse.ArgumentParser:
     prof = sub.add_parser("profile", help="measure a zoo model's per-layer compute times on this machine's device")
     prof.add_argument("model", choices=MODEL_NAMES, help="a zoo model")
     prof.add_argument("--batch", type=int, required=True, help="samples per iteration (per GPU)")
-    prof.add_argument("--precision", choices=("fp32", "fp16"), default="fp32", help="fp16: under autocast")
+    prof.add_argument(
+        "--precision",
+        choices=("fp32", "tf32", "fp16", "bf16"),
+        default="fp32",
+        help="tf32: TF32 matmuls and convolutions; fp16, bf16: under autocast (real/precision.py)",
+    )
     prof.add_argument("--out", required=True, help="the profile (YAML) to write")
     prof.add_argument("--device", default="auto", help="auto (the current CUDA device, else the CPU), cpu, cuda:N")
     prof.add_argument("--warmup", type=int, default=3, help="untimed iterations first")

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal, Optional, Union
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from sim.config_calibration import CalibrationConfig
 from sim.config_errors import describe
 from sim.config_extends import resolve_extends
 from sim.config_faults import BackgroundFlow, FaultsConfig
@@ -35,7 +36,7 @@ from sim.config_types import (
 )
 from sim.config_yaml import check_size, plain, read_yaml
 from sim.errors import ConfigError
-from sim.gpus import GPU_NAMES
+from sim.gpus import GPU_NAMES, get_gpu
 from sim.zoo import MODEL_NAMES, canonical_name
 
 
@@ -117,11 +118,15 @@ class WorkloadConfig(Strict):
 
     model: str = Field(description="synthetic, or a zoo model: " + ", ".join(MODEL_NAMES))
     batch_size: Count = Field(32, description="samples per GPU per iteration")
-    precision: Literal["fp32", "fp16"] = Field(
-        "fp32", description="fp16: tensor-core peak and 2-byte gradients; fp32: 4-byte gradients"
+    precision: Literal["fp32", "tf32", "fp16", "bf16"] = Field(
+        "fp32",
+        description="fp32: PyTorch's defaults (TF32 convolutions where the GPU has TF32, FP32 matrix products); "
+        "tf32: TF32 for both; fp16, bf16: autocast to that type, 2-byte gradients (else 4-byte)",
     )
     efficiency: Optional[Annotated[float, Field(ge=1e-4, le=1)]] = Field(
-        None, description="fraction of the GPU's peak FLOP/s reached; default: the GPU's, for the precision"
+        None,
+        description="compute time as FLOPs at this fraction of the GPU's peak (backward twice the forward); "
+        "default: the per-layer compute model of docs/compute_model.md",
     )
     profile: Optional[str] = Field(
         None,
@@ -235,6 +240,9 @@ class Config(Strict):
     numerics: Optional[NumericsConfig] = Field(
         None, description="train a real model in every worker for time-to-accuracy (off when absent)"
     )
+    calibration: CalibrationConfig = Field(
+        CalibrationConfig(), description="how `syncsim calibrate` measures the cluster (ignored by the simulator)"
+    )
 
     @property
     def numerics_on(self) -> bool:
@@ -250,6 +258,16 @@ class Config(Strict):
             gpus = hosts * c.gpus_per_host
         if gpus > MAX_COUNT:
             raise ValueError(f"cluster: {gpus:,} GPUs; at most {MAX_COUNT:,} (2^20), more than any cluster has")
+        return self
+
+    @model_validator(mode="after")
+    def _precision_runs_on_the_gpu(self) -> Config:
+        gpu = get_gpu(self.cluster.gpu)
+        if self.workload.precision == "bf16" and not gpu.bf16_tflops:
+            raise ValueError(
+                f"workload.precision: 'bf16' needs BF16 arithmetic, which cluster.gpu {gpu.name} lacks; "
+                "allowed there: fp32, tf32, fp16"
+            )
         return self
 
     @model_validator(mode="after")

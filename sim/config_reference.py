@@ -25,6 +25,7 @@ from sim.config import (
     TwoTierCluster,
     WorkloadConfig,
 )
+from sim.config_calibration import CalibrationConfig
 from sim.config_faults import BackgroundFlow, FaultsConfig, SlowWorker, Straggler
 from sim.config_numerics import AsyncConfig, NumericsConfig, OptimizerConfig, ScheduleConfig, SyntheticData, ZooData
 
@@ -149,6 +150,16 @@ def render() -> str:
         ("zoo", ZooData),
     ):
         parts += ["", f"### `numerics.{key}`", "", table(model)]
+    parts += [
+        "",
+        "## `calibration`",
+        "",
+        "How `syncsim calibrate` and `syncsim validate` measure a cluster; the simulator ignores it. Unset",
+        "message sizes come from a first probe (docs/validation.md). The flags `--repeats`, `--statistic`,",
+        "`--uplink-bytes` and `--max-bytes` of `syncsim calibrate` override these keys.",
+        "",
+        table(CalibrationConfig),
+    ]
     parts += [
         "",
         "## `policies`",

@@ -25,6 +25,7 @@ def comparison_plot(
     path: Path,
     phases: pd.DataFrame | None = None,
     config_name: str | None = None,
+    time_label: str = "simulated time (s)",
 ) -> None:
     ok = summary.dropna(subset=["mean_iteration_s"])
     fig, (ax_time, ax_tput, ax_iter) = figure(1, 3, figsize=(15, 4.2))
@@ -49,7 +50,7 @@ def comparison_plot(
         workers = rows["rank"].nunique() or 1
         (line,) = ax_iter.plot(rows["end_s"], (pd.RangeIndex(1, len(rows) + 1) / workers), label=label, **style)
         shade_phases(ax_iter, phases, label, line.get_color())
-    ax_iter.set_xlabel("simulated time (s)")
+    ax_iter.set_xlabel(time_label)
     ax_iter.set_ylabel("updates / workers")
     ax_iter.set_title("Progress")
     ax_iter.legend(fontsize=8)
@@ -136,8 +137,9 @@ def accuracy_plot(
     target: float | None = None,
     phases: pd.DataFrame | None = None,
     config_name: str | None = None,
+    time_label: str = "simulated time (s)",
 ) -> None:
-    """Consensus accuracy of every policy against simulated time and against iterations."""
+    """Consensus accuracy of every policy against time (`time_label`) and against iterations."""
     consensus = accuracy[accuracy["worker"] < 0]
     fig, (ax_time, ax_iter) = figure(1, 2, figsize=(12, 4.2), sharey=True)
     groups = list(consensus.groupby("policy", sort=False))
@@ -145,7 +147,7 @@ def accuracy_plot(
         (line,) = ax_time.plot(rows["time_s"], rows["accuracy"], label=label, **style)
         shade_phases(ax_time, phases, str(label), line.get_color())
         ax_iter.plot(rows["iteration"], rows["accuracy"], label=label, color=line.get_color(), **style)
-    for ax, xlabel in ((ax_time, "simulated time (s)"), (ax_iter, "iterations (updates / workers)")):
+    for ax, xlabel in ((ax_time, time_label), (ax_iter, "iterations (updates / workers)")):
         if target is not None:
             ax.axhline(target, color="grey", ls=":", lw=1, label="target")
         ax.set_xlabel(xlabel)

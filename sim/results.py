@@ -20,6 +20,8 @@ from sim.output import atomic_write  # importable from here too, as before
 # summary.csv is written after these: it lists the policies whose rows are already in them, so a run
 # killed between two files never has a summary claiming rows that are not there yet
 DETAIL_TABLES = ("iterations", "phases", "ops", "links", "utilization", "staleness", "faults")
+# per-link tables: a real run cannot see what each link carried, so its folder has none of them
+UNMEASURED = ("links", "utilization")
 
 
 @dataclass
@@ -37,6 +39,12 @@ class Result:
     phases: pd.DataFrame
     runs: list[PolicyRun] = field(default_factory=list)
     accuracy: Optional[pd.DataFrame] = None  # numerics mode only
+    measured: bool = False  # a real run's tables: times measured, seconds from each policy's start
+
+    @property
+    def time_label(self) -> str:
+        """What the tables' `_s` times are, for axis labels."""
+        return "measured time (s, from the policy's start)" if self.measured else "simulated time (s)"
 
     @classmethod
     def read(cls, folder: str | os.PathLike[str]) -> Result:
@@ -49,11 +57,16 @@ class Result:
         if not table_path(out, "summary").is_file() or not (out / "config.yaml").is_file():
             raise FileNotFoundError(f"{out}: no summary.csv and config.yaml here; not the folder of a syncsim run")
         accuracy = table_path(out, "accuracy")
+        measured = (out / "parameters.npz").is_file()  # only a real run's folder has one
+        tables = {
+            name: _empty(name) if measured and name in UNMEASURED else read_table(out, name) for name in DETAIL_TABLES
+        }
         return cls(
             load_config(out / "config.yaml"),
             read_table(out, "summary"),
-            **{name: read_table(out, name) for name in DETAIL_TABLES},  # type: ignore[arg-type]
+            **tables,  # type: ignore[arg-type]
             accuracy=read_table(out, "accuracy") if accuracy.is_file() else None,
+            measured=measured,
         )
 
     @property
@@ -68,19 +81,23 @@ class Result:
         out.mkdir(parents=True, exist_ok=True)
         atomic_write(out / "config.yaml", dump_config(self.config))
         for name in DETAIL_TABLES:
+            if self.measured and name in UNMEASURED:  # a real run cannot see links: no file, not an empty one
+                (out / f"{name}.csv").unlink(missing_ok=True)
+                continue
             atomic_write(out / f"{name}.csv", getattr(self, name).to_csv(index=False))
         if self.accuracy is not None:
             atomic_write(out / "accuracy.csv", self.accuracy.to_csv(index=False))
         atomic_write(out / "summary.csv", self.summary.to_csv(index=False))
-        if self.config.simulation.trace if trace is None else trace:
-            atomic_write(out / "trace.json", chrome_trace(self, self.config.simulation.trace_max_events))
-        if plot:
-            self.plot(out)
         failed = [run for run in self.runs if run.error is not None]
         if failed:  # the summary says why in one line; the full traceback is for bug reports
             atomic_write(out / "errors.txt", "\n".join(f"== {run.label}\n{run.traceback}" for run in failed))
         elif (out / "errors.txt").exists():
             (out / "errors.txt").unlink()
+        # the trace and the figures last: whatever happens there, every table is already written
+        if self.config.simulation.trace if trace is None else trace:
+            atomic_write(out / "trace.json", chrome_trace(self, self.config.simulation.trace_max_events))
+        if plot:
+            self.plot(out)
         return out
 
     def plot(self, out_dir: str | os.PathLike[str], formats: tuple[str, ...] = ("png",)) -> list[Path]:
@@ -93,17 +110,29 @@ class Result:
         out.mkdir(parents=True, exist_ok=True)
         for fmt in formats:
             name = self.config.name
-            comparison_plot(self.summary, self.iterations, out / f"comparison.{fmt}", self.phases, name)
-            utilization_plot(self.utilization, out / f"utilization.{fmt}", name)
-            written += [out / f"comparison.{fmt}", out / f"utilization.{fmt}"]
+            comparison_plot(
+                self.summary, self.iterations, out / f"comparison.{fmt}", self.phases, name, self.time_label
+            )
+            written.append(out / f"comparison.{fmt}")
+            if len(self.utilization):  # none in a real run: no figure rather than an empty one
+                utilization_plot(self.utilization, out / f"utilization.{fmt}", name)
+                written.append(out / f"utilization.{fmt}")
             if len(self.staleness):
                 staleness_plot(self.staleness, out / f"staleness.{fmt}", name)
                 written.append(out / f"staleness.{fmt}")
             if self.accuracy is not None and len(self.accuracy):
                 target = self.config.numerics.target_accuracy if self.config.numerics else None
-                accuracy_plot(self.accuracy, out / f"accuracy.{fmt}", target, self.phases, name)
-                written.append(out / f"accuracy.{fmt}")
+                path = out / f"accuracy.{fmt}"
+                accuracy_plot(self.accuracy, path, target, self.phases, name, self.time_label)
+                written.append(path)
         return written
+
+
+def _empty(name: str) -> pd.DataFrame:
+    """An `UNMEASURED` table with its columns and no rows."""
+    from sim.tables import links_frame, utilization_frame
+
+    return {"links": links_frame, "utilization": utilization_frame}[name]([], None)  # type: ignore[arg-type]
 
 
 def table_path(folder: Path, name: str) -> Path:

@@ -5,6 +5,12 @@ backward, and the wait for synchronization after compute) and a "phases" track (
 when, with an instant marker at every switch), and "<policy>: communication" with one
 track per collective group, one per rank for point-to-point ops, and counter tracks of link
 utilisation. Times are microseconds of simulated time.
+
+A real run's result (`Result.measured`) gives the same tracks from its measured timings, in
+microseconds from the policy's start (each rank's clock zeroed after a barrier; docs/real.md). Its
+compute spans are named for what the real backend times: "reads" (the on_forward programs) and
+"forward + backward" (one autograd call). It has no link-utilisation counters: a real run cannot
+see what each link carried.
 """
 
 from __future__ import annotations
@@ -46,6 +52,7 @@ def chrome_trace(result: Result, max_events: int) -> str:
         else:
             dropped += 1
 
+    forward, backward = ("reads", "forward + backward") if result.measured else ("forward", "backward")
     for i, label in enumerate(result.summary["policy"]):
         workers, comm = 2 * i + 1, 2 * i + 2
         add(_meta("process_name", workers, f"{label}: workers"))
@@ -53,8 +60,9 @@ def chrome_trace(result: Result, max_events: int) -> str:
         for row in result.iterations[result.iterations["policy"] == label].itertuples(index=False):
             if row.begin_end_s > row.start_s:
                 add(_span("begin step", workers, row.rank, row.start_s, row.begin_end_s, iteration=row.iteration))
-            add(_span("forward", workers, row.rank, row.begin_end_s, row.forward_end_s, iteration=row.iteration))
-            add(_span("backward", workers, row.rank, row.forward_end_s, row.compute_end_s, iteration=row.iteration))
+            if row.forward_end_s > row.begin_end_s or not result.measured:  # a real run's policy may read nothing
+                add(_span(forward, workers, row.rank, row.begin_end_s, row.forward_end_s, iteration=row.iteration))
+            add(_span(backward, workers, row.rank, row.forward_end_s, row.compute_end_s, iteration=row.iteration))
             if row.end_s > row.compute_end_s:
                 add(
                     _span(
@@ -110,9 +118,12 @@ def chrome_trace(result: Result, max_events: int) -> str:
             )
         for row in result.faults[result.faults["policy"] == label].itertuples(index=False):
             add(_span(f"{row.what}: {row.targets} {row.effect}={row.value:g}", comm, 99_999, row.start_s, row.end_s))
+        if not len(result.utilization):  # a real run: no per-link data
+            continue
         util = result.utilization[(result.utilization["policy"] == label) & (result.utilization["kind"] != "nic")]
         for time_s, rows in util.groupby("time_s", sort=True):
             values = {link: round(float(u), 4) for link, u in zip(rows["link"], rows["utilization"])}
             add({"name": "link utilisation", "ph": "C", "pid": comm, "tid": 0, "ts": time_s * 1e6, "args": values})
-    meta = {"dropped_events": dropped, "max_events": max_events}
+    clock = "measured, seconds from the policy's start" if result.measured else "simulated"
+    meta = {"dropped_events": dropped, "max_events": max_events, "time": clock}
     return json.dumps({"traceEvents": events, "displayTimeUnit": "ms", "otherData": meta})

@@ -4,8 +4,10 @@ Backward runs through the layers in reverse; each layer's gradients join the ope
 bucket closes (becomes ready for communication) once it holds at least `bucket_mb`, as DDP's
 reducer does. The last bucket closes when backward ends. An embedding table whose gradient is
 sparse (`workload.sparsity`) gets a bucket of its own, as DDP gives every sparse gradient. Backward
-costs twice the forward FLOPs, unless a measured profile (`workload.profile`, sim.profile) gives
-every layer's forward and backward seconds.
+time comes from the default compute model (sim/roofline.py: per op, the longer of arithmetic and
+memory traffic, plus kernel launches), or from FLOPs at a given fraction of peak
+(`workload.efficiency`, backward twice the forward), or from a measured profile
+(`workload.profile`, sim.profile) that gives every layer's forward and backward seconds.
 """
 
 from __future__ import annotations
@@ -16,13 +18,14 @@ from typing import TYPE_CHECKING
 from sim.config import WorkloadConfig
 from sim.gpus import GpuSpec
 from sim.profile import check_profile, read_profile
+from sim.roofline import model_seconds
 from sim.zoo import Layer, ModelSpec, get_model
 
 if TYPE_CHECKING:
     from sim.sparsity import BucketLayout
 
 MB = 1e6
-BYTES_PER_VALUE = {"fp32": 4, "fp16": 2}
+BYTES_PER_VALUE = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2}  # gradient values on the wire
 
 
 @dataclass(frozen=True)
@@ -84,12 +87,15 @@ def compute_plan(cfg: WorkloadConfig, gpu: GpuSpec) -> ComputePlan:
         flops_scale = total / (3.0 * spec.forward_flops)  # seconds per forward FLOP
         grad_bytes = [cfg.gradient_mb * MB / len(spec.layers)] * len(spec.layers)  # type: ignore[operator]
     else:
-        # seconds per per-sample FLOP for the whole batch
-        flops_scale = cfg.batch_size * gpu.compute_seconds(1.0, cfg.precision, cfg.efficiency)
+        # a given efficiency: seconds per per-sample FLOP for the whole batch
+        flops_scale = cfg.batch_size * gpu.compute_seconds(1.0, cfg.precision, cfg.efficiency or 1.0)
         grad_bytes = [layer.params * width for layer in spec.layers]
     forward_s = spec.forward_flops * flops_scale
     forward = [layer.forward_flops * flops_scale for layer in spec.layers]
     backward = [2.0 * f for f in forward]
+    if cfg.model != "synthetic" and cfg.efficiency is None and cfg.profile is None:  # the default model
+        forward, backward = model_seconds(gpu, gpu.costs, spec.layers, cfg.batch_size, cfg.precision)
+        forward_s = sum(forward)
     if cfg.profile is not None:  # measured times replace the estimate, layer by layer
         profile = read_profile(cfg.profile)
         check_profile(profile, spec.name, [layer.name for layer in spec.layers], cfg.batch_size, cfg.precision)

@@ -90,7 +90,10 @@ def test_policy_settings_pass_through_and_label() -> None:
             lambda c: c["workload"].update(model="resnet5"),
             "workload.model: unknown model 'resnet5'; allowed: synthetic, resnet50",
         ),
-        (lambda c: c["workload"].update(precision="bf16"), "workload.precision: Input should be 'fp32' or 'fp16'"),
+        (
+            lambda c: c["workload"].update(precision="fp8"),
+            "workload.precision: Input should be 'fp32', 'tf32', 'fp16' or 'bf16'",
+        ),
         (
             lambda c: c.update(simulation={"collective_model": "fine"}),
             "simulation.collective_model: Input should be 'pipelined' or 'stepwise'",

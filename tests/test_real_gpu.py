@@ -1,7 +1,10 @@
 """The GPU paths of real/: the DDP hooks (ring, hierarchical) on CUDA tensors under NCCL (world
 size 1, as on one GPU) and under gloo across two ranks sharing the GPU, against DDP's own
-all-reduce; and calibration's collective measurement on a CUDA device. Skipped without CUDA (the CI
-machine has none)."""
+all-reduce; `syncsim real` training on the GPU (NCCL at one worker, gloo with two workers sharing
+it, each with a parameter-server shard on the same GPU) against numerics mode, and in every
+precision; a replica's step on CUDA; `syncsim profile` on the GPU; and calibration's measurements
+on a CUDA device. Skipped without CUDA (the CI machine has none). NCCL refuses two ranks on one
+GPU, so multi-worker NCCL cannot run here: its code path is gloo's apart from the backend name."""
 
 from __future__ import annotations
 
@@ -9,7 +12,9 @@ import socket
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
+import yaml
 
 torch = pytest.importorskip("torch")
 import torch.distributed as dist  # noqa: E402
@@ -77,16 +82,155 @@ def test_hooks_on_cuda_tensors_match_ddp(tmp_path: Path, backend: str, world: in
             assert all(seconds > 0 for _, seconds in result["collectives"])
 
 
-def test_calibration_picks_nccl_on_the_process_gpu() -> None:
-    assert backend_for("auto", calibrate=True) == "nccl"
+def test_auto_picks_nccl_and_each_rank_its_gpu() -> None:
+    from real.backends import training_device
+
+    assert backend_for("auto", calibrate=True) == backend_for("auto") == "nccl"
     assert device_for("nccl", local_rank=torch.cuda.device_count()) == torch.device("cuda", 0)
-    assert backend_for("auto") == "gloo"  # training keeps its tensors on the CPU
+    assert training_device(torch.cuda.device_count()) == torch.device("cuda", 0)  # LOCAL_RANK modulo the GPUs
 
 
-def test_a_profile_is_measured_on_the_gpu_with_cuda_events(tmp_path: Path) -> None:
+@pytest.mark.parametrize("precision", ["fp32", "tf32", "fp16", "bf16"])
+def test_a_profile_is_measured_on_the_gpu_with_cuda_events(tmp_path: Path, precision: str) -> None:
     from real.profiler import measure_profile
 
-    profile = measure_profile("resnet32", 32, "fp16", warmup=2, repeats=5)
-    assert profile.device == torch.cuda.get_device_name()
+    profile = measure_profile("resnet32", 32, precision, warmup=2, repeats=5)
+    assert profile.device == torch.cuda.get_device_name() and profile.precision == precision
     assert all(t.forward_s >= 0 and t.backward_s >= 0 for t in profile.layers)
     assert 0 < profile.forward_s < profile.forward_s + profile.backward_s < 1.0
+
+
+def test_syncsim_profile_runs_on_the_gpu(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from sim.cli import main
+
+    out = tmp_path / "profile.yaml"
+    assert main(["profile", "resnet32", "--batch", "8", "--precision", "bf16", "--out", str(out)]) == 0
+    assert torch.cuda.get_device_name() in capsys.readouterr().out + out.read_text()
+
+
+# ---- syncsim real on the GPU ----
+
+
+@pytest.mark.parametrize("precision", ["fp32", "tf32", "fp16", "bf16"])
+def test_a_replica_steps_on_the_gpu_with_fp32_master_weights(precision: str) -> None:
+    from real.placement import optimizer_on, task_on
+    from real.precision import PrecisionTask
+    from sim.config_numerics import NumericsConfig
+    from sim.numerics.batches import ShardSampler
+    from sim.numerics.optim import FlatOptimizer
+    from sim.numerics.replica import Replica, bucket_ranges
+    from sim.numerics.tasks import Task
+
+    gpu = torch.device("cuda", 0)
+    cfg = NumericsConfig(dataset="digits", model="cnn", global_batch=16)
+    task = Task(cfg, seed=0)
+    placed = task_on(task, gpu)
+    replica = Replica(
+        cfg, PrecisionTask(placed, precision, gpu), 0, placed.initial.clone(), torch.zeros(task.size, device=gpu),
+        optimizer_on(FlatOptimizer(cfg.optimizer, 1, task.size), gpu), 0, bucket_ranges(task.size, [1.0, 1.0]),
+        ShardSampler(len(task.data.y_train), 1, 0, 16, 0), 10, "gpu",
+    )  # fmt: skip
+    replica.forward_done(0)
+    replica.step_done()
+    assert replica.params.device == replica.grads.device == gpu
+    assert replica.params.dtype == replica.grads.dtype == torch.float32
+    assert torch.isfinite(replica.params).all() and not torch.equal(replica.params.cpu(), task.initial)
+    assert task.initial.device.type == "cpu"  # rank 0 evaluates with the host task
+
+
+def _real_config(tmp_path: Path, gpus: int, policies: list[str], **workload: Any) -> Path:
+    config: dict[str, Any] = {
+        "name": "gpu",
+        "seed": 1,
+        "iterations": 6,
+        "cluster": {"topology": "star", "hosts": 1, "gpus_per_host": gpus, "gpu": "H100"},
+        "workload": {"model": "synthetic", "gradient_mb": 1.0, "compute_ms": 5, "synthetic_layers": 2, **workload},
+        "numerics": {"dataset": "digits", "model": "cnn", "global_batch": 32, "eval_every": 3},
+        "policies": [{"name": name} for name in policies],
+    }
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("backend", "gpus", "policies"), [("nccl", 1, ["ring", "ps"]), ("gloo", 2, ["hierarchical", "ps"])]
+)
+def test_syncsim_real_trains_on_the_gpu_as_numerics_mode(
+    tmp_path: Path, backend: str, gpus: int, policies: list[str]
+) -> None:
+    """Workers and the parameter-server shard all on GPU 0: NCCL at one worker (the shard's traffic
+    on the gloo control group), gloo at two (ring reduce-scatter staged through pinned memory)."""
+    from real.launch import launch
+    from sim.api import simulate
+
+    path = _real_config(tmp_path, gpus, policies)
+    outcome = launch(path, tmp_path / "out", nproc=gpus, timeout_s=120, backend=backend)
+    assert outcome.ok, outcome.failed
+    real = np.load(tmp_path / "out" / "parameters.npz")
+    for run in simulate(path).runs:  # the CPU's float32 against the GPU's: rounding apart
+        np.testing.assert_allclose(real[f"{run.label}/workers"], run.parameters, rtol=1e-3, atol=1e-5)
+
+
+@pytest.mark.parametrize("precision", ["tf32", "fp16", "bf16"])
+def test_syncsim_real_trains_in_every_precision_on_the_gpu(tmp_path: Path, precision: str) -> None:
+    from real.launch import launch
+
+    path = _real_config(tmp_path, 1, ["ring", "ps"], precision=precision)
+    outcome = launch(path, tmp_path / "out", nproc=1, timeout_s=120, backend="nccl")
+    assert outcome.ok, outcome.failed
+    real = np.load(tmp_path / "out" / "parameters.npz")
+    assert all(np.isfinite(real[f"{label}/workers"]).all() for label in ("ring", "ps"))
+
+
+# ---- calibration on the GPU: NCCL at world 1 (each measurement), gloo at two ranks sharing the GPU ----
+
+
+def _calibration_worker(rank: int, backend: str, world: int, init: str, out: str) -> None:
+    from real.calibrate import profiled
+    from real.calibrate.run import calibrate
+    from sim.config_numerics import NumericsConfig
+    from sim.numerics.tasks import Task
+
+    gpu = torch.device("cuda", 0)
+    torch.cuda.set_device(gpu)
+    dist.init_process_group(backend, init_method=init, rank=rank, world_size=world)
+    spec = profiled.ProfileSpec("resnet32", 8, "fp32")
+    try:
+        result: dict[str, Any] = {}
+        if backend == "nccl":  # calibrate() needs two hosts: its measurements one by one, on the GPU
+            task = Task(NumericsConfig(model="mlp", hidden=[16]), seed=0)
+            (row,) = measure.compute(task, 8, 3, device=gpu, compute_device=gpu) or []  # token: was on the CPU
+            profile, _ = profiled.measure(spec, 2, device=gpu) or (None, None)
+            curve = measure.collective_curve([1 << 12, 1 << 20], 3, ops=measure.COLLECTIVE_OPS, device=gpu) or []
+            result = {
+                "compute_s": row.seconds,
+                "profile_device": profile.device if profile else None,
+                "collectives": [(s.op, s.nbytes, s.seconds) for s in curve],
+            }
+        else:  # two pretend hosts: the network over gloo (CPU tensors), the zoo model profiled on the GPU
+            hosts, racks = ("hostA", "hostB"), {"hostA": "r0", "hostB": "r1"}
+            options: dict[str, Any] = {"repeats": 3, "statistic": "min", "max_bytes": 1 << 22}
+            report = calibrate(rank, world, hosts, racks, None, profile=spec, compute_device=gpu, **options)
+            if report is not None:
+                result = {"profile_device": report.profile.device, "workload": report.workload}
+        torch.save(result, Path(out) / f"calibration-{backend}-rank{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize(("backend", "world"), [("nccl", 1), ("gloo", 2)])
+def test_calibration_measures_on_the_gpu(tmp_path: Path, backend: str, world: int) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(_calibration_worker, args=(backend, world, f"tcp://127.0.0.1:{port}", str(tmp_path)), nprocs=world)
+    result = torch.load(tmp_path / f"calibration-{backend}-rank0.pt")
+    assert result["profile_device"] == torch.cuda.get_device_name(0)  # CUDA events, not the CPU
+    if backend == "nccl":
+        assert result["compute_s"] > 0
+        assert [(op, n) for op, n, _ in result["collectives"]] == [
+            (op, n) for op in measure.COLLECTIVE_OPS for n in (1 << 12, 1 << 20)
+        ]
+    else:
+        assert result["workload"] == {"model": "resnet32", "batch_size": 8, "precision": "fp32"}

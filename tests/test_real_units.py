@@ -179,22 +179,21 @@ def test_shards_post_fewer_receives_for_large_models() -> None:
     assert wire.preposted(335_141_888) == 1  # BERT-large: one 1.3 GB buffer per worker
 
 
-def test_backends_training_is_gloo_and_a_bad_choice_names_the_field() -> None:
+def test_backends_auto_follows_cuda_and_a_bad_choice_names_the_field() -> None:
     import torch
 
     from real.backends import backend_for, device_for
     from sim.errors import ConfigError
 
-    assert backend_for("auto") == backend_for("gloo") == "gloo"  # training keeps tensors on the CPU
-    with pytest.raises(ConfigError, match="backend: 'nccl'.*allowed here: auto, gloo"):
-        backend_for("nccl")
+    assert backend_for("gloo") == backend_for("gloo", calibrate=True) == "gloo"
     with pytest.raises(ConfigError, match="backend: 'mpi'; allowed: auto, gloo, nccl"):
         backend_for("mpi", calibrate=True)
-    assert backend_for("gloo", calibrate=True) == "gloo" and str(device_for("gloo", 3)) == "cpu"
+    assert str(device_for("gloo", 3)) == "cpu"
     if not torch.cuda.is_available():
-        assert backend_for("auto", calibrate=True) == "gloo"
-        with pytest.raises(ConfigError, match="no.*CUDA|CUDA.*none"):
-            backend_for("nccl", calibrate=True)
+        assert backend_for("auto") == backend_for("auto", calibrate=True) == "gloo"
+        for calibrate in (False, True):
+            with pytest.raises(ConfigError, match="backend: 'nccl'.*CUDA.*none; allowed here: auto, gloo"):
+                backend_for("nccl", calibrate)
 
 
 def test_a_bundled_validation_reads_back_and_its_table_recomputes() -> None:

@@ -7,6 +7,7 @@ import pytest
 
 from sim.config import WorkloadConfig
 from sim.gpus import get_gpu
+from sim.roofline import model_seconds
 from sim.workload import compute_plan
 from sim.zoo import get_model
 
@@ -32,20 +33,29 @@ def test_resnet50_buckets_follow_reverse_layers_and_the_cap() -> None:
         assert cumulative[i] - layers[i] - start < 25e6
 
 
-def test_compute_time_is_flops_over_effective_peak() -> None:
+def test_compute_time_is_the_roofline_model_layer_by_layer() -> None:
     plan = compute_plan(WorkloadConfig(model="bert_large", batch_size=16), V100)
-    spec = get_model("bert_large")
-    per_flop = 16 / (V100.fp32_tflops * 1e12 * V100.efficiency_fp32)
-    assert plan.forward_s == pytest.approx(spec.forward_flops * per_flop, rel=1e-9)
+    forward, backward = model_seconds(V100, V100.costs, get_model("bert_large").layers, 16, "fp32")
+    assert plan.forward_s == pytest.approx(sum(forward), rel=1e-12)
+    assert plan.backward_s == pytest.approx(sum(backward), rel=1e-12)
+    assert sum(b.forward_s for b in plan.buckets) == pytest.approx(sum(forward), rel=1e-12)
+
+
+def test_a_given_efficiency_is_flops_over_that_fraction_of_peak() -> None:
+    plan = compute_plan(WorkloadConfig(model="bert_large", batch_size=16, efficiency=0.5), V100)
+    per_flop = 16 / (V100.fp32_tflops * 1e12 * 0.5)
+    assert plan.forward_s == pytest.approx(get_model("bert_large").forward_flops * per_flop, rel=1e-9)
     assert plan.backward_s == pytest.approx(2 * plan.forward_s, rel=1e-9)
 
 
 def test_fp16_halves_gradients_and_uses_tensor_cores() -> None:
-    fp32 = compute_plan(WorkloadConfig(model="resnet50", batch_size=64), V100)
-    fp16 = compute_plan(WorkloadConfig(model="resnet50", batch_size=64, precision="fp16"), V100)
+    fp32 = compute_plan(WorkloadConfig(model="resnet50", batch_size=64, efficiency=0.5), V100)
+    fp16 = compute_plan(WorkloadConfig(model="resnet50", batch_size=64, precision="fp16", efficiency=0.5), V100)
     assert fp16.gradient_bytes == fp32.gradient_bytes / 2
-    ratio = (V100.fp16_tflops * V100.efficiency_fp16) / (V100.fp32_tflops * V100.efficiency_fp32)
-    assert fp32.compute_s / fp16.compute_s == pytest.approx(ratio, rel=1e-9)
+    assert fp32.compute_s / fp16.compute_s == pytest.approx(V100.fp16_tflops / V100.fp32_tflops, rel=1e-9)
+    default32 = compute_plan(WorkloadConfig(model="resnet50", batch_size=64), V100)
+    default16 = compute_plan(WorkloadConfig(model="resnet50", batch_size=64, precision="fp16"), V100)
+    assert default16.compute_s < default32.compute_s
 
 
 def test_efficiency_override() -> None:

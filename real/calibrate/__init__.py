@@ -5,8 +5,9 @@
         write_calibrated_config(report, base_config_dict, "calibrated.yaml")
         report.rows()                                               # raw measurements, flat rows per kind
 
-`measure` runs on a process group; `figures`, `fit` and `export` are pure and import no torch, so
-measurements can be fitted anywhere; `calibrate` (and the `measure` submodule) load torch only when used.
+`measure`, `probe` (message sizes) and `profiled` (a zoo model's per-layer compute) run on a process
+group; `figures`, `fit`, `sizes` and `export` are pure and import no torch, so measurements can be
+fitted anywhere; `calibrate` (and those submodules) load torch only when used. docs/calibration.md.
 """
 
 from __future__ import annotations

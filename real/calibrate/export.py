@@ -1,4 +1,10 @@
-"""A calibrated syncsim config: the base config with the report's `cluster:` and `workload:`."""
+"""A calibrated syncsim config: the base config with the report's `cluster:` and `workload:`.
+
+When the calibration profiled the workload's zoo model, the workload keeps its model and settings,
+and `workload.profile` names the measured profile, written beside the config (`efficiency`, which
+a profile replaces, is dropped). Otherwise the workload becomes the synthetic one the numerics
+model implies (its gradient size and lockstep compute time).
+"""
 
 from __future__ import annotations
 
@@ -12,15 +18,21 @@ import yaml
 from real.calibrate.report import CalibrationReport
 from sim.config import Config, parse_config
 from sim.output import atomic_write
+from sim.profile import write_profile
 
 # base settings calibration does not measure, kept when the topology changes
 KEEP_CLUSTER = ("gpu", "intra_host_gbps", "intra_host_latency_us", "placement")
 KEEP_WORKLOAD = ("bucket_mb", "synthetic_layers")
+REPLACED_BY_PROFILE = ("efficiency", "profile")
 
 
-def calibrated_config(report: CalibrationReport, base_config: Union[Config, Mapping[str, Any]]) -> dict[str, Any]:
+def calibrated_config(
+    report: CalibrationReport, base_config: Union[Config, Mapping[str, Any]], profile_path: str = "profile.yaml"
+) -> dict[str, Any]:
     """`base_config` (name, policies, iterations, ...) with calibrated `cluster:` and, when a model
-    was measured, `workload:`; validated with `sim.config.parse_config` (raises ConfigError)."""
+    was measured, `workload:`; validated with `sim.config.parse_config` (raises ConfigError).
+    `profile_path` is what `workload.profile` says when the report carries a profile (a relative
+    path is read relative to the config file)."""
     if isinstance(base_config, Config):  # its values as YAML can write them back (1e-08 stays a number)
         base_config = base_config.model_dump(mode="json")
     if not isinstance(base_config, Mapping):
@@ -28,8 +40,11 @@ def calibrated_config(report: CalibrationReport, base_config: Union[Config, Mapp
     data = copy.deepcopy(dict(base_config))
     base_cluster = data.get("cluster") or {}
     data["cluster"] = {k: base_cluster[k] for k in KEEP_CLUSTER if k in base_cluster} | report.cluster
-    if report.workload is not None:
-        base_workload = data.get("workload") or {}
+    base_workload = data.get("workload") or {}
+    if report.workload is not None and report.profile is not None:
+        kept = {k: v for k, v in base_workload.items() if k not in REPLACED_BY_PROFILE}
+        data["workload"] = kept | report.workload | {"profile": str(profile_path)}
+    elif report.workload is not None:
         data["workload"] = {k: base_workload[k] for k in KEEP_WORKLOAD if k in base_workload} | report.workload
     elif "workload" not in data:
         raise ValueError("base_config.workload: required when the calibration measured no model")
@@ -40,10 +55,14 @@ def calibrated_config(report: CalibrationReport, base_config: Union[Config, Mapp
 def write_calibrated_config(
     report: CalibrationReport, base_config: Union[Config, Mapping[str, Any]], path: Union[str, Path]
 ) -> Path:
-    """Write the calibrated config as YAML, headed by the report's summary as comments."""
-    data = calibrated_config(report, base_config)
-    header = "".join(f"# {line}\n" for line in ["calibrated by real.calibrate", *report.summary().splitlines()])
+    """Write the calibrated config as YAML, headed by the report's summary as comments, and a
+    measured profile beside it (`<stem>.profile.yaml`)."""
     path = Path(path)
+    profile_file = path.with_name(f"{path.stem}.profile.yaml")
+    data = calibrated_config(report, base_config, profile_file.name)
+    header = "".join(f"# {line}\n" for line in ["calibrated by real.calibrate", *report.summary().splitlines()])
     path.parent.mkdir(parents=True, exist_ok=True)
+    if report.profile is not None:
+        write_profile(report.profile, profile_file)
     atomic_write(path, header + yaml.safe_dump(data, sort_keys=False))
     return path

@@ -162,7 +162,8 @@ def fit_uplink(
         if net <= 0.5 * s.seconds:
             raise CalibrationError(
                 f"uplinks: rack {s.rack}'s {s.nbytes} bytes per sender take {s.seconds:.3g} s, under four "
-                f"latencies ({latency_s:.3g} s); measure with a larger uplink_bytes"
+                f"latencies of {latency_s:.3g} s; measure with a larger uplink_bytes (--uplink-bytes, or "
+                "calibration.uplink_bytes; unset, it follows calibration.bandwidth_factor up to --max-bytes)"
             )
         per_rack[s.rack] = s.senders * s.nbytes / net
         if s.receivers < s.senders:

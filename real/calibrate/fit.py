@@ -95,13 +95,16 @@ def fit_report(
     alpha, rate = ring_figures(m.rank_hosts, rack_of, pairs, nic.value, up_bps)
     collective = fit_collective(m.collectives, "all_reduce", alpha, rate)
     compute, jitter = fit_compute(m.computes) if m.computes else (None, None)
+    if m.profile is not None:  # the kept (slowest) rank's profile; the ranks' spread as its residual
+        total = m.profile.forward_s + m.profile.backward_s
+        compute, jitter = Figure(total, compute.residual if compute else 0.0, compute.samples if compute else 1), None
 
     checks = {"nic bandwidth": nic, "latency": latency, "compute": compute}
     if uplink is not None:
         checks["uplink"] = Figure(uplink.bytes_per_s or 0.0, uplink.residual, len(uplink.per_rack))
     notes += [
         f"{name}: samples disagree by {fig.residual:.0%} (relative MAD); measure again on a quieter cluster, "
-        "with more repeats, or with statistic='min'"
+        "with more repeats, or with statistic min (--repeats, --statistic or the config's calibration: section)"
         for name, fig in checks.items()
         if fig is not None and fig.residual > NOISY
     ]
@@ -176,7 +179,10 @@ def cluster_section(
 
 
 def workload_section(m: Measurements, compute_s: Optional[float], jitter: Optional[float]) -> Optional[dict[str, Any]]:
-    """A synthetic `workload:` from the measured model, or None when no model was measured."""
+    """The measured model's `workload:` keys: a zoo model's profile (its file is named by
+    `export`), or a synthetic workload from the numerics model; None when no model was measured."""
+    if m.profile is not None:
+        return {"model": m.profile.model, "batch_size": m.profile.batch_size, "precision": m.profile.precision}
     if compute_s is None or m.gradient_bytes is None or m.batch is None:
         return None
     return {

@@ -2,10 +2,11 @@
 process group (gloo or NCCL), in the same order, with the same arguments.
 
 Each function returns its rows on rank 0 and None on the other ranks; the rows from all ranks are
-gathered with `gather_object` (with NCCL, set the rank's CUDA device first). Tensors live on
-`device`. Only one representative rank per host (its lowest) takes part in host-to-host
-measurements, because the network is per host; the other ranks follow the same schedule of
-barriers, so every rank can run the same code.
+gathered with `gather_object` (with NCCL, set the rank's CUDA device first). Every tensor a
+collective or send/receive touches lives on `device` (under NCCL: the rank's GPU; NCCL takes no
+CPU tensors and no send/receive tags). Only one representative rank per host (its lowest) takes
+part in host-to-host measurements, because the network is per host; the other ranks follow the
+same schedule of barriers, so every rank can run the same code.
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ import torch.distributed as dist
 from real.calibrate.rows import CollectiveSample, ComputeSample, PairSample, UplinkSample, rack_members
 
 Device = Union[torch.device, str]
-Statistic = Literal["median", "min"]
-STATISTICS = ("median", "min")
+Statistic = Literal["median", "mean", "min"]
+STATISTICS = ("median", "mean", "min")
 T = TypeVar("T")
 ACK_BYTES = 4
 COLLECTIVE_OPS = ("all_reduce", "reduce_scatter", "all_gather")
@@ -44,27 +45,32 @@ def p2p(
     *,
     device: Device = "cpu",
     statistic: Statistic = "median",
+    pairs: Optional[Sequence[tuple[str, str]]] = None,
 ) -> Optional[list[PairSample]]:
-    """Ping-pong between every ordered pair of hosts, one pair at a time (every rank waits at a
-    barrier after each pair, so measurements never contend): the source sends `nbytes`, the
-    destination sends `nbytes` back, and half the round trip (`statistic` over repeats) is `seconds`."""
+    """Ping-pong between every ordered pair of hosts (or only `pairs`), one pair at a time (every
+    rank waits at a barrier after each pair, so measurements never contend): the source sends
+    `nbytes`, the destination sends `nbytes` back, and half the round trip (`statistic` over
+    repeats) is `seconds`."""
     rank, _ = _check_world(rank_hosts, "rank_hosts")
     _check_sizes(sizes, "sizes")
     _check_repeats(repeats, statistic)
     reps = representatives(rank_hosts)
+    if pairs is None:
+        pairs = [(src, dst) for src in reps for dst in reps if src != dst]
+    unknown = sorted({h for pair in pairs for h in pair} - set(reps))
+    if unknown:
+        raise ValueError(f"pairs: hosts {unknown} run no rank")
     buf = torch.empty(max(sizes), dtype=torch.uint8, device=device)
     rows: list[PairSample] = []
-    for src, a in reps.items():
-        for dst, b in reps.items():
-            if src == dst:
-                continue
-            for n in sizes:
-                if rank == a:
-                    rtt = _ping(buf[:n], b, repeats, device, statistic)
-                    rows.append(PairSample(src, dst, int(n), rtt / 2, rtt))
-                elif rank == b:
-                    _pong(buf[:n], a, repeats)
-            dist.barrier()
+    for src, dst in pairs:
+        a, b = reps[src], reps[dst]
+        for n in sizes:
+            if rank == a:
+                rtt = _ping(buf[:n], b, repeats, device, statistic)
+                rows.append(PairSample(src, dst, int(n), rtt / 2, rtt))
+            elif rank == b:
+                _pong(buf[:n], a, repeats)
+        dist.barrier()
     return _gather(rows)
 
 
@@ -156,7 +162,15 @@ def collective_curve(
     return rows if rank == 0 else None
 
 
-def compute(task: Any, batch: int, repeats: int, *, statistic: Statistic = "median") -> Optional[list[ComputeSample]]:
+def compute(
+    task: Any,
+    batch: int,
+    repeats: int,
+    *,
+    device: Device = "cpu",
+    compute_device: Optional[Device] = None,
+    statistic: Statistic = "median",
+) -> Optional[list[ComputeSample]]:
     """Seconds of compute per iteration as synchronous training sees it, one row per rank gathered
     to rank 0 (without a process group: this process alone, one row).
 
@@ -166,7 +180,8 @@ def compute(task: Any, batch: int, repeats: int, *, statistic: Statistic = "medi
     Every rank thus reports the time until the *slowest* rank is done, which is what holds up the
     next collective: on a machine whose ranks share cores (or are descheduled), that is far from one
     rank's own compute time (8 ranks on 2 cores here: each rank alone 1.5-8 ms, lockstep more), and
-    the spread across ranks is already inside it, so the rows' `jitter` is 0.
+    the spread across ranks is already inside it, so the rows' `jitter` is 0. The model computes on
+    `compute_device` (default: the CPU), where `syncsim real` trains it; the token lives on `device`.
     """
     _check_repeats(repeats, statistic)
     if batch < 1:
@@ -174,27 +189,37 @@ def compute(task: Any, batch: int, repeats: int, *, statistic: Statistic = "medi
     x, y = task.data.x_train[:batch], task.data.y_train[:batch]
     if len(y) < batch:
         raise ValueError(f"batch: {batch} exceeds the {len(y)} training samples")
-    task.gradient(task.initial, x, y)  # warm-up: allocator, autograd graph caches
+    where = torch.device(compute_device or "cpu")
+    flat, x, y = task.initial.to(where), x.to(where), y.to(where)  # the functional forward reads nothing else
+
+    def step() -> None:
+        task.gradient(flat, x, y)
+        _sync(where)
+
+    step()  # warm-up: allocator, autograd graph caches, CUDA kernels
     distributed = dist.is_available() and dist.is_initialized()
     if not distributed:
         times = []
         for _ in range(repeats):
             t0 = time.perf_counter()
-            task.gradient(task.initial, x, y)
+            step()
             times.append(time.perf_counter() - t0)
         jitter = statistics.pstdev(times) / statistics.fmean(times) if len(times) > 1 else 0.0
         return [ComputeSample(0, int(batch), summarise(times, statistic), jitter)]
-    token = torch.zeros(1)
+    token = torch.zeros(1, device=device)
     dist.all_reduce(token)
+    _sync(device)
     steps, syncs = [], []
     for _ in range(repeats):
         t0 = time.perf_counter()
-        task.gradient(task.initial, x, y)
+        step()
         dist.all_reduce(token)
+        _sync(device)
         steps.append(time.perf_counter() - t0)
     for _ in range(repeats):
         t0 = time.perf_counter()
         dist.all_reduce(token)
+        _sync(device)
         syncs.append(time.perf_counter() - t0)
     seconds = max(1e-9, summarise(steps, statistic) - summarise(syncs, statistic))
     return _gather([ComputeSample(dist.get_rank(), int(batch), seconds, 0.0)])
@@ -262,9 +287,11 @@ def _sync(device: Device) -> None:
 
 
 def summarise(values: Sequence[float], statistic: Statistic) -> float:
-    """The median, or the minimum: the robust choice on a shared machine, where interference only
-    ever adds time and the simulator models the uncontended network."""
-    return float(min(values) if statistic == "min" else statistics.median(values))
+    """The median, the mean, or the minimum: the robust choice on a shared machine, where
+    interference only ever adds time and the simulator models the uncontended network."""
+    if statistic == "min":
+        return float(min(values))
+    return float(statistics.fmean(values) if statistic == "mean" else statistics.median(values))
 
 
 def _check_world(rank_hosts: Sequence[str], field: str) -> tuple[int, int]:

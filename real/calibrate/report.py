@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
 from real.calibrate.rows import Measurements
+from sim.profile import ComputeProfile
 
 
 @dataclass(frozen=True)
@@ -112,6 +113,11 @@ class CalibrationReport:
     notes: tuple[str, ...] = field(default=())
     measurements: Optional[Measurements] = None  # the raw rows behind every figure
 
+    @property
+    def profile(self) -> Optional[ComputeProfile]:
+        """The zoo model's measured per-layer compute, when the calibration profiled one."""
+        return self.measurements.profile if self.measurements is not None else None
+
     def rows(self) -> dict[str, list[dict[str, Any]]]:
         """The raw measurements as flat rows per kind (pairs, uplinks, collectives, computes), ready
         for `pandas.DataFrame`; empty when the report carries none."""
@@ -138,7 +144,8 @@ class CalibrationReport:
                 f"bandwidth term {c.bandwidth_efficiency:.3f}, {c.step_latency_s * 1e6:.1f} us per step"
             )
         if self.compute is not None:
-            lines.append(f"compute {self.compute.value * 1e3:.3f} ms (±{self.compute.residual:.1%})")
+            what = f"{self.profile.model} profile, " if self.profile is not None else ""
+            lines.append(f"compute {what}{self.compute.value * 1e3:.3f} ms (±{self.compute.residual:.1%})")
         if self.rack_mismatch:
             lines.append(f"RACK MISMATCH: {self.rack_mismatch}")
         lines += list(self.notes)

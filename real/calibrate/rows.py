@@ -10,6 +10,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Optional
 
+from sim.profile import ComputeProfile
+
 
 @dataclass(frozen=True)
 class PairSample:
@@ -55,7 +57,8 @@ class CollectiveSample:
 
 @dataclass(frozen=True)
 class ComputeSample:
-    """One rank's forward + backward of the numerics model on `batch` samples."""
+    """One rank's forward + backward on `batch` samples: the numerics model's lockstep step, or the
+    total of the rank's zoo-model profile."""
 
     rank: int
     batch: int
@@ -75,6 +78,7 @@ class Measurements:
     computes: tuple[ComputeSample, ...] = ()
     gradient_bytes: Optional[int] = None  # the numerics model's gradient (float32), when measured
     batch: Optional[int] = None
+    profile: Optional[ComputeProfile] = None  # the workload's zoo model, per layer (the slowest rank's)
 
     @property
     def hosts(self) -> tuple[str, ...]:

@@ -7,16 +7,16 @@ from typing import Any, Optional, Union
 
 import torch.distributed as dist
 
-from real.calibrate import measure
+from real.calibrate import measure, profiled
 from real.calibrate.errors import CalibrationError
 from real.calibrate.figures import detect_racks, fit_pairs
 from real.calibrate.fit import fit_report
+from real.calibrate.probe import probe_sizes
 from real.calibrate.report import CalibrationReport
 from real.calibrate.rows import Measurements
+from sim.config_calibration import CalibrationConfig
 
-P2P_SIZES = (8, 1 << 10, 1 << 14, 1 << 17, 1 << 20, 1 << 22, 1 << 24)
-COLLECTIVE_SIZES = (1 << 12, 1 << 16, 1 << 18, 1 << 20, 1 << 22, 1 << 24)
-UPLINK_BYTES = 1 << 24
+DEFAULTS = CalibrationConfig()
 
 
 def calibrate(
@@ -27,23 +27,32 @@ def calibrate(
     task_or_none: Optional[Any],
     *,
     device: Any = "cpu",
-    sizes: Sequence[int] = P2P_SIZES,
-    repeats: int = 5,
-    uplink_bytes: int = UPLINK_BYTES,
-    collective_sizes: Sequence[int] = COLLECTIVE_SIZES,
+    sizes: Optional[Sequence[int]] = None,
+    repeats: int = DEFAULTS.repeats,
+    uplink_bytes: Optional[int] = None,
+    collective_sizes: Optional[Sequence[int]] = None,
     collective_ops: Sequence[str] = ("all_reduce",),
     batch: Optional[int] = None,
     intra_host_latency_us: float = 1.0,
     fold_efficiency: bool = True,
-    statistic: measure.Statistic = "median",
+    statistic: measure.Statistic = DEFAULTS.statistic,
+    max_bytes: int = DEFAULTS.max_bytes,
+    bandwidth_factor: float = DEFAULTS.bandwidth_factor,
+    profile: Optional[profiled.ProfileSpec] = None,
+    compute_device: Any = None,
 ) -> Optional[CalibrationReport]:
     """Measure and fit; call on every rank after `init_process_group`, with the same arguments.
 
-    Order: compute (every rank at once, as in training, before the network is busy), host-pair
-    ping-pong, rack egress, collectives. `host_racks` None: racks are detected from the pair
-    bandwidths on rank 0 and broadcast before the egress test. `batch` defaults to the numerics
-    per-worker batch (global_batch / world). `statistic`: "median" over repeats, or "min" (robust on
-    shared machines, where interference only adds time). Returns the report on rank 0, None elsewhere.
+    Order: compute (every rank at once, as in training, before the network is busy), a probe that
+    sizes the messages (skipped when `sizes`, `collective_sizes` and `uplink_bytes` are all given;
+    `real.calibrate.sizes`), host-pair ping-pong, rack egress, collectives. Compute is the zoo
+    model's per-layer `profile` when given, else the numerics task's lockstep step
+    (`measure.compute`), else not measured; either runs on `compute_device` (default: `device` for
+    a profile, the CPU for the task). `host_racks` None: racks
+    are detected from the pair bandwidths on rank 0 and broadcast before the egress test. `batch`
+    defaults to the numerics per-worker batch (global_batch / world). `statistic`: "median",
+    "mean" or "min" over repeats ("min" is robust on shared machines, where interference only adds
+    time). Returns the report on rank 0, None elsewhere.
     """
     if not (dist.is_available() and dist.is_initialized()):
         raise RuntimeError("calibrate: no default process group; call torch.distributed.init_process_group first")
@@ -56,12 +65,29 @@ def calibrate(
     if len(set(rank_hosts)) < 2:
         raise ValueError(f"rank_hosts: every rank is on host {rank_hosts[0]!r}; calibration needs two hosts")
 
-    computes, gradient_bytes = None, None
-    if task_or_none is not None:
+    computes, gradient_bytes, measured_profile = None, None, None
+    if profile is not None:
+        out = profiled.measure(profile, repeats, device=device if compute_device is None else compute_device)
+        measured_profile, computes = out if out is not None else (None, None)
+        batch = profile.batch
+    elif task_or_none is not None:
         if batch is None:
             batch = max(1, task_or_none.cfg.global_batch // world)
-        computes = measure.compute(task_or_none, batch, max(repeats, 20), statistic=statistic)  # cheap; noisy
+        computes = measure.compute(
+            task_or_none, batch, max(repeats, 20), device=device, compute_device=compute_device, statistic=statistic
+        )
         gradient_bytes = int(task_or_none.initial.numel() * task_or_none.initial.element_size())
+    if sizes is None or collective_sizes is None or uplink_bytes is None:
+        plan = probe_sizes(
+            rank_hosts,
+            factor=bandwidth_factor,
+            max_bytes=max_bytes,
+            uplink_bytes=uplink_bytes,
+            device=device,
+        )
+        sizes = plan.p2p if sizes is None else sizes
+        collective_sizes = plan.collective if collective_sizes is None else collective_sizes
+        uplink_bytes = plan.uplink
     pairs = measure.p2p(rank_hosts, sizes, repeats, device=device, statistic=statistic)
 
     racks = dict(host_racks) if host_racks is not None else None
@@ -85,7 +111,8 @@ def calibrate(
         collectives=tuple(collectives or ()),
         computes=tuple(computes or ()),
         gradient_bytes=gradient_bytes,
-        batch=batch if task_or_none is not None else None,
+        batch=batch if task_or_none is not None or profile is not None else None,
+        profile=measured_profile,
     )
     return fit_report(m, intra_host_latency_us=intra_host_latency_us, fold_efficiency=fold_efficiency)
 

@@ -1,5 +1,10 @@
 """One process of `syncsim calibrate`: join the workers' process group, measure, and (rank 0) write
-the calibrated config and the raw measurements next to it."""
+the calibrated config, the measured profile and the raw measurements next to it.
+
+The network is measured on the backend's device (NCCL: the rank's GPU). Compute (a zoo model's
+profile, or the numerics model's lockstep step) runs on the rank's GPU whenever the machine has
+one, whatever the backend, since that is where training runs; else on the CPU.
+"""
 
 from __future__ import annotations
 
@@ -13,39 +18,53 @@ import torch.distributed as dist
 
 from real.backends import backend_for, device_for
 from sim.config import Config
+from sim.errors import ConfigError
 from sim.output import atomic_write
 
-# at emulated Mbit/s rates, 16 MiB messages take seconds each; 4 MiB covers the models used here
-MAX_BYTES = 1 << 22
+
+def compute_device(device: torch.device, local_rank: int) -> torch.device:
+    """Where compute is measured: the network's GPU, else this rank's GPU if any, else the CPU."""
+    if device.type == "cuda" or not torch.cuda.is_available():
+        return device
+    return torch.device("cuda", local_rank % torch.cuda.device_count())
 
 
-def main(config: Config, path: Path, timeout_s: float, backend: str = "auto", max_bytes: int = MAX_BYTES) -> int:
+def main(config: Config, path: Path, timeout_s: float, backend: str = "auto") -> int:
     from real.calibrate.export import write_calibrated_config
-    from real.calibrate.run import COLLECTIVE_SIZES, P2P_SIZES, calibrate
+    from real.calibrate.profiled import profile_spec
+    from real.calibrate.run import calibrate
     from sim.api import _prepare
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     cluster, _plan, task = _prepare(config)
     if world != cluster.world_size:
         raise ValueError(f"WORLD_SIZE: calibration runs one process per GPU ({cluster.world_size}), got {world}")
+    if len(set(cluster.view.rank_hosts)) < 2:
+        raise ConfigError("cluster: one host; calibration measures the network between hosts, so it needs two or more")
     backend = backend_for(backend, calibrate=True)
-    device = device_for(backend, int(os.environ.get("LOCAL_RANK", rank)))
+    local_rank = int(os.environ.get("LOCAL_RANK", rank))
+    device = device_for(backend, local_rank)
     if config.numerics is not None:  # several processes per core: one intra-op thread each, as in training
         torch.set_num_threads(config.numerics.threads)
     dist.init_process_group(backend, rank=rank, world_size=world, timeout=timedelta(seconds=timeout_s))
     view = cluster.view
     racks = {h: info.rack for h, info in view.hosts.items() if info.rack is not None} or None
+    knobs = config.calibration
+    spec = profile_spec(config)
     report = calibrate(
         rank,
         world,
         view.rank_hosts,
         racks,
-        task,
+        None if spec is not None else task,
         device=device,
-        sizes=[s for s in P2P_SIZES if s <= max_bytes],
-        collective_sizes=[s for s in COLLECTIVE_SIZES if s <= max_bytes],
-        uplink_bytes=max_bytes,
-        statistic="median",
+        repeats=knobs.repeats,
+        statistic=knobs.statistic,
+        uplink_bytes=knobs.uplink_bytes,
+        max_bytes=knobs.max_bytes,
+        bandwidth_factor=knobs.bandwidth_factor,
+        profile=spec,
+        compute_device=compute_device(device, local_rank),
         # raw figures: folding the all-reduce's efficiency into the links slowed every prediction by the
         # collective's small-message overhead (ring +17% on the 2x2 emulation; docs/validation.md)
         fold_efficiency=False,

@@ -39,7 +39,7 @@ class Pairs:
 
 
 def owners(index: torch.Tensor, coding: SparseCoding, n: int, size: int) -> torch.Tensor:
-    return torch.from_numpy(owner_of(index.numpy(), coding.partition, n, size))
+    return torch.from_numpy(owner_of(index.cpu().numpy(), coding.partition, n, size)).to(index.device)
 
 
 def split_by_owner(pairs: Pairs, coding: SparseCoding, n: int, size: int) -> list[Pairs]:
@@ -50,7 +50,8 @@ def split_by_owner(pairs: Pairs, coding: SparseCoding, n: int, size: int) -> lis
 
 def reduce_pairs(received: Sequence[Pairs], size: int, members: int) -> Pairs:
     """Sum pairs by position and divide by `members`: the mean over the group of what was sent."""
-    total = torch.zeros(size, dtype=received[0].values.dtype if received else torch.float32)
+    like = received[0].values if received else torch.zeros(0)
+    total = torch.zeros(size, dtype=like.dtype, device=like.device)
     for batch in received:
         total.index_add_(0, batch.index, batch.values)
     index = torch.unique(torch.cat([b.index for b in received])) if received else torch.zeros(0, dtype=torch.int64)
@@ -58,8 +59,8 @@ def reduce_pairs(received: Sequence[Pairs], size: int, members: int) -> Pairs:
 
 
 def scatter(pairs: Sequence[Pairs], size: int, dtype: torch.dtype) -> torch.Tensor:
-    """A dense range holding disjoint pairs (zero elsewhere)."""
-    out = torch.zeros(size, dtype=dtype)
+    """A dense range holding disjoint pairs (zero elsewhere), on the pairs' device."""
+    out = torch.zeros(size, dtype=dtype, device=pairs[0].values.device if pairs else None)
     for batch in pairs:
         out[batch.index] = batch.values
     return out

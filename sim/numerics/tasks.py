@@ -125,12 +125,15 @@ class Task:
                 raise TypeError(f"no functional rule for {type(layer).__name__}")
         return x
 
-    def gradient(self, flat: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, float]:
-        """The mean cross-entropy gradient over the batch, and the loss."""
+    def gradient(
+        self, flat: torch.Tensor, x: torch.Tensor, y: torch.Tensor, loss_scale: float = 1.0
+    ) -> tuple[torch.Tensor, float]:
+        """The mean cross-entropy gradient over the batch, and the loss (`loss_scale`: backward runs
+        on the loss times it, and the gradient is divided by it again: fp16 training, real/precision.py)."""
         leaf = flat.detach().requires_grad_(True)
         loss = F.cross_entropy(self.forward(leaf, x), y)
-        (grad,) = torch.autograd.grad(loss, leaf)
-        return grad, float(loss.detach())
+        (grad,) = torch.autograd.grad(loss * loss_scale if loss_scale != 1.0 else loss, leaf)
+        return (grad / loss_scale if loss_scale != 1.0 else grad), float(loss.detach())
 
     @torch.no_grad()
     def evaluate(self, flat: torch.Tensor) -> tuple[float, float]:

@@ -55,16 +55,20 @@ class ZooTask:
     def forward(self, flat: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         return self._call(self._unflatten(flat), x)
 
-    def gradient(self, flat: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, float]:
+    def gradient(
+        self, flat: torch.Tensor, x: torch.Tensor, y: torch.Tensor, loss_scale: float = 1.0
+    ) -> tuple[torch.Tensor, float]:
         """One leaf per parameter (a single flat leaf would make autograd add every parameter's
-        gradient into a zeroed copy of the whole vector: hundreds of full-size writes)."""
+        gradient into a zeroed copy of the whole vector: hundreds of full-size writes).
+        `loss_scale`: as `Task.gradient`'s."""
         leaves = {k: v.detach().requires_grad_(True) for k, v in self._unflatten(flat).items()}
         loss = self.loss(self._call(leaves, x), y)
-        grads = torch.autograd.grad(loss, list(leaves.values()), allow_unused=True)
+        scaled = loss * loss_scale if loss_scale != 1.0 else loss
+        grads = torch.autograd.grad(scaled, list(leaves.values()), allow_unused=True)
         flat_grad = torch.cat(
             [(torch.zeros_like(v) if g is None else g).reshape(-1) for v, g in zip(leaves.values(), grads)]
         )
-        return flat_grad, float(loss.detach())
+        return (flat_grad / loss_scale if loss_scale != 1.0 else flat_grad), float(loss.detach())
 
     def _unflatten(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
         return {name: flat[a:b].view(shape) for name, a, b, shape in self.slices}

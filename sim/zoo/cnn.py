@@ -34,18 +34,19 @@ def _bottleneck(
     # torchvision (ResNet "v1.5") strides in the 3x3 conv; the original paper (v1) in the first 1x1.
     mid_size = out_size if stride_in_1x1 else in_size
     layers = [
-        conv2d(f"{prefix}.conv1", in_ch, width, 1, mid_size),
+        conv2d(f"{prefix}.conv1", in_ch, width, 1, mid_size, stride=stride if stride_in_1x1 else 1),
         batch_norm(f"{prefix}.bn1", width, mid_size, relu=True),
-        conv2d(f"{prefix}.conv2", width, width, 3, out_size),
+        conv2d(f"{prefix}.conv2", width, width, 3, out_size, stride=1 if stride_in_1x1 else stride),
         batch_norm(f"{prefix}.bn2", width, out_size, relu=True),
         conv2d(f"{prefix}.conv3", width, out_ch, 1, out_size),
         # The residual add and the final ReLU are folded into the last batch norm.
         batch_norm(f"{prefix}.bn3", out_ch, out_size, relu=True),
     ]
-    layers[-1] = plus_flops(layers[-1], out_ch * out_size * out_size)
+    residual = out_ch * out_size * out_size
+    layers[-1] = plus_flops(layers[-1], residual, moved=3 * residual)
     if stride != 1 or in_ch != out_ch:
         layers += [
-            conv2d(f"{prefix}.downsample.0", in_ch, out_ch, 1, out_size),
+            conv2d(f"{prefix}.downsample.0", in_ch, out_ch, 1, out_size, stride=stride),
             batch_norm(f"{prefix}.downsample.1", out_ch, out_size),
         ]
     return layers, out_size
@@ -54,10 +55,13 @@ def _bottleneck(
 def resnet50_layers(*, stride_in_1x1: bool = False) -> tuple[Layer, ...]:
     """ResNet-50 for 224x224 ImageNet images, torchvision layout (v1.5 unless `stride_in_1x1`)."""
     size = conv_output_size(224, 7, 2, 3)  # 112
-    layers = [conv2d("conv1", 3, 64, 7, size)]
+    layers = [conv2d("conv1", 3, 64, 7, size, stride=2)]
     pooled = conv_output_size(size, 3, 2, 1)  # 56
     # The 3x3 max pool (9 comparisons per output) is folded into the stem's batch norm.
-    layers.append(plus_flops(batch_norm("bn1", 64, size, relu=True), 9 * 64 * pooled * pooled))
+    pool = plus_flops(
+        batch_norm("bn1", 64, size, relu=True), 9 * 64 * pooled * pooled, moved=64 * (size**2 + pooled**2)
+    )
+    layers.append(pool)
     size, in_ch = pooled, 64
     for stage, (blocks, width, stride) in enumerate(_RESNET50_STAGES, start=1):
         for block in range(blocks):
@@ -72,7 +76,7 @@ def resnet50_layers(*, stride_in_1x1: bool = False) -> tuple[Layer, ...]:
             layers += block_layers
             in_ch = width * _BOTTLENECK_EXPANSION
     # Global average pooling (one add per input element) is folded into the classifier.
-    layers.append(plus_flops(linear("fc", in_ch, IMAGENET_CLASSES), in_ch * size * size))
+    layers.append(plus_flops(linear("fc", in_ch, IMAGENET_CLASSES), in_ch * size * size, moved=in_ch * size * size))
     return tuple(layers)
 
 
@@ -98,17 +102,22 @@ def vgg16() -> ModelSpec:
         if item == "M":
             size //= 2
             # 2x2 pooling: 4 comparisons per output, folded into the conv before it.
-            layers[-1] = plus_flops(layers[-1], 4 * in_ch * size * size)
+            layers[-1] = plus_flops(layers[-1], 4 * in_ch * size * size, moved=5 * in_ch * size * size)
             index += 1
             continue
         out_ch = int(item)
         conv = conv2d(f"features.{index}", in_ch, out_ch, 3, size, bias=True)
-        layers.append(plus_flops(conv, RELU_FLOPS * out_ch * size * size))
+        layers.append(plus_flops(conv, RELU_FLOPS * out_ch * size * size, moved=2 * out_ch * size * size))
         in_ch, index = out_ch, index + 2  # conv, ReLU
     flat = in_ch * size * size  # 512 * 7 * 7; torchvision's adaptive pool is the identity here
     layers += [
-        plus_flops(linear("classifier.0", flat, 4096), RELU_FLOPS * 4096),
-        plus_flops(linear("classifier.3", 4096, 4096), RELU_FLOPS * 4096),
+        # ReLU then dropout after each hidden layer
+        plus_flops(
+            plus_flops(linear("classifier.0", flat, 4096), RELU_FLOPS * 4096, moved=2 * 4096), 0, moved=2 * 4096
+        ),
+        plus_flops(
+            plus_flops(linear("classifier.3", 4096, 4096), RELU_FLOPS * 4096, moved=2 * 4096), 0, moved=2 * 4096
+        ),
         linear("classifier.6", 4096, IMAGENET_CLASSES),
     ]
     return ModelSpec(
@@ -141,20 +150,21 @@ def wide_resnet_layers(depth: int, widen: int, *, classes: int = CIFAR10_CLASSES
             out_size = conv_output_size(size, 3, s, 1)
             layers += [
                 batch_norm(f"{prefix}.bn1", in_ch, size, relu=True),
-                conv2d(f"{prefix}.conv1", in_ch, out_ch, 3, out_size),
+                conv2d(f"{prefix}.conv1", in_ch, out_ch, 3, out_size, stride=s),
                 batch_norm(f"{prefix}.bn2", out_ch, out_size, relu=True),
                 # The residual add is folded into the block's last conv.
                 plus_flops(
                     conv2d(f"{prefix}.conv2", out_ch, out_ch, 3, out_size),
                     out_ch * out_size * out_size,
+                    moved=3 * out_ch * out_size * out_size,
                 ),
             ]
             if in_ch != out_ch:
-                layers.append(conv2d(f"{prefix}.shortcut", in_ch, out_ch, 1, out_size))
+                layers.append(conv2d(f"{prefix}.shortcut", in_ch, out_ch, 1, out_size, stride=s))
             in_ch, size = out_ch, out_size
     layers.append(batch_norm("bn", in_ch, size, relu=True))
     # Global average pooling folded into the classifier.
-    layers.append(plus_flops(linear("fc", in_ch, classes), in_ch * size * size))
+    layers.append(plus_flops(linear("fc", in_ch, classes), in_ch * size * size, moved=in_ch * size * size))
     return tuple(layers)
 
 
@@ -174,19 +184,20 @@ def _basic_block(prefix: str, in_ch: int, out_ch: int, stride: int, in_size: int
     """One post-activation basic block (two 3x3 convs); returns its layers and its output size."""
     out_size = conv_output_size(in_size, 3, stride, 1)
     layers = [
-        conv2d(f"{prefix}.conv1", in_ch, out_ch, 3, out_size),
+        conv2d(f"{prefix}.conv1", in_ch, out_ch, 3, out_size, stride=stride),
         batch_norm(f"{prefix}.bn1", out_ch, out_size, relu=True),
         conv2d(f"{prefix}.conv2", out_ch, out_ch, 3, out_size),
         # The residual add and the final ReLU are folded into the last batch norm.
         plus_flops(
             batch_norm(f"{prefix}.bn2", out_ch, out_size, relu=True),
             out_ch * out_size * out_size,
+            moved=3 * out_ch * out_size * out_size,
         ),
     ]
     if stride != 1 or in_ch != out_ch:
         # Option B: a 1x1 projection (with batch norm) only where the shape changes.
         layers += [
-            conv2d(f"{prefix}.downsample.0", in_ch, out_ch, 1, out_size),
+            conv2d(f"{prefix}.downsample.0", in_ch, out_ch, 1, out_size, stride=stride),
             batch_norm(f"{prefix}.downsample.1", out_ch, out_size),
         ]
     return layers, out_size
@@ -212,7 +223,7 @@ def cifar_resnet_layers(depth: int, *, classes: int = CIFAR10_CLASSES) -> tuple[
             layers += block_layers
             in_ch = width
     # Global average pooling folded into the classifier.
-    layers.append(plus_flops(linear("fc", in_ch, classes), in_ch * size * size))
+    layers.append(plus_flops(linear("fc", in_ch, classes), in_ch * size * size, moved=in_ch * size * size))
     return tuple(layers)
 
 

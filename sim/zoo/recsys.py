@@ -9,7 +9,7 @@ activates one id per field, so the tables' gradients are very sparse: 39 rows ou
 from __future__ import annotations
 
 from sim.zoo.builders import RELU_FLOPS, embedding, linear, plus_flops
-from sim.zoo.spec import Layer, Lookup, ModelSpec
+from sim.zoo.spec import Layer, Lookup, ModelSpec, Op
 
 CRITEO_DENSE_FIELDS = 13
 CRITEO_CATEGORICAL_FIELDS = 26
@@ -39,18 +39,22 @@ def deepfm_layers(
         space=features,
         source="one hashed id per field and sample (39 fields)",
     )
-    first_order = Layer("fm.linear", features + 1, float(fields), rows=features + 1, lookup=lookup)
+    gather_sum = (Op("lookup", float(fields), 2.0 * fields, 2),)  # gather the weights, sum them
+    first_order = Layer("fm.linear", features + 1, float(fields), rows=features + 1, lookup=lookup, ops=gather_sum)
     # Second-order term with Rendle's O(k*n) identity: 0.5 * sum_f[(sum_i v_if)^2 - sum_i v_if^2]
     # costs about 3 FLOPs per looked-up element plus a few per dimension; it is parameter-free
     # beyond the table, so it is folded into it.
     fm_pairwise = 3 * fields * dim + 4 * dim
-    layers = [first_order, plus_flops(embedding("embedding", features, dim, lookup), fm_pairwise)]
+    layers = [
+        first_order,
+        plus_flops(embedding("embedding", features, dim, lookup), fm_pairwise, moved=2 * fields * dim, kernels=4),
+    ]
     width = fields * dim
     for i, out in enumerate(hidden):
-        layers.append(plus_flops(linear(f"dnn.{i}", width, out), RELU_FLOPS * out))
+        layers.append(plus_flops(linear(f"dnn.{i}", width, out), RELU_FLOPS * out, moved=2 * out))
         width = out
     # The output unit; adding the FM and DNN logits and the sigmoid are folded in.
-    layers.append(plus_flops(linear("dnn.out", width, 1), 4))
+    layers.append(plus_flops(linear("dnn.out", width, 1), 4, moved=4, kernels=3))
     return tuple(layers)
 
 

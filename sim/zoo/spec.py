@@ -6,6 +6,34 @@ from dataclasses import dataclass
 from typing import Optional
 
 HOT_ROWS = ("first", "scattered")
+# What an operation's arithmetic runs on (sim/roofline.py picks the peak from it and the precision):
+# convolutions and matrix products go to tensor cores where the precision allows (PyTorch lets cuDNN
+# use TF32 for convolutions by default, not for matrix products); element-wise work and lookups run
+# on the ordinary cores and are almost always memory-bound.
+OP_KINDS = ("conv", "matmul", "elementwise", "lookup")
+
+
+@dataclass(frozen=True)
+class Op:
+    """One piece of a layer's forward pass, as the GPU sees it, for one sample.
+
+    `moved` counts activation values read plus written (weights are counted once per batch, on the
+    layer); `kernels` the kernels the eager framework launches for it. `winograd` marks a 3x3
+    stride-1 convolution, which cuDNN can run on FP32 cores by Winograd's minimal filtering (fewer
+    multiplications than its FLOPs count).
+    """
+
+    kind: str
+    flops: float
+    moved: float
+    kernels: int = 1
+    winograd: bool = False
+
+    def __post_init__(self) -> None:
+        if self.kind not in OP_KINDS:
+            raise ValueError(f"op kind {self.kind!r}; allowed: {', '.join(OP_KINDS)}")
+        if self.flops < 0 or self.moved < 0 or self.kernels < 0:
+            raise ValueError("op: flops, moved and kernels must be >= 0")
 
 
 @dataclass(frozen=True)
@@ -43,6 +71,9 @@ class Layer:
     forward_flops: float
     rows: int = 0  # an embedding table's rows (its `params / rows` values each); 0: not a table
     lookup: Optional[Lookup] = None  # set for tables whose gradient holds only looked-up rows
+    # the forward pass as the GPU runs it (its flops sum to `forward_flops`); empty: one matrix
+    # product of `forward_flops` that moves no activations (synthetic layers)
+    ops: tuple[Op, ...] = ()
 
     def __post_init__(self) -> None:
         if self.params < 0 or self.forward_flops < 0:

@@ -36,12 +36,18 @@ def bert_layers(*, n_layers: int, d_model: int, n_heads: int, seq_len: int = BER
     tokens = seq_len
     words = Lookup(per_sample=seq_len, zipf_s=TOKEN_ZIPF_S, hot_rows="first", source=f"{seq_len} tokens per sequence")
     positions = Lookup(per_sample=seq_len, space=seq_len, source=f"positions 0..{seq_len - 1} of every sequence")
+    width = tokens * d_model
     layers = [
         embedding("embeddings.word", BERT_VOCAB, d_model, words),
         embedding("embeddings.position", BERT_POSITIONS, d_model, positions),
-        embedding("embeddings.token_type", BERT_TOKEN_TYPES, d_model),
-        # Summing the three embeddings (2 adds per element) is folded into the layer norm.
-        plus_flops(layer_norm("embeddings.ln", d_model, tokens), 2 * tokens * d_model),
+        embedding("embeddings.token_type", BERT_TOKEN_TYPES, d_model, reads=seq_len),
+        # Summing the three embeddings (2 adds per element) is folded into the layer norm; the
+        # dropout after it is an op of its own.
+        plus_flops(
+            plus_flops(layer_norm("embeddings.ln", d_model, tokens), 2 * width, moved=6 * width, kernels=2),
+            0,
+            moved=2 * width,
+        ),
     ]
     for i in range(n_layers):
         layers += transformer_block(
@@ -53,7 +59,7 @@ def bert_layers(*, n_layers: int, d_model: int, n_heads: int, seq_len: int = BER
             pre_norm=False,
         )
     # The pooler reads the first token only; its tanh is folded in.
-    layers.append(plus_flops(linear("pooler", d_model, d_model), d_model))
+    layers.append(plus_flops(linear("pooler", d_model, d_model), d_model, moved=2 * d_model))
     return tuple(layers)
 
 
@@ -63,7 +69,7 @@ _BERT_SOURCE = "Devlin et al. 2019 (arXiv:1810.04805), with pooler, as Hugging F
 def bert_base() -> ModelSpec:
     return ModelSpec(
         name="bert_base",
-        layers=bert_layers(n_layers=12, d_model=768, n_heads=12),
+        layers=bert_layers(**_SIZES["bert_base"]),
         source=_BERT_SOURCE,
         sample=f"one {BERT_SEQ_LEN}-token sequence",
     )
@@ -72,7 +78,7 @@ def bert_base() -> ModelSpec:
 def bert_large() -> ModelSpec:
     return ModelSpec(
         name="bert_large",
-        layers=bert_layers(n_layers=24, d_model=1024, n_heads=16),
+        layers=bert_layers(**_SIZES["bert_large"]),
         source=_BERT_SOURCE,
         sample=f"one {BERT_SEQ_LEN}-token sequence",
     )
@@ -84,10 +90,15 @@ def gpt2_layers(
     """GPT-2: pre-norm decoder blocks, a final layer norm, an LM head tied to the token table."""
     tokens = seq_len
     # `wte` is also the LM head, whose gradient touches every row: it is dense, not a lookup table.
+    width = tokens * d_model
     layers = [
-        embedding("wte", GPT2_VOCAB, d_model),
-        # Adding position to token embeddings: one add per element.
-        plus_flops(embedding("wpe", GPT2_POSITIONS, d_model), tokens * d_model),
+        embedding("wte", GPT2_VOCAB, d_model, reads=seq_len),
+        # Adding position to token embeddings (one add per element), then dropout.
+        plus_flops(
+            plus_flops(embedding("wpe", GPT2_POSITIONS, d_model, reads=seq_len), width, moved=3 * width),
+            0,
+            moved=2 * width,
+        ),
     ]
     for i in range(n_layers):
         layers += transformer_block(
@@ -102,7 +113,11 @@ def gpt2_layers(
     # its logits (a d_model x vocab product per token) are folded into the final layer norm,
     # which is where its work happens in the forward and backward order.
     head_flops = 2.0 * d_model * GPT2_VOCAB * tokens
-    layers.append(plus_flops(layer_norm("ln_f", d_model, tokens), head_flops))
+    # the head reads the table once per batch, which the per-sample count leaves out
+    head = plus_flops(
+        layer_norm("ln_f", d_model, tokens), head_flops, moved=tokens * (d_model + GPT2_VOCAB), kind="matmul"
+    )
+    layers.append(head)
     return tuple(layers)
 
 
@@ -113,3 +128,19 @@ def gpt2() -> ModelSpec:
         source="Radford et al. 2019, 124M configuration (12 layers, d=768), tied LM head",
         sample=f"one {GPT2_SEQ_LEN}-token sequence",
     )
+
+
+_SIZES = {
+    "bert_base": {"n_layers": 12, "d_model": 768, "n_heads": 12},
+    "bert_large": {"n_layers": 24, "d_model": 1024, "n_heads": 16},
+    "gpt2": {"n_layers": 12, "d_model": 768, "n_heads": 12},
+}
+
+
+def layers_at_sequence_length(name: str, seq_len: int) -> tuple[Layer, ...]:
+    """The layers of the zoo transformer `name` for sequences of `seq_len` tokens (published
+    benchmarks use other lengths than the zoo's sample)."""
+    if name not in _SIZES:
+        raise ValueError(f"model {name!r} has no sequence length; transformers: {', '.join(_SIZES)}")
+    build = gpt2_layers if name == "gpt2" else bert_layers
+    return build(**_SIZES[name], seq_len=seq_len)

@@ -1,0 +1,109 @@
+"""The workload's `precision` on real hardware: what a forward and backward pass compute in.
+
+| precision | matmuls | convolutions | autocast | loss scaling |
+| --- | --- | --- | --- | --- |
+| fp32 | fp32 | TF32 allowed (PyTorch's defaults) | off | no |
+| tf32 | TF32 | TF32 | off | no |
+| fp16 | fp16 | fp16 | float16 | dynamic (`LossScale`) |
+| bf16 | bf16 | bf16 | bfloat16 | no (bf16 has fp32's range) |
+
+Master weights, optimizer state and the gradients that are communicated stay fp32 in every mode:
+autocast computes in the low precision but returns the gradient of the fp32 parameters.
+
+fp16 runs the same on the CPU as on a GPU: CPU autocast has float16 kernels (torch >= 2.x), and
+the loss scale applies there too, so CI runs the very path a GPU takes (slower, and nobody trains
+fp16 on a CPU for speed). TF32 only exists on NVIDIA GPUs; on the CPU tf32 computes in fp32.
+
+The loss scale does not use `torch.amp.GradScaler`. GradScaler skips an optimizer step whose
+gradient overflowed. Here the gradient goes to a policy's collectives or parameter servers before
+any step, and a skipped step would need every rank and shard to agree to skip it. Instead a rank
+whose gradient overflowed halves its scale and computes the gradient again (the batch is the same).
+Every rank therefore always sends a finite fp32 gradient. The scale grows 2x after `growth_interval`
+clean steps, as GradScaler's does.
+"""
+
+from __future__ import annotations
+
+import math
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any, Optional
+
+import torch
+
+PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
+_AUTOCAST = {"fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def check(precision: str, field: str = "precision") -> str:
+    if precision not in PRECISIONS:
+        raise ValueError(f"{field}: {precision!r}; allowed: {', '.join(PRECISIONS)}")
+    return precision
+
+
+def configure_tf32(precision: str) -> None:
+    """Set the process's TF32 switches: tf32 allows it in matmuls and convolutions; every other
+    precision keeps PyTorch's defaults (convolutions only), for the fp32 work outside autocast."""
+    check(precision)
+    torch.set_float32_matmul_precision("high" if precision == "tf32" else "highest")
+    torch.backends.cudnn.allow_tf32 = True
+
+
+def autocast(precision: str, device: torch.device | str) -> AbstractContextManager[Any]:
+    """The context a forward (and its backward) runs in: autocast for fp16 and bf16, else nothing."""
+    check(precision)
+    dtype = _AUTOCAST.get(precision)
+    if dtype is None:
+        return nullcontext()
+    return torch.autocast(torch.device(device).type, dtype=dtype)
+
+
+class LossScale:
+    """Dynamic loss scaling with recompute on overflow (see the module docstring)."""
+
+    def __init__(
+        self, init: float = 2.0**16, growth_interval: int = 2000, min_scale: float = 1.0, max_tries: int = 32
+    ) -> None:
+        self.scale, self.growth_interval, self.min_scale, self.max_tries = init, growth_interval, min_scale, max_tries
+        self.clean = 0  # steps since the scale last changed
+        self.overflows = 0  # recomputed gradients, in all
+
+    def gradient(self, compute: Any) -> tuple[torch.Tensor, float]:
+        """`compute(scale)` -> (gradient of scale x loss divided by scale, loss); retried at half the
+        scale while the gradient is not finite."""
+        for _ in range(self.max_tries):
+            grad, loss = compute(self.scale)
+            if bool(torch.isfinite(grad).all()):
+                self.clean += 1
+                if self.clean >= self.growth_interval:
+                    self.scale, self.clean = self.scale * 2.0, 0
+                return grad, loss
+            if self.scale <= self.min_scale or not math.isfinite(loss):
+                break  # the loss itself diverged: scaling cannot help
+            self.overflows += 1
+            self.scale, self.clean = max(self.scale / 2.0, self.min_scale), 0
+        raise FloatingPointError(
+            f"fp16: the gradient is not finite even at loss scale {self.scale:g} (loss {loss}); try bf16 or fp32"
+        )
+
+
+class PrecisionTask:
+    """A numerics task (`sim.numerics.tasks.Task`, `ZooTask`) whose `gradient` runs in `precision` on
+    `device`; everything else is the task's own."""
+
+    def __init__(self, task: Any, precision: str, device: torch.device) -> None:
+        self.task, self.precision, self.device = task, check(precision), device
+        self.loss_scale = LossScale() if precision == "fp16" else None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.task, name)
+
+    def gradient(self, flat: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, float]:
+        def compute(scale: Optional[float] = None) -> tuple[torch.Tensor, float]:
+            with autocast(self.precision, self.device):
+                if scale is None:
+                    return self.task.gradient(flat, x, y)
+                return self.task.gradient(flat, x, y, loss_scale=scale)
+
+        if self.loss_scale is None:
+            return compute()
+        return self.loss_scale.gradient(compute)
