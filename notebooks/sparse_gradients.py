@@ -293,9 +293,10 @@ display(emb.round(4))
 # to do with the tables: DeepFM's dense DNN bucket goes through its colocated servers in two
 # latencies, while Zen all-reduces it in a ring of 2(n-1), and the PS pulls that bucket during
 # forward and pushes it during backward, where compute hides part of it. So the distance between
-# `zen_list` and `sparse_ps` is at least the ring's extra latency and changes little with the batch. Once D passes 1/32 (from 1,024 on)
-# Zen's all-gather sends bitmap ids instead of a list; at the largest batch that saves more than
-# the latency gap, and Zen is ahead.
+# `zen_list` and `sparse_ps` is at least the ring's extra latency, and changes by less than a
+# quarter across these batches. Once D passes 1/32 (from 1,024 on) Zen's all-gather sends bitmap
+# ids instead of a list; at the largest batch that saves more than the latency gap, and Zen is
+# ahead.
 
 # %%
 fig, (ax_d, ax_c) = plt.subplots(1, 2, figsize=(11, 4))

@@ -30,7 +30,8 @@ from typing import Any, Optional
 
 import torch
 
-PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
+from sim.gpus import PRECISIONS
+
 _AUTOCAST = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Optional
 
 from sim.errors import ConfigError, OutputBusy, SyncsimError
+from sim.gpus import PRECISIONS
 
 TABLE_COLUMNS = {
     "policy": "policy",
@@ -518,7 +519,7 @@ def build_parser() -> argparse.ArgumentParser:
     prof.add_argument("--batch", type=int, required=True, help="samples per iteration (per GPU)")
     prof.add_argument(
         "--precision",
-        choices=("fp32", "tf32", "fp16", "bf16"),
+        choices=PRECISIONS,
         default="fp32",
         help="tf32: TF32 matmuls and convolutions; fp16, bf16: under autocast (real/precision.py)",
     )

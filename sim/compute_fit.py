@@ -4,9 +4,11 @@ held out by model (docs/compute_model.md).
 The figures are sim/zoo/published_throughput.csv: one row per published training or inference
 throughput of a zoo model on one GPU type at one batch size and precision, with its citation. A
 training row is matched to forward + backward, an inference row to forward alone (sim/roofline.py).
-The fit minimises the squared log ratio of predicted to measured time over a GPU's rows, with a
-weak pull towards a prior so that constants the rows cannot see (TF32 on a GPU without it) stay
-finite. Held out by model: for each model, fit on the other models' rows and predict its own.
+Only training rows are fitted. The fit minimises a robust (Cauchy) loss of the log ratio of
+predicted to measured time, with every GPU's constants a shared set times per-GPU factors pulled
+towards 1, and the shared set weakly towards a prior so that constants the rows cannot see (TF32 on
+a GPU without it) stay finite. Held out by model: for each model, fit on the other models' rows
+and predict its own.
 
     python -m sim.compute_fit            # the held-out error table, and the constants fitted on all rows
 """
@@ -25,7 +27,7 @@ import pandas as pd
 
 from sim.gpus import GPU_NAMES, WINOGRAD_MAX, KernelCosts, get_gpu
 from sim.roofline import BACKWARD_FACTOR, OpTable, op_table
-from sim.zoo import get_model
+from sim.zoo import Layer, get_model
 from sim.zoo.transformers import SEQUENCE_LENGTHS, layers_at_sequence_length
 
 NAMES = ("fp32", "tf32", "tensor", "memory", "launch_us", "winograd")
@@ -62,8 +64,8 @@ def published() -> pd.DataFrame:
 
 
 def usable(table: pd.DataFrame) -> list[Row]:
-    """The rows that measure a zoo model as the zoo defines it (image size, sequence length) on a
-    GPU of sim.gpus, turned into seconds per step of one GPU."""
+    """The rows that time a zoo model on one GPU of sim.gpus (at the zoo's image size; a transformer
+    at any sequence length), turned into seconds per step of that GPU."""
     rows = []
     for r in table.itertuples(index=False):
         model = r.model if isinstance(r.model, str) else ""
@@ -103,8 +105,10 @@ def _pretraining(r: Any) -> bool:
 def _precision(r: Any) -> str:
     """NVIDIA's NGC PyTorch containers turn on TF32 matrix products (TORCH_ALLOW_TF32_CUBLAS_OVERRIDE),
     so their "FP32" on a GPU with TF32 is the `tf32` precision."""
-    tf32 = r.precision == "fp32" and get_gpu(r.gpu).tf32_tflops > 0 and "PyTorch" in str(r.framework)
-    return "tf32" if tf32 and "NGC" in str(r.framework) else str(r.precision)
+    framework = str(r.framework)
+    ngc_pytorch = "PyTorch" in framework and "NGC" in framework
+    tf32 = r.precision == "fp32" and ngc_pytorch and get_gpu(r.gpu).tf32_tflops > 0
+    return "tf32" if tf32 else str(r.precision)
 
 
 def predict(row: Row, costs: KernelCosts) -> float:
@@ -116,8 +120,11 @@ def predict(row: Row, costs: KernelCosts) -> float:
 
 @cache
 def _table(gpu: str, model: str, batch: int, precision: str, seq_len: int) -> OpTable:
-    layers = layers_at_sequence_length(model, seq_len) if seq_len else get_model(model).layers
-    return op_table(get_gpu(gpu), layers, batch, precision)
+    return op_table(get_gpu(gpu), _layers(model, seq_len), batch, precision)
+
+
+def _layers(model: str, seq_len: int) -> tuple[Layer, ...]:
+    return layers_at_sequence_length(model, seq_len) if seq_len else get_model(model).layers
 
 
 def _costs(x: np.ndarray, source: str = "") -> KernelCosts:
@@ -126,7 +133,7 @@ def _costs(x: np.ndarray, source: str = "") -> KernelCosts:
 
 
 def fit(rows: Sequence[Row], gpus: Sequence[str] = GPU_NAMES) -> dict[str, KernelCosts]:
-    """Per GPU in `gpus`, constants minimising the squared log error over `rows`: one shared set
+    """Per GPU in `gpus`, constants minimising the (robust) log error over `rows`: one shared set
     (pulled weakly to PRIOR) times a per-GPU factor for each constant (pulled to 1), so that a GPU
     with few rows borrows from the others and a GPU with none gets the shared set."""
     from scipy.optimize import least_squares
@@ -139,11 +146,10 @@ def fit(rows: Sequence[Row], gpus: Sequence[str] = GPU_NAMES) -> dict[str, Kerne
         return x[:k] + x[k * (gpu + 1) : k * (gpu + 2)]
 
     def residuals(x: np.ndarray) -> np.ndarray:
-        errors = [
-            math.log(predict(row, _costs(constants(x, g))) / row.seconds)
-            for g, gpu in enumerate(gpus)
-            for row in by_gpu[gpu]
-        ]
+        errors = []
+        for g, gpu in enumerate(gpus):
+            costs = _costs(constants(x, g))
+            errors += [math.log(predict(row, costs) / row.seconds) for row in by_gpu[gpu]]
         pulls = [PRIOR_WEIGHT * (x[:k] - prior), GPU_WEIGHT * x[k:]]
         return np.concatenate([np.asarray(errors), *pulls])
 
@@ -188,8 +194,7 @@ def flops_only_held_out(rows: Sequence[Row]) -> pd.DataFrame:
 
 
 def _flops(row: Row) -> float:
-    layers = layers_at_sequence_length(row.model, row.seq_len) if row.seq_len else get_model(row.model).layers
-    forward = sum(layer.forward_flops for layer in layers) * row.batch
+    forward = sum(layer.forward_flops for layer in _layers(row.model, row.seq_len)) * row.batch
     return forward * (1.0 + BACKWARD_FACTOR if row.training else 1.0)
 
 

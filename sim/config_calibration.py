@@ -4,18 +4,19 @@ The simulator ignores it. Message sizes are chosen from a first probe unless fix
 size makes a transfer's bandwidth term `bandwidth_factor` times the measured latency, clamped
 between 4 MiB (a shaped link's burst and TCP's ramp-up become negligible) and `max_bytes`.
 The `syncsim calibrate` flags `--repeats`, `--statistic`, `--uplink-bytes` and `--max-bytes`
-override these keys (docs/validation.md).
+override these keys (docs/calibration.md).
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Optional
+from typing import Annotated, Literal, Optional, get_args
 
 from pydantic import Field, model_validator
 
 from sim.config_types import Strict
 
-STATISTICS = ("median", "mean", "min")
+Statistic = Literal["median", "mean", "min"]  # how repeats become one time
+STATISTICS: tuple[str, ...] = get_args(Statistic)
 MAX_MESSAGE = 1 << 34  # 16 GiB: more than one message of any real calibration
 
 Bytes = Annotated[int, Field(ge=1 << 12, le=MAX_MESSAGE)]
@@ -27,7 +28,7 @@ class CalibrationConfig(Strict):
     repeats: Annotated[int, Field(ge=1, le=10_000)] = Field(
         5, description="timed repetitions of every measurement (compute: at least 20, a profile at least 10)"
     )
-    statistic: Literal["median", "mean", "min"] = Field(
+    statistic: Statistic = Field(
         "median",
         description="how repeats become one time: median, mean, or min (robust on a shared machine, where "
         "interference only adds time); a compute profile's layers always take the median",

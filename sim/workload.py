@@ -77,30 +77,34 @@ def sparse_table(layer: Layer, cfg: WorkloadConfig) -> bool:
     return layer.lookup is not None and sp.embeddings and layer.params > sp.dense_below
 
 
+def layer_seconds(cfg: WorkloadConfig, spec: ModelSpec, gpu: GpuSpec) -> tuple[float, list[float], list[float]]:
+    """The forward pass's seconds, and each layer's forward and backward seconds: measured
+    (`profile`), spread over FLOPs (a synthetic model's `compute_ms`, or a given `efficiency`, with
+    backward twice the forward), or else the default compute model (sim/roofline.py)."""
+    if cfg.profile is not None:  # measured times replace any estimate, layer by layer
+        profile = read_profile(cfg.profile)
+        check_profile(profile, spec.name, [layer.name for layer in spec.layers], cfg.batch_size, cfg.precision)
+        return profile.forward_s, [t.forward_s for t in profile.layers], [t.backward_s for t in profile.layers]
+    if cfg.model == "synthetic" or cfg.efficiency is not None:
+        if cfg.model == "synthetic":
+            assert cfg.compute_ms is not None
+            scale = cfg.compute_ms * 1e-3 / (3.0 * spec.forward_flops)  # seconds per forward FLOP
+        else:  # seconds per per-sample FLOP for the whole batch
+            scale = cfg.batch_size * gpu.compute_seconds(1.0, cfg.precision, cfg.efficiency)
+        forward = [layer.forward_flops * scale for layer in spec.layers]
+        return spec.forward_flops * scale, forward, [2.0 * f for f in forward]
+    forward, backward = model_seconds(gpu, gpu.costs, spec.layers, cfg.batch_size, cfg.precision)
+    return sum(forward), forward, backward
+
+
 def compute_plan(cfg: WorkloadConfig, gpu: GpuSpec) -> ComputePlan:
     """The per-iteration timeline of `cfg` on `gpu`."""
     spec = model_spec(cfg)
-    width = BYTES_PER_VALUE[cfg.precision]
     if cfg.model == "synthetic":
-        assert cfg.compute_ms is not None
-        total = cfg.compute_ms * 1e-3
-        flops_scale = total / (3.0 * spec.forward_flops)  # seconds per forward FLOP
         grad_bytes = [cfg.gradient_mb * MB / len(spec.layers)] * len(spec.layers)  # type: ignore[operator]
     else:
-        # a given efficiency: seconds per per-sample FLOP for the whole batch
-        flops_scale = cfg.batch_size * gpu.compute_seconds(1.0, cfg.precision, cfg.efficiency or 1.0)
-        grad_bytes = [layer.params * width for layer in spec.layers]
-    forward_s = spec.forward_flops * flops_scale
-    forward = [layer.forward_flops * flops_scale for layer in spec.layers]
-    backward = [2.0 * f for f in forward]
-    if cfg.model != "synthetic" and cfg.efficiency is None and cfg.profile is None:  # the default model
-        forward, backward = model_seconds(gpu, gpu.costs, spec.layers, cfg.batch_size, cfg.precision)
-        forward_s = sum(forward)
-    if cfg.profile is not None:  # measured times replace the estimate, layer by layer
-        profile = read_profile(cfg.profile)
-        check_profile(profile, spec.name, [layer.name for layer in spec.layers], cfg.batch_size, cfg.precision)
-        forward_s = profile.forward_s
-        forward, backward = [t.forward_s for t in profile.layers], [t.backward_s for t in profile.layers]
+        grad_bytes = [layer.params * BYTES_PER_VALUE[cfg.precision] for layer in spec.layers]
+    forward_s, forward, backward = layer_seconds(cfg, spec, gpu)
     buckets: list[GradientBucket] = []
     cap = cfg.bucket_mb * MB
     open_bytes, open_s, open_f, members = 0.0, 0.0, 0.0, []

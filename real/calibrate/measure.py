@@ -15,16 +15,15 @@ import math
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal, Optional, TypeVar, Union
+from typing import Any, Optional, TypeVar, Union
 
 import torch
 import torch.distributed as dist
 
 from real.calibrate.rows import CollectiveSample, ComputeSample, PairSample, UplinkSample, rack_members
+from sim.config_calibration import STATISTICS, Statistic
 
 Device = Union[torch.device, str]
-Statistic = Literal["median", "mean", "min"]
-STATISTICS = ("median", "mean", "min")
 T = TypeVar("T")
 ACK_BYTES = 4
 COLLECTIVE_OPS = ("all_reduce", "reduce_scatter", "all_gather")
