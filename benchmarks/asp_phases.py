@@ -5,8 +5,8 @@
 
 For each config's asynchronous policies (ASP, SSP) and each compute jitter (coefficient of
 variation), the minimum, median and maximum steady throughput over seeded simulations
-(`sim.phase_ensemble.decorrelated`, the first 3 iterations dropped). Jitter 0 is lockstep, which is
-the same on every seed. `syncsim validate` predicts with the median at `sim.phase_ensemble.JITTER`;
+(`sim.experiments.ensemble.decorrelated`, the first 3 iterations dropped). Jitter 0 is lockstep, which is
+the same on every seed. `syncsim validate` predicts with the median at `sim.experiments.ensemble.JITTER`;
 this table shows whether that choice matters (docs/validation.md).
 """
 
@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from sim.config import load_config  # noqa: E402
-from sim.phase_ensemble import asynchronous_policies, decorrelated  # noqa: E402
+from sim.experiments.ensemble import asynchronous_policies, decorrelated  # noqa: E402
 
 JITTERS = (0.0, 0.3, 1.0, 2.0, 4.0, 8.0)
 DEFAULT_CONFIGS = ("configs/validate_2x2.yaml", "configs/validate_4x2.yaml")

@@ -1,4 +1,4 @@
-"""The cost estimate (sim/cost.py) at work: how fast `syncsim check` refuses what would not fit, and how
+"""The cost estimate (sim/estimate/cost.py) at work: how fast `syncsim check` refuses what would not fit, and how
 close the estimate comes to measured runs.
 
     python benchmarks/check_scale.py                 # check timings, then the cheaper scenarios
@@ -107,7 +107,7 @@ def measure(name: str, folder: Path) -> dict[str, Any]:
 
 def compare(names: list[str], scenarios: dict[str, Callable[[], Any]], folder: Path) -> None:
     from sim.config import parse_config
-    from sim.cost import count, duration, estimate, megabytes
+    from sim.estimate.cost import count, duration, estimate, megabytes
 
     header = ("events est/meas", 21), ("flows est/meas", 19), ("wall est/meas", 23), ("memory est/meas", 23)
     print(f"\n{'scenario':<30}" + "".join(f" {title:>{width}}" for title, width in header))

@@ -56,9 +56,9 @@ def save(out: Path, steady: bool = False) -> None:
 def _read(path: Path) -> dict:  # type: ignore[type-arg]
     """The config file as `load_config` reads it (its `extends:` base merged in, a profile's path made
     absolute), as a mapping to change before it is validated."""
-    from sim.config import _profile_beside
-    from sim.config_extends import resolve_extends
-    from sim.config_yaml import read_yaml
+    from sim.config.extends import resolve_extends
+    from sim.config.load import _profile_beside
+    from sim.config.yaml_io import read_yaml
 
     return _profile_beside(resolve_extends(read_yaml(path), path), path.parent)
 

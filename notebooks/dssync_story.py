@@ -21,9 +21,9 @@ import tempfile
 from pathlib import Path
 
 from sim.bundled import bundled
-from sim.sweep import load_sweep
-from sim.sweep_plot import sweep_plot
-from sim.sweep_runner import run_sweep
+from sim.experiments.sweep import load_sweep
+from sim.experiments.sweep_plot import sweep_plot
+from sim.experiments.sweep_runner import run_sweep
 
 sweep = load_sweep(bundled("sweeps/dssync_oversubscription.yaml"))
 out = Path(tempfile.mkdtemp(prefix="dssync-sweep-"))

@@ -34,8 +34,8 @@ from IPython.display import display
 
 from sim import load_config, simulate
 from sim.bundled import bundled
-from sim.sparse_costs import crossover_density
-from sim.sweep import load_sweep
+from sim.compute.sparse_costs import crossover_density
+from sim.experiments.sweep import load_sweep
 
 SCHEMES = ["ring", "zen", "zen_list", "sparse_allgather", "sparse_ps"]
 COLORS = dict(zip(SCHEMES, ["black", "tab:blue", "tab:cyan", "tab:red", "tab:green"]))
@@ -153,7 +153,7 @@ pd.Series(crossing, name="closed-form crossover d").round(4)
 # %%
 # the simulator's bytes are the closed forms', at every density and for every scheme
 assert (topk["bytes_ratio"] - 1).abs().max() < 0.02, topk[["policy", "density", "bytes_ratio"]]
-# the closed forms agree with the library's (sim.sparse_costs, docs/sparse.md)
+# the closed forms agree with the library's (sim.compute.sparse_costs, docs/sparse.md)
 assert abs(crossing["sparse_allgather"] - crossover_density(n, overlap, scheme="sparse_allgather")) < 1e-6
 assert abs(crossing["zen_list"] - crossover_density(n, overlap, scheme="zen")) < 1e-6
 # Zen's list-id bytes over the all-gather's: (d + D) / (n d), less than 1 whenever sets overlap

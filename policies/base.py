@@ -111,7 +111,7 @@ class Policy:
         return ()
 
     # -- phases (policies.phases) -------------------------------------------------------------
-    def next_phase(self, progress: Progress) -> Optional[Phase]:
+    def next_phase(self, progress: Progress) -> Optional[Phase[Policy]]:
         """The phase to run next, or None when the run is over (default: one phase, the whole budget)."""
         if progress.phases:
             return None

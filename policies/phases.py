@@ -29,10 +29,18 @@ all workers, and parameter-server reads after a switch are never skipped as a st
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Generic, Protocol, TypeVar
 
-if TYPE_CHECKING:
-    from policies.base import Policy
+
+class Budgeted(Protocol):
+    """What a phase reads of its policy: whether workers share its updates (`Policy.shared_budget`).
+    A phase holds a `policies.base.Policy`; the phase types sit below it, so they name only this."""
+
+    @property
+    def shared_budget(self) -> bool: ...
+
+
+P = TypeVar("P", bound=Budgeted, covariant=True)
 
 
 @dataclass(frozen=True)
@@ -55,12 +63,12 @@ class Progress:
 
 
 @dataclass(frozen=True)
-class Phase:
+class Phase(Generic[P]):
     """One stretch of a run: `policy`'s hooks, servers and budget kind, for at most `updates`
     worker-iterations. `adaptive` phases observe timings and may end early (`Policy.phase_over`);
     `switch_cost_s` is the idle time of the switch *into* this phase (none for the first)."""
 
-    policy: Policy
+    policy: P
     updates: int
     label: str
     adaptive: bool = False

@@ -153,7 +153,7 @@ class SyncSwitch(Policy):
         return (self.first, self.then)
 
     # -- phases -----------------------------------------------------------------------------------
-    def next_phase(self, progress: Progress) -> Optional[Phase]:
+    def next_phase(self, progress: Progress) -> Optional[Phase[Policy]]:
         if progress.left <= 0:
             return None
         cost = self.settings.switch_cost_s if progress.phases else 0.0

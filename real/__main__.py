@@ -9,9 +9,9 @@ from pathlib import Path
 
 from real.backends import BACKENDS
 from real.launch import LAUNCHED_ENV
+from real.results import print_real_results
 from real.session import main
 from real.timing_run import with_timing_numerics
-from sim.cli import print_real_results
 from sim.config import load_config
 from sim.errors import ConfigError, SyncsimError
 

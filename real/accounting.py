@@ -1,4 +1,4 @@
-"""From every rank's raw timings to the simulator's result rows (sim/tables.py), on rank 0.
+"""From every rank's raw timings to the simulator's result rows (sim/results/tables.py), on rank 0.
 
 Wait vs comm follows the simulator's definition: *wait* is time a rank was blocked on other workers,
 i.e. from its own issue of a collective until the last member issued it, plus the time servers held
@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from sim.sparse_traffic import received_imbalance
-from sim.worker import BlockedTime, IterationRow
+from sim.compute.sparse_traffic import received_imbalance
+from sim.engine.worker import BlockedTime, IterationRow
 
 
 @dataclass
@@ -31,7 +31,7 @@ class RankReport:
     losses: list[float] = field(default_factory=list)
     # every `eval_every` iterations (synchronous budgets): (iteration, seconds, parameters, losses so far)
     snapshots: list[tuple] = field(default_factory=list)
-    phases: list[tuple] = field(default_factory=list)  # rows of sim.tables.PHASE_FIELDS (times from the start)
+    phases: list[tuple] = field(default_factory=list)  # rows of sim.results.tables.PHASE_FIELDS (times from the start)
     checkpoints: list = field(default_factory=list)  # the model restarted from at each switch (tensors)
     serving: bool = True  # the last phase ran parameter-server shards
     parameters: object = None  # final flat parameters (a tensor)
@@ -48,7 +48,7 @@ def _traffic(members: Sequence[tuple]) -> tuple[float, float]:
 
 
 def account(reports: Sequence[RankReport]) -> tuple[list[IterationRow], list[tuple]]:
-    """Iteration rows with wait_s filled in, and op rows (sim/tables.py OP_FIELDS)."""
+    """Iteration rows with wait_s filled in, and op rows (sim/results/tables.py OP_FIELDS)."""
     blocked = BlockedTime()
     calls: dict[tuple, list[tuple]] = defaultdict(list)
     for report in reports:

@@ -1,4 +1,4 @@
-"""Runs policy programs on one rank with torch.distributed: the real counterpart of `sim/executor.py`.
+"""Runs policy programs on one rank with torch.distributed: the real counterpart of `sim/engine/executor.py`.
 
 Semantics match the simulator's. A program is a list of items run one after another; the ops of an
 item run concurrently. Programs handed over together run concurrently (gradient buckets), or one
@@ -40,8 +40,8 @@ from real import transport
 from real.collectives import Started, start
 from real.groups import ProcessGroups
 from real.sparse_collectives import Shares
+from sim.engine.op_checks import OpValidator
 from sim.numerics.replica import Replica
-from sim.validation import OpValidator
 
 # (step, rank, group key, sequence on the group, op kind, nbytes, issued, finished, bytes received:
 # sparse ops only, else -1)

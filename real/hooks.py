@@ -34,9 +34,9 @@ from policies.registry import create
 from policies.view import ClusterView, ModelInfo
 from real.collectives import start
 from real.groups import ProcessGroups, planned_groups
+from sim.cluster.topology import build_cluster
 from sim.config import ClusterBase, ClusterConfig
 from sim.errors import PolicyError
-from sim.topology import build_cluster
 
 Range = tuple[int, int]
 PolicyLike = Union[str, Policy]

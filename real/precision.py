@@ -30,7 +30,7 @@ from typing import Any, Optional
 
 import torch
 
-from sim.gpus import PRECISIONS
+from sim.catalog.gpus import PRECISIONS
 
 _AUTOCAST = {"fp16": torch.float16, "bf16": torch.bfloat16}
 

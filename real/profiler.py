@@ -4,7 +4,7 @@ The model is the zoo's torch.nn twin (`sim.numerics.zoo_nets`) on a seeded synth
 zoo's input shape (224x224 images, 32x32 for the CIFAR networks, 128 BERT tokens, 1,024 GPT-2
 tokens, one Criteo example). Timestamps are taken where the work of each layer is enqueued and
 done: a forward pre-hook on the modules that own a layer's parameters marks its first use, a
-post-accumulate-grad hook on its parameters marks its gradients ready (`sim.profile` says what each
+post-accumulate-grad hook on its parameters marks its gradients ready (`sim.compute.profile` says what each
 span covers). On a GPU the stamps are CUDA events on the current stream, read after a synchronize;
 on the CPU, `time.perf_counter`. After `warmup` untimed iterations, each layer's time is the median
 over `repeats` timed ones. The precision (fp32, tf32, fp16, bf16) is set as training sets it
@@ -24,12 +24,12 @@ import torch
 from torch import nn
 
 from real.precision import autocast, check, configure_tf32
+from sim.catalog.zoo import canonical_name, get_model
+from sim.catalog.zoo.recsys import CRITEO_HASHED_FEATURES
+from sim.catalog.zoo.transformers import SEQUENCE_LENGTHS
+from sim.compute.profile import ComputeProfile, LayerTime
 from sim.numerics.zoo_nets import FIELDS, build_zoo_module, flat_layout
 from sim.numerics.zoo_task import IMAGE_MODELS, objective, token_sequences
-from sim.profile import ComputeProfile, LayerTime
-from sim.zoo import canonical_name, get_model
-from sim.zoo.recsys import CRITEO_HASHED_FEATURES
-from sim.zoo.transformers import SEQUENCE_LENGTHS
 
 SYMBOLS = 1000  # distinct tokens of the synthetic sequences
 

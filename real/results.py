@@ -13,13 +13,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import torch
 
 from real.accounting import RankReport, account
 from sim.config import Config, PolicyEntry
-from sim.engine import PolicyRun
-from sim.output import atomic_path, atomic_write
+from sim.engine.run import PolicyRun
+from sim.files import atomic_path, atomic_write
 from sim.results import Result
+from sim.results.console import summary_table
 
 
 @dataclass
@@ -126,7 +128,7 @@ def _mean(values: Sequence[float]) -> float:
 def write(config: Config, cluster: Any, plan: Any, runs: list[PolicyRun], out: Path) -> None:
     """The tables so far (atomic writes, so a later failure loses nothing already written), then
     `trace.json`, then, once every policy has finished, the figures. The per-link tables are left
-    out: a real run cannot see what each link carried (`sim.results.UNMEASURED`)."""
+    out: a real run cannot see what each link carried (`sim.results.result.UNMEASURED`)."""
     from sim.api import result_of
 
     result = result_of(config, cluster, plan, runs)
@@ -149,7 +151,7 @@ def write(config: Config, cluster: Any, plan: Any, runs: list[PolicyRun], out: P
 def draw(result: Result, out: Path, figures: bool = True) -> None:
     """`trace.json` and (with `figures`) the figures of tables already written: a failure here is
     reported in one line and loses no table."""
-    from sim.trace import chrome_trace
+    from sim.results.trace import chrome_trace
 
     step = "trace.json"
     try:
@@ -160,3 +162,19 @@ def draw(result: Result, out: Path, figures: bool = True) -> None:
             result.plot(out)
     except Exception as exc:  # noqa: BLE001 - the tables are what matters; say what is missing and go on
         print(f"rank 0: {step} not written ({type(exc).__name__}: {exc}); the tables are", file=sys.stderr)
+
+
+def print_real_results(out: Path) -> None:
+    """A real run's summary table and what its folder holds (`syncsim real`, or rank 0 under torchrun)."""
+    summary = out / "summary.csv"
+    if not summary.exists():
+        return
+    print(summary_table(pd.read_csv(summary)))
+    figures = ", ".join(sorted(p.stem for p in out.glob("*.png")))
+    print(
+        f"\nresults: {out}/ (summary, iterations, phases, ops, staleness, accuracy: .csv; parameters.npz"
+        + ("; trace.json" if (out / "trace.json").exists() else "")
+        + (f"; figures: {figures}" if figures else "")
+        + ")",
+        flush=True,
+    )

@@ -1,6 +1,6 @@
 """A parameter-server shard as a process: receives pushes, applies them, answers pulls.
 
-The rules are the simulator's (`sim/servers.py`): a synchronous shard sums one push per worker for
+The rules are the simulator's (`sim/engine/servers.py`): a synchronous shard sums one push per worker for
 each (key, round) and applies the mean once, answering a worker's k-th pull of a key after round k
 is applied; an asynchronous shard applies every push on arrival and answers pulls at once, recording
 each update's staleness. Shard 0 also keeps the workers' clocks (SSP's bound) and, for policies with
@@ -41,8 +41,8 @@ from policies.phases import Timing
 from real import protocol as wire
 from real.placement import host_copy
 from real.worker import crash_point, fail_now, room_for_snapshot, wait_all
+from sim.engine.phase_budget import SharedClaims
 from sim.numerics.servers import ServerTensors, Update
-from sim.phase_budget import SharedClaims
 
 
 @dataclass(frozen=True)

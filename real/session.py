@@ -38,15 +38,15 @@ from real.results import ServerReport, assemble, write
 from real.server import Evaluation, ShardServer
 from real.worker import WorkerSetup, train
 from sim.config import Config
-from sim.engine import bind_policy
+from sim.engine.op_checks import OpValidator
+from sim.engine.phase_budget import SharedClaims
+from sim.engine.run import bind_policy
 from sim.errors import ConfigError
+from sim.files import atomic_write
 from sim.numerics.batches import ShardSampler, per_worker_batch
 from sim.numerics.optim import FlatOptimizer
 from sim.numerics.replica import Replica, bucket_ranges
 from sim.numerics.servers import ServerTensors
-from sim.output import atomic_write
-from sim.phase_budget import SharedClaims
-from sim.validation import OpValidator
 
 PEER_FAILED = 3  # exit code: stopped because another rank failed (real.launch reads it)
 

@@ -11,11 +11,11 @@ learning. Every process derives the same section from the same config, and the r
 
 from __future__ import annotations
 
+from sim.catalog.zoo import canonical_name
+from sim.catalog.zoo.transformers import SEQUENCE_LENGTHS
+from sim.cluster.topology import build_cluster
 from sim.config import Config, parse_config
 from sim.errors import ConfigError
-from sim.topology import build_cluster
-from sim.zoo import canonical_name
-from sim.zoo.transformers import SEQUENCE_LENGTHS
 
 
 def with_timing_numerics(config: Config) -> Config:

@@ -3,7 +3,7 @@
 Steps: (1) measure the cluster and write `calibrated.yaml` (the config with fitted links, latency,
 compute time and the model's real gradient size); (2) run that config on the real backend; (3)
 simulate it, and simulate the asynchronous policies (ASP, SSP) again with their workers out of step
-(`sim.phase_ensemble`: the median of seeded runs is their prediction); (4) compare, policy by
+(`sim.experiments.ensemble`: the median of seeded runs is their prediction); (4) compare, policy by
 policy, the mean iteration time (throughput for the asynchronous policies, whose iterations are not
 in lockstep), after dropping `warmup` iterations on both sides (connection set-up and allocator
 warm-up have no simulated counterpart).
@@ -24,10 +24,11 @@ from real.launch import launch
 from sim.api import simulate
 from sim.config import Config, load_config
 from sim.errors import SyncsimError
-from sim.output import atomic_write
-from sim.phase_ensemble import JITTER, asynchronous_policies, decorrelated
-from sim.results import Result, read_table
-from sim.tables import steady_figures
+from sim.experiments.ensemble import JITTER, asynchronous_policies, decorrelated
+from sim.files import atomic_write
+from sim.results import Result
+from sim.results.result import read_table
+from sim.results.tables import steady_figures
 
 TOLERANCE = 0.10  # mean iteration time, synchronous policies
 TOLERANCE_SHARED = 0.15  # throughput, shared-budget (asynchronous) policies
@@ -119,7 +120,7 @@ def _emulation(config_path: Path, tag: Optional[str], queue: str) -> Iterator[Op
 def compare(
     config_path: Path, sim_dir: Path, real_dir: Path, warmup: int, ensemble: Optional[pd.DataFrame] = None
 ) -> pd.DataFrame:
-    """One row per policy. A policy in `ensemble` (rows of `sim.phase_ensemble.decorrelated`) is
+    """One row per policy. A policy in `ensemble` (rows of `sim.experiments.ensemble.decorrelated`) is
     predicted by the ensemble's medians, with its range and the single simulation's throughput
     beside them."""
     config = load_config(config_path)
@@ -192,7 +193,7 @@ def markdown(table: pd.DataFrame) -> str:
 
 
 def plot(table: pd.DataFrame, path: Path, config_name: Optional[str] = None) -> None:
-    from sim.plots import figure, save_captioned
+    from sim.results.plots import figure, save_captioned
 
     fig, ax = figure(figsize=(7, 3.5))
     x = range(len(table))

@@ -1,4 +1,4 @@
-"""A worker process's training loop for one policy: the real counterpart of `sim/worker.py`.
+"""A worker process's training loop for one policy: the real counterpart of `sim/engine/worker.py`.
 
 Per iteration: the begin_step program; the on_forward programs one after another (reads); forward
 and backward of the real model on this worker's batch; the on_gradients programs of every bucket

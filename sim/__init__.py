@@ -1,12 +1,17 @@
-"""syncsim's discrete-event simulator.
+"""syncsim's discrete-event simulator, as layered packages (docs/architecture.md): `catalog` and
+`config` at the bottom; `cluster`, `network` (on the `kernel`) and `compute`; `numerics`; `engine`
+and `estimate`; `results`; `api`; `experiments`; the CLI on top.
 
 The public API is small: `simulate(config) -> Result`, `load_config(path)`, and the `Result` tables.
-Heavy modules are imported on first use so that `import sim.zoo` stays cheap.
+Heavy modules are imported on first use so that `import sim.catalog.zoo` stays cheap. Module paths
+from before the layered layout still import (`sim.old_paths`), with a DeprecationWarning.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from sim import old_paths
 
 __all__ = ["simulate", "load_config", "Result", "SyncsimError", "ConfigError"]
 
@@ -17,6 +22,8 @@ _LAZY = {
     "SyncsimError": ("sim.errors", "SyncsimError"),
     "ConfigError": ("sim.errors", "ConfigError"),
 }
+
+old_paths.install()
 
 
 def __getattr__(name: str) -> Any:

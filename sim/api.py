@@ -8,13 +8,15 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Optional, Union
 
+from sim.cluster.topology import Cluster, build_cluster
+from sim.compute.workload import ComputePlan, compute_plan
 from sim.config import Config, load_config, parse_config
-from sim.cost import check_limits
-from sim.engine import PolicyRun, bind_policy, run_policy
+from sim.engine.faults import fault_problems
+from sim.engine.run import PolicyRun, bind_policy, run_policy
 from sim.errors import ConfigError
-from sim.faults import fault_problems
+from sim.estimate.cost import check_limits
 from sim.results import Result
-from sim.tables import (
+from sim.results.tables import (
     accuracy_frame,
     faults_frame,
     iterations_frame,
@@ -25,8 +27,6 @@ from sim.tables import (
     summary_frame,
     utilization_frame,
 )
-from sim.topology import Cluster, build_cluster
-from sim.workload import ComputePlan, compute_plan
 
 ConfigLike = Union[Config, Mapping[str, Any], str, "os.PathLike[str]"]
 
@@ -88,7 +88,7 @@ def simulate(
 
     `on_policy_done` receives the partial result after each policy (to save what is done so far).
     A policy that fails keeps the rows it produced; its summary row says why it stopped. A config whose
-    cost estimate (`sim.cost`) exceeds `simulation.max_estimated_wall_s` or `max_estimated_memory_mb`
+    cost estimate (`sim.estimate.cost`) exceeds `simulation.max_estimated_wall_s` or `max_estimated_memory_mb`
     is refused with a ConfigError before anything is built.
     """
     cfg = as_config(config)

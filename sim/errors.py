@@ -18,4 +18,4 @@ class DeadlockError(SyncsimError):
 
 
 class OutputBusy(SyncsimError):
-    """Another process holds the output folder (`sim.output.hold_output`); the message names its pid and command."""
+    """Another process holds the output folder (`sim.files.hold_output`); the message names its pid and command."""

@@ -11,14 +11,14 @@ import pytest  # noqa: E402
 @pytest.fixture
 def drawn(monkeypatch: pytest.MonkeyPatch) -> list:
     """The figures the plotting modules would save, kept open for the test to inspect (no files)."""
-    import sim.plots
-    import sim.sweep_plot
+    import sim.experiments.sweep_plot
+    import sim.results.plots
 
     figures: list = []
 
     def keep(fig, path):  # type: ignore[no-untyped-def]
         figures.append(fig)
 
-    monkeypatch.setattr(sim.plots, "save_figure", keep)
-    monkeypatch.setattr(sim.sweep_plot, "save_figure", keep)
+    monkeypatch.setattr(sim.results.plots, "save_figure", keep)
+    monkeypatch.setattr(sim.experiments.sweep_plot, "save_figure", keep)
     return figures

@@ -7,7 +7,7 @@ bucket's collective, back to back on the group's communicator.
 
 from __future__ import annotations
 
-from sim.workload import ComputePlan
+from sim.compute.workload import ComputePlan
 
 GBPS = 1e9 / 8
 US = 1e-6

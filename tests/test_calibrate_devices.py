@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 
 from real.calibrate import measure, probe, profiled, run  # noqa: E402
 from real.calibrate.rows import ComputeSample  # noqa: E402
-from sim.profile import ComputeProfile, LayerTime  # noqa: E402
+from sim.compute.profile import ComputeProfile, LayerTime  # noqa: E402
 
 HOSTS = ("hostA", "hostB")
 RACKS = {"hostA": "r0", "hostB": "r1"}

@@ -36,7 +36,7 @@ def _free_port() -> int:
 
 def _worker(rank: int, world: int, port: int, out: str) -> None:
     from real.calibrate import calibrate
-    from sim.config_numerics import NumericsConfig
+    from sim.config.numerics import NumericsConfig
     from sim.numerics.tasks import Task
 
     torch.set_num_threads(1)
@@ -133,7 +133,7 @@ def test_egress_matching_spreads_senders_over_the_other_racks() -> None:
 
 def test_compute_without_a_process_group_times_this_process() -> None:
     from real.calibrate.measure import compute, summarise
-    from sim.config_numerics import NumericsConfig
+    from sim.config.numerics import NumericsConfig
     from sim.numerics.tasks import Task
 
     task = Task(NumericsConfig(model="logreg"), seed=0)

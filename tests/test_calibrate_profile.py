@@ -14,9 +14,9 @@ from test_calibrate_fit import racks_of, synth
 from real.calibrate import fit_report, write_calibrated_config
 from real.calibrate.rows import Measurements
 from sim.api import simulate
+from sim.catalog.zoo import get_model
+from sim.compute.profile import ComputeProfile, LayerTime, read_profile
 from sim.config import load_config
-from sim.profile import ComputeProfile, LayerTime, read_profile
-from sim.zoo import get_model
 
 BASE = {
     "name": "zoo-calibrated",

@@ -75,13 +75,13 @@ def test_a_step_that_cannot_run_exits_1_with_its_message(
 ) -> None:
     """A domain error out of a command (a failed calibration, an emulation that cannot come up) is one
     line naming the command, not a traceback."""
-    import sim.cli as cli
+    import sim.cli.simulation as commands
     from real.validate import ValidationError
 
     def fails(args: object) -> int:
         raise ValidationError("calibration failed: rank 0 (worker) exited with code 2")
 
-    monkeypatch.setattr(cli, "_cmd_list", fails)
+    monkeypatch.setattr(commands, "_cmd_list", fails)
     assert main(["list"]) == 1
     assert capsys.readouterr().err == "syncsim list: calibration failed: rank 0 (worker) exited with code 2\n"
 

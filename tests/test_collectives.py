@@ -9,11 +9,11 @@ from helpers import GBPS, US, star, synthetic, two_tier
 
 from policies.ops import AllGather, AllReduce, AllToAll, Barrier, Group, ReduceScatter
 from sim.api import simulate
-from sim.collectives import CollectiveRunner, ring_steps
+from sim.cluster.routing import Router
+from sim.cluster.topology import build_cluster
 from sim.config import parse_config
-from sim.network import Network
-from sim.routing import Router
-from sim.topology import build_cluster
+from sim.engine.collectives import CollectiveRunner, ring_steps
+from sim.network.flows import Network
 
 MB = 1e6
 ALPHA = 12 * US  # GPU-host-switch-host-GPU on the test star

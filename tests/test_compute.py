@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from helpers import star, synthetic
 
-from sim.compute import ComputeModel, lognormal_factors
+from sim.compute.durations import ComputeModel, lognormal_factors
 from sim.config import parse_config
 
 

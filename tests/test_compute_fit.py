@@ -1,4 +1,4 @@
-"""The default compute model's fit to published throughputs (sim/compute_fit.py)."""
+"""The default compute model's fit to published throughputs (sim/compute/fit.py)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from sim import compute_fit
-from sim.compute_fit import Row, fit, flops_only_held_out, held_out, predict, training_rows, usable
-from sim.gpus import GPU_NAMES, get_gpu
-from sim.roofline import model_seconds
-from sim.zoo import get_model
+from sim.catalog.gpus import GPU_NAMES, get_gpu
+from sim.catalog.zoo import get_model
+from sim.compute import fit as compute_fit
+from sim.compute.fit import Row, fit, flops_only_held_out, held_out, predict, training_rows, usable
+from sim.compute.roofline import model_seconds
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "compute_model.md"
 
@@ -67,7 +67,7 @@ def test_rows_that_measure_another_network_or_machine_are_left_out() -> None:
             _row(gpus=8),  # eight GPUs: communication is in the time
             _row(batch_per_gpu=float("nan")),
             _row(image_size=299),
-            _row(gpu="T4"),  # not a GPU of sim.gpus
+            _row(gpu="T4"),  # not a GPU of sim.catalog.gpus
             _row(note="A100 80GB PCIe"),
             _row(model="bert_large", seq_len=512, table="Pre-training NVIDIA DGX A100"),
             _row(samples_per_s=float("nan")),  # no figure at all

@@ -29,7 +29,7 @@ from hypothesis import strategies as st  # noqa: E402
 
 from sim.api import simulate  # noqa: E402
 from sim.cli import main  # noqa: E402
-from sim.config_yaml import read_yaml  # noqa: E402
+from sim.config.yaml_io import read_yaml  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = int(os.environ.get("SYNCSIM_FUZZ_EXAMPLES", "500"))

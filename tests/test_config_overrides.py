@@ -9,8 +9,8 @@ import yaml
 
 from sim.cli import main
 from sim.config import load_config
-from sim.config_extends import merge
-from sim.config_overrides import apply_overrides, parse_override, parse_path
+from sim.config.extends import merge
+from sim.config.overrides import apply_overrides, parse_override, parse_path
 from sim.errors import ConfigError
 
 QUICKSTART = Path(__file__).parent.parent / "configs" / "quickstart.yaml"

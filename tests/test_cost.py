@@ -1,4 +1,4 @@
-"""The cost estimate (`sim.cost`): counts against what the engine measures, and the limits that refuse a
+"""The cost estimate (`sim.estimate.cost`): counts against what the engine measures, and the limits that refuse a
 run before anything is built (`syncsim check`, `syncsim run`, `simulate`)."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from policies.registry import BUILTIN
 from sim.api import simulate
 from sim.cli import main
 from sim.config import parse_config
-from sim.cost import estimate
 from sim.errors import ConfigError
+from sim.estimate.cost import estimate
 
 ROOT = Path(__file__).parent.parent
 QUICKSTART = ROOT / "configs" / "quickstart.yaml"

@@ -44,6 +44,6 @@ def test_readme_config_tour_is_valid() -> None:
 
 
 def test_config_reference_is_current() -> None:
-    from sim.config_reference import render
+    from sim.config.reference import render
 
-    assert (ROOT / "docs" / "config.md").read_text() == render(), "run: python -m sim.config_reference > docs/config.md"
+    assert (ROOT / "docs" / "config.md").read_text() == render(), "run: python -m sim.config.reference > docs/config.md"

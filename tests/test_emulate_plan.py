@@ -15,9 +15,9 @@ from real.emulate import cli as emulate_cli
 from real.emulate.names import IFNAMSIZ, check_tag, namespace_prefix, owned, tag_from_name
 from real.emulate.plan import EmulationPlan
 from real.emulate.shaping import FAIR_BUCKETS, GSO_MAX, QUEUES, shaping_for
+from sim.cluster.topology import build_cluster
 from sim.config import parse_config
 from sim.errors import ConfigError
-from sim.topology import build_cluster
 
 
 def config(cluster: dict, name: str = "test"):  # type: ignore[no-untyped-def]

@@ -102,10 +102,10 @@ def test_async_server_and_clock_bound() -> None:
 
 def test_compiled_and_numpy_solvers_give_identical_runs(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Where the network switches to the compiled solver must not change any result, to the bit."""
-    import sim.maxmin
-    import sim.network
+    import sim.network.flows
+    import sim.network.maxmin
 
-    if sim.maxmin.progressive_filling is None:
+    if sim.network.maxmin.progressive_filling is None:
         pytest.skip("numba is not available")
     cfg = synthetic(
         two_tier(2, 4, 12.5),
@@ -123,7 +123,7 @@ def test_compiled_and_numpy_solvers_give_identical_runs(monkeypatch: pytest.Monk
         {"hosts": ["h0", "h5"], "gbps": 5, "on_s": 0.02, "off_s": 0.03},
     ]
     for name, after in (("numpy", 10**9), ("compiled", 0)):
-        monkeypatch.setattr(sim.network, "COMPILE_AFTER", after)
+        monkeypatch.setattr(sim.network.flows, "COMPILE_AFTER", after)
         simulate(cfg).write(tmp_path / name, plot=False, trace=False)
     for table in ("summary", "iterations", "ops", "links", "utilization", "staleness", "faults"):
         assert (tmp_path / "numpy" / f"{table}.csv").read_bytes() == (

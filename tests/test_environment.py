@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import simpy
 
-from sim.environment import AllDone, CountingEnvironment, queue_call
+from sim.kernel.environment import AllDone, CountingEnvironment, queue_call
 
 
 def _scenario(env: simpy.Environment, log: list[tuple[float, str]], all_of: Callable[..., simpy.Event]) -> simpy.Event:

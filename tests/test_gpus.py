@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sim.gpus import GPU_NAMES, PRECISIONS, GpuSpec, KernelCosts, get_gpu
+from sim.catalog.gpus import GPU_NAMES, PRECISIONS, GpuSpec, KernelCosts, get_gpu
 
 # Vendor datasheet peaks (TFLOPS): FP32, and dense FP16 on tensor cores where there are any.
 DATASHEET = {

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.maxmin import max_min_rates
+from sim.network.maxmin import max_min_rates
 
 REL = 1e-9
 
@@ -377,7 +377,7 @@ def test_raising_a_transfers_own_cap_never_slows_it(instance, data) -> None:
 @given(instances(), st.data())
 def test_compiled_and_numpy_solvers_agree(instance, data) -> None:
     """The numba kernel is the numpy reference's loop compiled: equal rates, idle transfers included."""
-    from sim import maxmin
+    from sim.network import maxmin
 
     if maxmin.progressive_filling is None:
         pytest.skip("numba is not available; only the numpy solver runs")
@@ -409,8 +409,8 @@ def test_many_level_solves_continue_incrementally_with_the_same_rates() -> None:
     """An all-to-all on a star (one transfer per ordered pair, as many bottleneck levels as links)
     runs past the compiled kernel's scan rounds into its incremental continuation; its rates equal
     the numpy reference's exactly, integer weights summing exactly either way."""
-    from sim import maxmin
-    from sim.maxmin_jit import SCAN_ROUNDS
+    from sim.network import maxmin
+    from sim.network.maxmin_jit import SCAN_ROUNDS
 
     if maxmin.progressive_filling is None:
         pytest.skip("numba is not available; only the numpy solver runs")

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_maxmin import crossings, reference_rates
 
-from sim.network import Network
+from sim.network.flows import Network
 
 REL = 1e-6  # the network finishes a transfer up to 1e-9 of its size early; errors stay well below this
 

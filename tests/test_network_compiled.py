@@ -1,4 +1,4 @@
-"""The compiled recompute (sim/network_jit.py) against the network's numpy path, its reference: the
+"""The compiled recompute (sim/network/flows_jit.py) against the network's numpy path, its reference: the
 same rates at every recompute and the same deliveries, to the bit, through class and slot compaction,
 open flows, capacity changes and solves long enough to hand over to the indexed continuation."""
 
@@ -13,12 +13,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_network import Spec, long_runs, run, scenarios
 
-import sim.network
-from sim.maxmin import max_min_rates_numpy
-from sim.network import Network
-from sim.network_jit import SCAN_ROUNDS
+import sim.network.flows
+from sim.network.flows import Network
+from sim.network.flows_jit import SCAN_ROUNDS
+from sim.network.maxmin import max_min_rates_numpy
 
-pytestmark = pytest.mark.skipif(sim.network.network_jit is None, reason="numba is not available")
+pytestmark = pytest.mark.skipif(sim.network.flows.flows_jit is None, reason="numba is not available")
 
 
 @pytest.fixture
@@ -47,9 +47,9 @@ def checked(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 def both(monkeypatch: pytest.MonkeyPatch, go):  # type: ignore[no-untyped-def]
     """`go()` with every recompute on the numpy path, then with every one compiled."""
-    monkeypatch.setattr(sim.network, "COMPILE_AFTER", 10**9)
+    monkeypatch.setattr(sim.network.flows, "COMPILE_AFTER", 10**9)
     numpy_run = go()
-    monkeypatch.setattr(sim.network, "COMPILE_AFTER", 0)
+    monkeypatch.setattr(sim.network.flows, "COMPILE_AFTER", 0)
     return numpy_run, go()
 
 
@@ -167,7 +167,7 @@ def test_open_flows_and_capacity_changes_are_identical_compiled(monkeypatch: pyt
 
 def test_many_level_solves_are_handed_over_with_the_same_rates(monkeypatch: pytest.MonkeyPatch, checked) -> None:
     """An all-to-all on a star with unequal links has more bottleneck levels than the kernel scans
-    before it hands the solve to sim.maxmin's kernel; sizes differ, so the levels change at every
+    before it hands the solve to sim.network.maxmin's kernel; sizes differ, so the levels change at every
     finish."""
     hosts = 16
     rng = np.random.default_rng(11)
@@ -201,7 +201,7 @@ def _incidence(specs: list[Spec]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 def test_identical_transfers_share_one_class_and_its_rate(checked, monkeypatch: pytest.MonkeyPatch) -> None:
     # 10 B/s; three identical transfers of 30 B and one of 10 B on another path set over the same
     # link: all four at 2.5 B/s; the small one is done at 4 s, the others then at 10/3 B/s, done at 10.
-    monkeypatch.setattr(sim.network, "COMPILE_AFTER", 0)
+    monkeypatch.setattr(sim.network.flows, "COMPILE_AFTER", 0)
     out = run([10.0, 50.0], [0.0, 0.0], [Spec(0.0, ((0,),), 30)] * 3 + [Spec(0.0, ((0, 1),), 10)])
     assert out.delivered == pytest.approx([10.0, 10.0, 10.0, 4.0], rel=1e-12)
     assert out.net._n_classes == 2 and checked[0] == 2

@@ -60,7 +60,7 @@ def test_bsp_schemes_equal_single_process_training(numerics: dict[str, Any]) -> 
     ]
     result = simulate(numerics_config(two_tier(2, 2, 25.0), policies, numerics))
     assert result.errors == {}
-    from sim.config_numerics import NumericsConfig
+    from sim.config.numerics import NumericsConfig
 
     expected = train_reference(NumericsConfig(**numerics, eval_every=5), 0, 4, ITERATIONS).numpy()
     for run in result.runs:
@@ -77,7 +77,7 @@ def test_host_level_hierarchical_and_ds_sync_over_one_group_equal_single_process
     policies = [{"name": "hierarchical", "level": "host"}, {"name": "ds_sync", "schedule": [[[0, 1, 2, 3]]]}]
     result = simulate(numerics_config(star(2, gpus_per_host=2), policies, numerics))
     assert result.errors == {}
-    from sim.config_numerics import NumericsConfig
+    from sim.config.numerics import NumericsConfig
 
     expected = train_reference(NumericsConfig(**numerics), 0, 4, ITERATIONS).numpy()
     for run in result.runs:
@@ -86,7 +86,7 @@ def test_host_level_hierarchical_and_ds_sync_over_one_group_equal_single_process
 
 def test_no_sync_on_one_worker_is_plain_training() -> None:
     result = simulate(numerics_config(star(1), [{"name": "no_sync"}], SGD))
-    from sim.config_numerics import NumericsConfig
+    from sim.config.numerics import NumericsConfig
 
     expected = train_reference(NumericsConfig(**SGD), 0, 1, ITERATIONS).numpy()
     np.testing.assert_allclose(result.runs[0].parameters[0], expected, rtol=1e-4, atol=1e-5)
@@ -94,7 +94,7 @@ def test_no_sync_on_one_worker_is_plain_training() -> None:
 
 def test_training_moves_the_parameters() -> None:
     """Guards the tests above against comparing two barely trained models."""
-    from sim.config_numerics import NumericsConfig
+    from sim.config.numerics import NumericsConfig
     from sim.numerics.tasks import Task
 
     result = simulate(numerics_config(star(1), [{"name": "no_sync"}], SGD))

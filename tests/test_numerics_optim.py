@@ -8,7 +8,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from sim.config_numerics import OptimizerConfig, ScheduleConfig  # noqa: E402
+from sim.config.numerics import OptimizerConfig, ScheduleConfig  # noqa: E402
 from sim.numerics.optim import FlatOptimizer, learning_rate  # noqa: E402
 
 

@@ -16,7 +16,7 @@ import torch  # noqa: E402
 from helpers import star, synthetic  # noqa: E402
 
 from sim.api import simulate  # noqa: E402
-from sim.config_numerics import NumericsConfig  # noqa: E402
+from sim.config.numerics import NumericsConfig  # noqa: E402
 from sim.numerics.servers import ServerTensors, Update  # noqa: E402
 
 WORKERS = 8

@@ -8,7 +8,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("sklearn")
 
 from policies.ops import AllGather, AllReduce, AllToAll, Group, Payload, Push, ReduceScatter  # noqa: E402
-from sim.config_numerics import NumericsConfig  # noqa: E402
+from sim.config.numerics import NumericsConfig  # noqa: E402
 from sim.errors import ConfigError, PolicyError  # noqa: E402
 from sim.numerics.replicas import Replicas, bucket_ranges, partition  # noqa: E402
 from sim.numerics.tasks import Task  # noqa: E402

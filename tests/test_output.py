@@ -1,4 +1,4 @@
-"""Result files are never half-written, and one run at a time writes an output folder (sim/output.py):
+"""Result files are never half-written, and one run at a time writes an output folder (sim/files.py):
 unit checks of the atomic writes, the stale-temporary sweep and the folder lock, then `syncsim run`
 SIGKILLed at random moments of a multi-policy run."""
 
@@ -22,10 +22,10 @@ import pytest
 import yaml
 from helpers import star, synthetic
 
-import sim.results
+import sim.results.result
 from sim.api import simulate
 from sim.errors import OutputBusy, SyncsimError
-from sim.output import LOCK_NAME, TEMPORARY, atomic_path, atomic_write, clean_temporaries, hold_output
+from sim.files import LOCK_NAME, TEMPORARY, atomic_path, atomic_write, clean_temporaries, hold_output
 from sim.results import Result
 
 ROOT = Path(__file__).parent.parent
@@ -33,7 +33,7 @@ QUICKSTART = ROOT / "configs" / "quickstart.yaml"
 
 # holds a folder until killed; prints a line once it holds it
 HOLDER = """import sys, time
-from sim.output import hold_output
+from sim.files import hold_output
 with hold_output(sys.argv[1], command="syncsim run held.yaml"):
     print("held", flush=True)
     time.sleep(300)
@@ -98,7 +98,7 @@ def test_atomic_path_keeps_the_extension_for_savefig(tmp_path: Path) -> None:
 
 def test_clean_temporaries_removes_what_a_killed_writer_left_and_nothing_else(tmp_path: Path) -> None:
     killed = """import os, signal, sys
-from sim.output import atomic_path
+from sim.files import atomic_path
 with atomic_path(sys.argv[1]) as tmp:
     tmp.write_text("half a tab")
     os.kill(os.getpid(), signal.SIGKILL)
@@ -160,9 +160,9 @@ def test_a_sigkilled_holder_frees_the_folder(tmp_path: Path, holder: subprocess.
 
 
 def test_without_fcntl_nothing_is_locked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import sim.output
+    import sim.files
 
-    monkeypatch.setattr(sim.output, "fcntl", None)
+    monkeypatch.setattr(sim.files, "fcntl", None)
     with hold_output(tmp_path / "out") as out, hold_output(out):
         assert out.is_dir() and not (out / LOCK_NAME).exists()
 
@@ -218,14 +218,14 @@ def test_a_write_stopped_at_any_file_never_claims_missing_rows(tmp_path: Path, m
         calls.append(path)
         atomic_write(path, data)
 
-    monkeypatch.setattr(sim.results, "atomic_write", counted)
+    monkeypatch.setattr(sim.results.result, "atomic_write", counted)
     partials[1].write(tmp_path / "count", plot=False, trace=False)
     monkeypatch.undo()
     assert len(calls) == 9  # config.yaml and 8 tables
     for stop in range(len(calls) + 1):
         out = tmp_path / f"stop{stop}"
         partials[0].write(out, plot=False, trace=False)
-        monkeypatch.setattr(sim.results, "atomic_write", stopping_after(stop))
+        monkeypatch.setattr(sim.results.result, "atomic_write", stopping_after(stop))
         with pytest.raises(KeyboardInterrupt) if stop < len(calls) else nullcontext():
             partials[1].write(out, plot=False, trace=False)
         monkeypatch.undo()

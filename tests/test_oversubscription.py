@@ -15,9 +15,9 @@ import pytest
 from helpers import GBPS, US
 
 from sim.api import simulate
+from sim.catalog.gpus import get_gpu
+from sim.compute.workload import compute_plan
 from sim.config import load_config
-from sim.gpus import get_gpu
-from sim.workload import compute_plan
 
 CONFIGS = Path(__file__).parent.parent / "configs"
 P = 16

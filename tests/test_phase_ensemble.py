@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from sim.config import parse_config
-from sim.phase_ensemble import asynchronous_policies, decorrelated
+from sim.experiments.ensemble import asynchronous_policies, decorrelated
 
 MB = 1e6
 NIC_GBPS, UPLINK_GBPS, GRADIENT_MB, COMPUTE_MS, BATCH = 0.2, 0.1, 1.2, 5.0, 16

@@ -11,7 +11,7 @@ import pytest
 from helpers import GBPS, US, star, synthetic, two_tier
 
 from sim.api import simulate
-from sim.gpus import get_gpu
+from sim.catalog.gpus import get_gpu
 
 MB = 1e6
 LINK_US = 5.0  # every config here uses link_latency_us: 5

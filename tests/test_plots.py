@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from sim.plots import accuracy_plot, identical_columns, joined_names, line_styles, utilization_plot
+from sim.results.plots import accuracy_plot, identical_columns, joined_names, line_styles, utilization_plot
 
 
 def samples(policy: str, link: str, kind: str, values: list[float], step: float) -> list[dict]:
@@ -59,7 +59,7 @@ def test_coinciding_accuracy_curves_get_different_dashes_and_widths(drawn: list)
 
 
 def test_the_search_and_validation_figures_name_their_config(drawn: list) -> None:
-    from sim.plots import search_plot
+    from sim.results.plots import search_plot
 
     table = pd.DataFrame({"fraction": [1.0, 0.5], "final_accuracy": [0.9, 0.89], "sim_time_s": [10.0, 6.0],
                           "passes": [True, True], "chosen": [False, True]})  # fmt: skip
@@ -83,7 +83,7 @@ def test_drawing_leaves_pyplot_and_its_backend_alone(tmp_path: Path) -> None:
 import matplotlib
 matplotlib.use("svg")
 import matplotlib.pyplot as plt
-import sim.plots, sim.sweep_plot
+import sim.results.plots, sim.experiments.sweep_plot
 from sim import simulate
 from helpers import star, synthetic
 simulate({{**synthetic(star(4), [{{"name": "ring"}}], 10.0, compute_ms=5.0), "iterations": 2}}).plot({str(tmp_path)!r})

@@ -10,11 +10,11 @@ import pytest
 import yaml
 
 from sim.api import prepare, simulate
+from sim.catalog.zoo import get_model
 from sim.cli import main
+from sim.compute.profile import ComputeProfile, LayerTime, read_profile, write_profile
 from sim.config import load_config
 from sim.errors import ConfigError
-from sim.profile import ComputeProfile, LayerTime, read_profile, write_profile
-from sim.zoo import get_model
 
 torch = pytest.importorskip("torch")
 

@@ -115,7 +115,7 @@ def test_syncsim_profile_runs_on_the_gpu(tmp_path: Path, capsys: pytest.CaptureF
 def test_a_replica_steps_on_the_gpu_with_fp32_master_weights(precision: str) -> None:
     from real.placement import optimizer_on, task_on
     from real.precision import PrecisionTask
-    from sim.config_numerics import NumericsConfig
+    from sim.config.numerics import NumericsConfig
     from sim.numerics.batches import ShardSampler
     from sim.numerics.optim import FlatOptimizer
     from sim.numerics.replica import Replica, bucket_ranges
@@ -189,7 +189,7 @@ def test_syncsim_real_trains_in_every_precision_on_the_gpu(tmp_path: Path, preci
 def _calibration_worker(rank: int, backend: str, world: int, init: str, out: str) -> None:
     from real.calibrate import profiled
     from real.calibrate.run import calibrate
-    from sim.config_numerics import NumericsConfig
+    from sim.config.numerics import NumericsConfig
     from sim.numerics.tasks import Task
 
     gpu = torch.device("cuda", 0)

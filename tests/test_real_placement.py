@@ -13,7 +13,7 @@ pytest.importorskip("sklearn")
 
 from real.backends import training_device  # noqa: E402
 from real.placement import host_copy, on_host, optimizer_on, task_on  # noqa: E402
-from sim.config_numerics import NumericsConfig  # noqa: E402
+from sim.config.numerics import NumericsConfig  # noqa: E402
 from sim.numerics.optim import FlatOptimizer  # noqa: E402
 from sim.numerics.tasks import Task  # noqa: E402
 

@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("sklearn")
 
 from real.precision import PRECISIONS, LossScale, PrecisionTask, autocast, check, configure_tf32  # noqa: E402
-from sim.config_numerics import NumericsConfig  # noqa: E402
+from sim.config.numerics import NumericsConfig  # noqa: E402
 from sim.numerics.batches import ShardSampler  # noqa: E402
 from sim.numerics.optim import FlatOptimizer  # noqa: E402
 from sim.numerics.replica import Replica, bucket_ranges  # noqa: E402

@@ -27,7 +27,7 @@ from real.groups import group_order  # noqa: E402
 from real.launch import launch  # noqa: E402
 from real.server import ShardServer  # noqa: E402
 from sim.api import simulate  # noqa: E402
-from sim.config_numerics import NumericsConfig  # noqa: E402
+from sim.config.numerics import NumericsConfig  # noqa: E402
 from sim.errors import PolicyError  # noqa: E402
 from sim.numerics.servers import ServerTensors  # noqa: E402
 from sim.numerics.sparse_rules import Pairs, reduce_pairs, scatter, split_by_owner  # noqa: E402

@@ -23,7 +23,7 @@ from real.session import _first_sentence  # noqa: E402
 from real.validate import compare, markdown  # noqa: E402
 from sim.api import prepare  # noqa: E402
 from sim.config import parse_config  # noqa: E402
-from sim.engine import bind_policy  # noqa: E402
+from sim.engine.run import bind_policy  # noqa: E402
 
 
 def bound(policy: dict, racks: int = 2, hosts: int = 2, gpus: int = 1):  # type: ignore[no-untyped-def]

@@ -139,14 +139,14 @@ def test_result_read_takes_gzipped_tables(tmp_path: Path) -> None:
 
 
 def test_every_run_figure_names_its_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import sim.plots
+    import sim.results.plots
 
     titles: dict[str, str] = {}
 
     def capture(fig, path, close=True):  # type: ignore[no-untyped-def]
         titles[Path(path).name] = fig._suptitle.get_text() if fig._suptitle else ""
 
-    monkeypatch.setattr(sim.plots, "save_figure", capture)
+    monkeypatch.setattr(sim.results.plots, "save_figure", capture)
     cfg = synthetic(star(4), [{"name": "ring"}, {"name": "asp", "placement": "colocated"}], 10.0, compute_ms=5.0)
     result = simulate({**cfg, "iterations": 3, "name": "named-run"})
     files = result.plot(tmp_path, ("png", "svg"))

@@ -1,15 +1,15 @@
-"""The default compute model (sim/roofline.py) against its closed form, op by op."""
+"""The default compute model (sim/compute/roofline.py) against its closed form, op by op."""
 
 from __future__ import annotations
 
 import pytest
 
+from sim.catalog.gpus import KernelCosts, get_gpu
+from sim.catalog.zoo import MODEL_NAMES, get_model
+from sim.catalog.zoo.spec import Layer, Op
+from sim.compute.roofline import arithmetic_unit, model_seconds, op_table
 from sim.config import parse_config
 from sim.errors import ConfigError
-from sim.gpus import KernelCosts, get_gpu
-from sim.roofline import arithmetic_unit, model_seconds, op_table
-from sim.zoo import MODEL_NAMES, get_model
-from sim.zoo.spec import Layer, Op
 
 COSTS = KernelCosts(fp32=0.5, tf32=0.4, tensor=0.25, memory=0.8, launch_us=7.0)
 A100, V100, K80 = get_gpu("A100"), get_gpu("V100"), get_gpu("K80")

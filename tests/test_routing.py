@@ -6,9 +6,9 @@ from collections import Counter
 
 from helpers import star, synthetic, two_tier
 
+from sim.cluster.routing import Router
+from sim.cluster.topology import build_cluster
 from sim.config import parse_config
-from sim.routing import Router
-from sim.topology import build_cluster
 
 
 def build(cluster: dict):  # type: ignore[no-untyped-def]

@@ -15,7 +15,7 @@ from helpers import star, synthetic  # noqa: E402
 
 from sim.cli import main  # noqa: E402
 from sim.errors import ConfigError  # noqa: E402
-from sim.search import offline_search  # noqa: E402
+from sim.experiments.search import offline_search  # noqa: E402
 
 
 def config(**entry) -> dict:

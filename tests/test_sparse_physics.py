@@ -1,4 +1,4 @@
-"""Sparse schemes on the simulator against their closed forms (sim/sparse_costs.py, docs/sparse.md),
+"""Sparse schemes on the simulator against their closed forms (sim/compute/sparse_costs.py, docs/sparse.md),
 with sizes drawn from real index sets: uncontended star, n in {4, 16, 64}, d in {0.1%, 1%, 10%}."""
 
 from __future__ import annotations
@@ -9,8 +9,7 @@ import pytest
 from helpers import GBPS, US, star, synthetic
 
 from sim.api import simulate
-from sim.config import parse_config
-from sim.sparse_costs import (
+from sim.compute.sparse_costs import (
     SparseShape,
     crossover_density,
     ring_time,
@@ -19,6 +18,7 @@ from sim.sparse_costs import (
     topk_aggregated_density,
     zen_bytes,
 )
+from sim.config import parse_config
 
 B = 25 * GBPS
 ALPHA = 12 * US  # GPU-host-switch-host-GPU on the test star

@@ -11,8 +11,8 @@ from policies.ops import AllGather, AllReduce, AllToAll, Density, Group, Push, S
 from policies.registry import create
 from sim.api import simulate
 from sim.config import parse_config
+from sim.engine.op_checks import OpValidator
 from sim.errors import PolicyError
-from sim.validation import OpValidator
 
 SPARSE_MODEL = ModelInfo(32e6, (8e6,) * 4, (False, False, True, False))  # bucket 2 is sparse
 WORLD = Group.of(range(8))

@@ -1,4 +1,4 @@
-"""Message sizes of sparse ops from real index sets (sim/sparse_traffic.py), and load balance."""
+"""Message sizes of sparse ops from real index sets (sim/compute/sparse_traffic.py), and load balance."""
 
 from __future__ import annotations
 
@@ -8,8 +8,7 @@ from helpers import star, synthetic
 
 from policies.ops import SparseCoding
 from sim.api import simulate
-from sim.config import parse_config
-from sim.sparse_traffic import (
+from sim.compute.sparse_traffic import (
     SparseTraffic,
     exchange_matrix,
     gather_sizes,
@@ -18,7 +17,8 @@ from sim.sparse_traffic import (
     owner_of,
     received_imbalance,
 )
-from sim.sparsity import BucketLayout, IndexSets, Segment
+from sim.compute.sparsity import BucketLayout, IndexSets, Segment
+from sim.config import parse_config
 
 
 def traffic(*segments: Segment, seed: int = 0) -> SparseTraffic:

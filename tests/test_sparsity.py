@@ -1,4 +1,4 @@
-"""Index sets of sparse gradients (sim/sparsity.py): layouts from the zoo, top-k and lookup draws."""
+"""Index sets of sparse gradients (sim/compute/sparsity.py): layouts from the zoo, top-k and lookup draws."""
 
 from __future__ import annotations
 
@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 from helpers import star, synthetic
 
+from sim.catalog.gpus import get_gpu
+from sim.compute.sparse_costs import topk_aggregated_density
+from sim.compute.sparsity import BucketLayout, IndexSets, Segment, bernoulli_rows, distinct, power_law
+from sim.compute.workload import compute_plan
 from sim.config import parse_config
-from sim.gpus import get_gpu
-from sim.sparse_costs import topk_aggregated_density
-from sim.sparsity import BucketLayout, IndexSets, Segment, bernoulli_rows, distinct, power_law
-from sim.workload import compute_plan
 
 
 def plan_of(workload: dict):  # type: ignore[no-untyped-def]

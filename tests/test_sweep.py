@@ -17,8 +17,9 @@ from helpers import synthetic, two_tier
 
 from sim.cli import main
 from sim.errors import ConfigError
-from sim.sweep import expand, load_sweep
-from sim.sweep_runner import POINT_FILE, TABLE_FILE, point_folder, run_sweep
+from sim.experiments.sweep import expand, load_sweep
+from sim.experiments.sweep_points import POINT_FILE, point_folder
+from sim.experiments.sweep_runner import TABLE_FILE, run_sweep
 
 
 def base(iterations: int = 3) -> dict[str, Any]:

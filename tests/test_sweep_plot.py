@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from sim.errors import ConfigError
-from sim.sweep_plot import pick_x, sweep_plot
+from sim.experiments.sweep_plot import pick_x, sweep_plot
 
 
 def table(axis: str | None, values: list, seeds: int = 3) -> pd.DataFrame:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from helpers import GBPS, US, star, synthetic, two_tier
 
+from sim.cluster.topology import build_cluster
 from sim.config import parse_config
 from sim.errors import ConfigError
-from sim.topology import build_cluster
 
 
 def cluster_of(cluster: dict, policies: list | None = None):  # type: ignore[no-untyped-def]

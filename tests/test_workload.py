@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from sim.catalog.gpus import get_gpu
+from sim.catalog.zoo import get_model
+from sim.compute.roofline import model_seconds
+from sim.compute.workload import compute_plan
 from sim.config import WorkloadConfig
-from sim.gpus import get_gpu
-from sim.roofline import model_seconds
-from sim.workload import compute_plan
-from sim.zoo import get_model
 
 V100 = get_gpu("V100")
 

@@ -6,17 +6,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sim.zoo import MODEL_NAMES, Layer, ModelSpec, get_model
-from sim.zoo.builders import (
+from sim.catalog.zoo import MODEL_NAMES, Layer, ModelSpec, get_model
+from sim.catalog.zoo.builders import (
     attention_core_flops,
     conv2d,
     conv_output_size,
     linear,
     transformer_block,
 )
-from sim.zoo.cnn import cifar_resnet_layers
-from sim.zoo.recsys import deepfm_layers
-from sim.zoo.transformers import bert_layers, gpt2_layers
+from sim.catalog.zoo.cnn import cifar_resnet_layers
+from sim.catalog.zoo.recsys import deepfm_layers
+from sim.catalog.zoo.transformers import bert_layers, gpt2_layers
 
 # Published parameter counts. Exact where the architecture is exactly known: torchvision's
 # model cards (ResNet-50, VGG-16) and the Hugging Face checkpoints (BERT with pooler, GPT-2).

@@ -6,8 +6,8 @@ import pytest
 
 pytest.importorskip("torch")
 
+from sim.catalog.zoo import MODEL_NAMES, get_model  # noqa: E402
 from sim.numerics.zoo_nets import build_zoo_module, flat_layout  # noqa: E402
-from sim.zoo import MODEL_NAMES, get_model  # noqa: E402
 
 
 @pytest.mark.parametrize("name", MODEL_NAMES)

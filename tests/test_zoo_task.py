@@ -7,13 +7,13 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from sim.catalog.zoo import get_model  # noqa: E402
+from sim.compute.workload import compute_plan  # noqa: E402
 from sim.config import parse_config  # noqa: E402
-from sim.config_numerics import NumericsConfig  # noqa: E402
+from sim.config.numerics import NumericsConfig  # noqa: E402
 from sim.errors import ConfigError  # noqa: E402
 from sim.numerics.replica import bucket_ranges  # noqa: E402
 from sim.numerics.zoo_task import ZooTask  # noqa: E402
-from sim.workload import compute_plan  # noqa: E402
-from sim.zoo import get_model  # noqa: E402
 
 SMALL = {
     "resnet50": {"samples": 24, "image_size": 64, "classes": 4},
@@ -61,7 +61,7 @@ def test_same_seed_same_data_and_initial_parameters_other_seed_differs() -> None
 
 def test_buckets_cut_the_flat_vector_at_zoo_layer_ends() -> None:
     """The simulator's buckets for a zoo workload split the real flat vector on layer boundaries."""
-    from sim.gpus import get_gpu
+    from sim.catalog.gpus import get_gpu
 
     spec = get_model("resnet50")
     plan = compute_plan(parse_config(_config("resnet50")).workload, get_gpu("V100"))

@@ -16,9 +16,9 @@ from typing import Any, Union
 import yaml
 
 from real.calibrate.report import CalibrationReport
+from sim.compute.profile import write_profile
 from sim.config import Config, parse_config
-from sim.output import atomic_write
-from sim.profile import write_profile
+from sim.files import atomic_write
 
 # base settings calibration does not measure, kept when the topology changes
 KEEP_CLUSTER = ("gpu", "intra_host_gbps", "intra_host_latency_us", "placement")

@@ -195,7 +195,7 @@ def workload_section(m: Measurements, compute_s: Optional[float], jitter: Option
 
 
 def efficiency_fields(collective: Optional[CollectiveFit]) -> dict[str, float]:
-    """The proposed collective-only fields (not in sim/config.py yet), for a report or a proposal."""
+    """The proposed collective-only fields (not in sim/config/schema.py yet), for a report or a proposal."""
     if collective is None:
         return {}
     return {

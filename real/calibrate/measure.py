@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 
 from real.calibrate.rows import CollectiveSample, ComputeSample, PairSample, UplinkSample, rack_members
-from sim.config_calibration import STATISTICS, Statistic
+from sim.config.calibration import STATISTICS, Statistic
 
 Device = Union[torch.device, str]
 T = TypeVar("T")

@@ -15,8 +15,8 @@ import torch.distributed as dist
 
 from real.calibrate.rows import ComputeSample
 from real.profiler import measure_profile
-from sim.profile import ComputeProfile
-from sim.zoo import canonical_name
+from sim.catalog.zoo import canonical_name
+from sim.compute.profile import ComputeProfile
 
 WARMUP = 3
 MIN_REPEATS = 10

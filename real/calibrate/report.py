@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
 from real.calibrate.rows import Measurements
-from sim.profile import ComputeProfile
+from sim.compute.profile import ComputeProfile
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Optional
 
-from sim.profile import ComputeProfile
+from sim.compute.profile import ComputeProfile
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from real.calibrate.fit import fit_report
 from real.calibrate.probe import probe_sizes
 from real.calibrate.report import CalibrationReport
 from real.calibrate.rows import Measurements
-from sim.config_calibration import CalibrationConfig
+from sim.config.calibration import CalibrationConfig
 
 DEFAULTS = CalibrationConfig()
 

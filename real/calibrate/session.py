@@ -19,7 +19,7 @@ import torch.distributed as dist
 from real.backends import backend_for, device_for
 from sim.config import Config
 from sim.errors import ConfigError
-from sim.output import atomic_write
+from sim.files import atomic_write
 
 
 def compute_device(device: torch.device, local_rank: int) -> torch.device:

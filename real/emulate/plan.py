@@ -1,7 +1,7 @@
 """From a `cluster:` config to an EmulationPlan: namespaces, bridges, veths, addresses and rates.
 
 Pure: nothing here touches the system, so every naming and rate rule is testable without root.
-The plan reads the cluster the simulator builds (sim.topology.build_cluster), so host names, racks,
+The plan reads the cluster the simulator builds (sim.cluster.topology.build_cluster), so host names, racks,
 NIC rates and rack uplinks (including the non-blocking default) are the simulator's by construction.
 
     host ns  h0:eth0 ==veth== fabric:h0-p -- [tor0] --tor0-up ==veth== core-tor0-- [core] -- ...
@@ -19,9 +19,9 @@ from typing import Optional
 
 from real.emulate.names import FABRIC, check_interface, check_tag, namespace_name, tag_from_name
 from real.emulate.shaping import check_queue
+from sim.cluster.topology import build_cluster
 from sim.config import ClusterBase, Config, CustomCluster, StarCluster, TwoTierCluster
 from sim.errors import ConfigError
-from sim.topology import build_cluster
 
 DEFAULT_SUBNET = "10.213.0.0/16"
 HOST_INTERFACE = "eth0"

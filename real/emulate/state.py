@@ -15,7 +15,7 @@ from typing import Any, Optional, Union
 
 from real.emulate.errors import EmulationError
 from real.emulate.names import check_tag
-from sim.output import atomic_write
+from sim.files import atomic_write
 
 ENV = "SYNCSIM_EMULATE_DIR"
 DEFAULT_DIR = "/run/syncsim-emulate"

@@ -12,7 +12,7 @@ from typing import Optional
 
 import torch
 
-from sim.config_numerics import OptimizerConfig, ScheduleConfig
+from sim.config.numerics import OptimizerConfig, ScheduleConfig
 
 
 class FlatOptimizer:

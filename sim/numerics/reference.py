@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from sim.config_numerics import NumericsConfig
+from sim.config.numerics import NumericsConfig
 from sim.numerics.batches import ShardSampler, per_worker_batch
 from sim.numerics.optim import learning_rate
 from sim.numerics.tasks import Task

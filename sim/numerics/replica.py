@@ -24,8 +24,8 @@ import numpy as np
 import torch
 
 from policies.ops import Collective, Payload, Pull, Push
-from sim.config_numerics import NumericsConfig
-from sim.config_sparsity import SparsityConfig
+from sim.config.numerics import NumericsConfig
+from sim.config.sparsity import SparsityConfig
 from sim.errors import PolicyError
 from sim.numerics.batches import ShardSampler
 from sim.numerics.optim import FlatOptimizer, learning_rate

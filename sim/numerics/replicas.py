@@ -26,8 +26,8 @@ from typing import Optional
 import torch
 
 from policies.ops import AllGather, AllReduce, AllToAll, Barrier, Collective, Payload, Pull, Push, ReduceScatter
-from sim.config_numerics import NumericsConfig
-from sim.config_sparsity import SparsityConfig
+from sim.config.numerics import NumericsConfig
+from sim.config.sparsity import SparsityConfig
 from sim.errors import PolicyError
 from sim.numerics.batches import ShardSampler, per_worker_batch
 from sim.numerics.optim import FlatOptimizer

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from sim.config_numerics import NumericsConfig
+from sim.config.numerics import NumericsConfig
 from sim.numerics.optim import FlatOptimizer, learning_rate
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from policies.ops import SparseCoding
-from sim.sparse_traffic import owner_of
+from sim.compute.sparse_traffic import owner_of
 
 
 @dataclass(frozen=True)

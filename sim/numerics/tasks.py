@@ -13,7 +13,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from sim.config_numerics import NumericsConfig
+from sim.config.numerics import NumericsConfig
 
 
 @dataclass(frozen=True)

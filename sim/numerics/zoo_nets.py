@@ -1,4 +1,4 @@
-"""torch.nn versions of the model zoo (`sim.zoo`), for training on real tensors.
+"""torch.nn versions of the model zoo (`sim.catalog.zoo`), for training on real tensors.
 
 Every module's parameter names start with the name of the zoo layer they belong to, so
 `flat_layout` can lay the parameters out in the zoo's layer order and each layer's slice of the flat
@@ -18,16 +18,16 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from sim.zoo import ModelSpec
-from sim.zoo.cnn import CIFAR10_CLASSES, IMAGENET_CLASSES
-from sim.zoo.recsys import (
+from sim.catalog.zoo import ModelSpec
+from sim.catalog.zoo.cnn import CIFAR10_CLASSES, IMAGENET_CLASSES
+from sim.catalog.zoo.recsys import (
     CRITEO_CATEGORICAL_FIELDS,
     CRITEO_DENSE_FIELDS,
     CRITEO_HASHED_FEATURES,
     DEEPFM_EMBEDDING_DIM,
     DEEPFM_HIDDEN,
 )
-from sim.zoo.transformers import BERT_POSITIONS, BERT_TOKEN_TYPES, BERT_VOCAB, GPT2_POSITIONS, GPT2_VOCAB
+from sim.catalog.zoo.transformers import BERT_POSITIONS, BERT_TOKEN_TYPES, BERT_VOCAB, GPT2_POSITIONS, GPT2_VOCAB
 
 FIELDS = CRITEO_DENSE_FIELDS + CRITEO_CATEGORICAL_FIELDS
 

@@ -20,11 +20,11 @@ import torch
 from torch.func import functional_call
 from torch.nn import functional as F
 
-from sim.config_numerics import NumericsConfig
+from sim.catalog.zoo import get_model
+from sim.catalog.zoo.recsys import CRITEO_HASHED_FEATURES
+from sim.config.numerics import NumericsConfig
 from sim.numerics.tasks import Dataset
 from sim.numerics.zoo_nets import FIELDS, build_zoo_module, flat_layout
-from sim.zoo import get_model
-from sim.zoo.recsys import CRITEO_HASHED_FEATURES
 
 IMAGE_MODELS = {"resnet50": 224, "vgg16": 224, "wrn26_10": 32, "resnet32": 32}
 MASK_TOKEN, FIRST_SYMBOL, MASKED_SHARE = 103, 1000, 0.15

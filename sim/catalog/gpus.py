@@ -1,0 +1,145 @@
+"""GPU specifications: vendor peak figures plus the constants of the default compute model.
+
+Peaks are from NVIDIA's datasheets (docs/zoo.md). The constants (what fraction of each peak and of
+memory bandwidth real training reaches, and what a kernel launch costs) are fitted to published
+throughputs (sim/compute/fit.py, docs/compute_model.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# fp32: PyTorch's defaults (cuDNN may use TF32 for convolutions, matrix products stay FP32);
+# tf32: TF32 for both; fp16 / bf16: autocast to that type (FP32 master weights and gradients).
+PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "fp16", "bf16")
+_POSITIVE_FIELDS = (
+    "fp32_tflops",
+    "fp16_tflops",
+    "memory_gb",
+    "memory_bandwidth_gbs",
+    "intra_host_gbps",
+)
+
+
+# Winograd F(2x2, 3x3) does a 3x3 convolution with 2.25x fewer multiplications.
+WINOGRAD_MAX = 2.25
+
+
+def check_precision(precision: str) -> str:
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of: {', '.join(PRECISIONS)} (got {precision!r})")
+    return precision
+
+
+def _check_efficiency(name: str, field: str, value: float) -> None:
+    if not 0.0 < value <= 1.0:
+        raise ValueError(f"GPU {name!r}: {field} must be in (0, 1], got {value}")
+
+
+@dataclass(frozen=True)
+class KernelCosts:
+    """A GPU's fitted constants for the default compute model (sim/compute/roofline.py): the fraction of
+    peak each arithmetic unit reaches (FP32 cores, TF32 and FP16/BF16 tensor cores), the fraction of
+    memory bandwidth, the time one kernel costs beyond its work (launch and eager dispatch), and
+    how much faster than their FLOPs say 3x3 convolutions run on FP32 cores (cuDNN's Winograd)."""
+
+    fp32: float
+    tf32: float
+    tensor: float
+    memory: float
+    launch_us: float
+    winograd: float = 1.0  # speed-up of 3x3 stride-1 convolutions on FP32 cores, 1 to 2.25
+    source: str = ""  # where the figures were fitted (sim/compute/fit.py)
+
+    def __post_init__(self) -> None:
+        for name in ("fp32", "tf32", "tensor", "memory"):
+            _check_efficiency("kernel costs", name, getattr(self, name))
+        if self.launch_us < 0:
+            raise ValueError(f"kernel costs: launch_us must be >= 0, got {self.launch_us}")
+        if not 1.0 <= self.winograd <= WINOGRAD_MAX:
+            raise ValueError(f"kernel costs: winograd must be in [1, {WINOGRAD_MAX}], got {self.winograd}")
+
+    def efficiency(self, unit: str) -> float:
+        """The fitted fraction of peak of `unit` (fp32, tf32 or tensor)."""
+        return float(getattr(self, unit))
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """One GPU (one die, as a cloud instance exposes it)."""
+
+    name: str
+    fp32_tflops: float  # peak dense FP32
+    fp16_tflops: float  # peak dense FP16 on tensor cores (= fp32 figure when the GPU has none)
+    memory_gb: float
+    memory_bandwidth_gbs: float  # GB/s
+    intra_host_gbps: float  # per-GPU intra-host link, per direction, Gbit/s (NVLink, else PCIe)
+    costs: KernelCosts  # the default compute model's constants (sim/compute/roofline.py)
+    tf32_tflops: float = 0.0  # peak dense TF32 on tensor cores; 0: none (before Ampere)
+    bf16_tflops: float = 0.0  # peak dense BF16 on tensor cores; 0: no BF16 arithmetic
+
+    def __post_init__(self) -> None:
+        for field in _POSITIVE_FIELDS:
+            if getattr(self, field) <= 0:
+                raise ValueError(f"GPU {self.name!r}: {field} must be > 0")
+        if self.tf32_tflops < 0 or self.bf16_tflops < 0:
+            raise ValueError(f"GPU {self.name!r}: tf32_tflops and bf16_tflops must be >= 0")
+
+    def tensor_peak(self, precision: str) -> float:
+        """Peak TFLOPS of autocast matrix products at `precision` (fp16 or bf16)."""
+        if precision == "bf16":
+            if not self.bf16_tflops:
+                raise ValueError(f"precision 'bf16': the {self.name} has no BF16 arithmetic; allowed: fp32, tf32, fp16")
+            return self.bf16_tflops
+        return self.fp16_tflops
+
+    def peak_flops(self, precision: str) -> float:
+        """Peak FLOP/s of matrix products at `precision`."""
+        check_precision(precision)
+        if precision in ("fp16", "bf16"):
+            return self.tensor_peak(precision) * 1e12
+        if precision == "tf32" and self.tf32_tflops:
+            return self.tf32_tflops * 1e12
+        return self.fp32_tflops * 1e12
+
+    def compute_seconds(self, flops: float, precision: str, efficiency: float) -> float:
+        """Seconds to execute `flops` at `precision` at a given fraction of peak (`workload.efficiency`)."""
+        if flops < 0:
+            raise ValueError(f"flops must be >= 0, got {flops}")
+        _check_efficiency(self.name, "efficiency", efficiency)
+        return flops / (self.peak_flops(precision) * efficiency)
+
+
+# Fitted by sim/compute/fit.py to sim/catalog/zoo/published_throughput.csv (docs/compute_model.md);
+# tests/test_compute_fit.py refits them and checks these figures.
+_FITTED: dict[str, KernelCosts] = {
+    "K80": KernelCosts(0.372, 0.657, 0.614, 0.534, 27.7, 2.25, source="12 published rows"),
+    "P100": KernelCosts(0.669, 0.657, 0.614, 0.69, 27.5, 2.25, source="8 published rows"),
+    "V100": KernelCosts(0.689, 0.657, 0.558, 1, 29, 2.25, source="36 published rows"),
+    "A100": KernelCosts(0.625, 0.65, 0.64, 0.704, 28.2, 2.19, source="26 published rows"),
+    "H100": KernelCosts(0.623, 0.711, 0.828, 0.691, 24.7, 2.19, source="38 published rows"),
+}
+
+_GPUS: dict[str, GpuSpec] = {
+    # One GK210 die of a K80 board (the board's 8.73 TFLOPS boost figure is for two dies).
+    # Kepler has no fast FP16, so fp16 runs at the fp32 rate.
+    "K80": GpuSpec("K80", 4.37, 4.37, 12.0, 240.0, 126.0, _FITTED["K80"]),
+    # P100 SXM2. Its 21.2 TFLOPS half-precision rate needs paired FP16 arithmetic without tensor
+    # cores, so, per the field's definition, fp16 is modelled as the fp32 figure.
+    "P100": GpuSpec("P100", 10.6, 10.6, 16.0, 732.0, 640.0, _FITTED["P100"]),
+    "V100": GpuSpec("V100", 15.7, 125.0, 16.0, 900.0, 1200.0, _FITTED["V100"]),
+    # A100 SXM4 80GB.
+    "A100": GpuSpec("A100", 19.5, 312.0, 80.0, 2039.0, 2400.0, _FITTED["A100"], tf32_tflops=156.0, bf16_tflops=312.0),
+    # H100 SXM5 (dense figures: the datasheet's headline ones assume 2:4 sparsity).
+    "H100": GpuSpec("H100", 67.0, 989.4, 80.0, 3350.0, 3600.0, _FITTED["H100"], tf32_tflops=494.7, bf16_tflops=989.4),
+}
+
+GPU_NAMES: tuple[str, ...] = tuple(_GPUS)
+
+
+def get_gpu(name: str) -> GpuSpec:
+    """The GPU called `name` (case-insensitive)."""
+    key = name.strip().upper() if isinstance(name, str) else None
+    if key not in _GPUS:
+        raise ValueError(f"unknown GPU {name!r}; choose one of: {', '.join(GPU_NAMES)}")
+    return _GPUS[key]

@@ -1,0 +1,185 @@
+"""Functions that turn architecture hyper-parameters into `Layer`s.
+
+Conventions (shared by every model in the zoo):
+
+- A multiply-add is 2 FLOPs; a bias add, a comparison or an element-wise add is 1.
+- Parameter-free operations (activations, pooling, residual adds, softmax, attention score and
+  context products) are not layers of their own: their FLOPs are folded into a neighbouring layer
+  with `plus_flops`, because the simulator only needs layers that produce gradients.
+- The per-element costs of normalisation and activations below are rough but documented; they
+  move a model's total by 1-2% at most, next to the matrix products that dominate it.
+- Dropout and the loss are not counted in FLOPs.
+- Each layer also lists its forward pass as the GPU runs it (`Layer.ops`: the kind of arithmetic,
+  activation values read plus written, kernels launched), which sim/compute/roofline.py times op by op.
+  Folded neighbours are ops of their own; dropout appears there (it costs memory traffic and a
+  kernel, not FLOPs), as do the head reshapes of attention.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Optional
+
+from sim.catalog.zoo.spec import Layer, Lookup, Op
+
+# Batch norm in training: mean and variance (about 2 FLOPs per element) plus one fused
+# scale-and-shift (a multiply-add, 2 FLOPs).
+BATCH_NORM_FLOPS = 4
+# Layer norm: the same statistics and scale-and-shift as batch norm, plus a subtraction of the
+# mean that is not fused away.
+LAYER_NORM_FLOPS = 5
+RELU_FLOPS = 1
+# GELU's tanh approximation costs a handful of multiplies and adds around one tanh.
+GELU_FLOPS = 8
+# Softmax per score: scale, max, subtract-and-exp, sum, divide.
+SOFTMAX_FLOPS = 5
+
+Size = int | tuple[int, int]
+
+
+def _area(size: Size) -> int:
+    if isinstance(size, int):
+        return size * size
+    height, width = size
+    return height * width
+
+
+def conv_output_size(size: int, kernel: int, stride: int = 1, padding: int = 0) -> int:
+    """Spatial size of a convolution's (or pooling's) output along one axis."""
+    return (size + 2 * padding - kernel) // stride + 1
+
+
+def plus_flops(layer: Layer, flops: float, *, moved: float, kernels: int = 1, kind: str = "elementwise") -> Layer:
+    """The same layer with a parameter-free neighbour folded in: its FLOPs, the activation values
+    it reads plus writes, and the kernels it launches (sim/compute/roofline.py times each op on its own)."""
+    op = Op(kind, float(flops), float(moved), kernels)
+    return replace(layer, forward_flops=layer.forward_flops + flops, ops=layer.ops + (op,))
+
+
+def conv2d(
+    name: str,
+    in_channels: int,
+    out_channels: int,
+    kernel: int,
+    out_size: Size,
+    *,
+    bias: bool = False,
+    groups: int = 1,
+    stride: int = 1,
+) -> Layer:
+    """A 2-D convolution; `out_size` is the output's spatial size (an int for a square map) and
+    `stride` (only used for the input's size, which the activations moved count) its stride."""
+    if in_channels % groups or out_channels % groups:
+        raise ValueError(f"conv {name!r}: channels must be divisible by groups={groups}")
+    weights = out_channels * (in_channels // groups) * kernel * kernel
+    outputs = out_channels * _area(out_size)
+    flops = 2.0 * weights * _area(out_size) + (outputs if bias else 0)
+    moved = in_channels * _area(out_size) * stride * stride + outputs
+    op = Op("conv", flops, moved, winograd=kernel == 3 and stride == 1 and groups == 1)
+    return Layer(name, weights + (out_channels if bias else 0), flops, ops=(op,))
+
+
+def batch_norm(name: str, channels: int, size: Size, *, relu: bool = False) -> Layer:
+    """A batch norm over a `size` feature map (optionally followed by a ReLU)."""
+    elements = channels * _area(size)
+    # training batch norm reads its input twice (statistics, then normalise) and writes it once;
+    # the ReLU is a kernel of its own that reads and writes the map again
+    ops = (Op("elementwise", float(BATCH_NORM_FLOPS * elements), 3.0 * elements, 2),)
+    if relu:
+        ops += (Op("elementwise", float(RELU_FLOPS * elements), 2.0 * elements),)
+    return Layer(name, 2 * channels, sum(op.flops for op in ops), ops=ops)
+
+
+def linear(
+    name: str,
+    in_features: int,
+    out_features: int,
+    *,
+    tokens: int = 1,
+    bias: bool = True,
+) -> Layer:
+    """A fully-connected layer applied to `tokens` positions of one sample."""
+    weights = in_features * out_features
+    flops = tokens * (2.0 * weights + (out_features if bias else 0))
+    moved = float(tokens * (in_features + out_features))
+    return Layer(name, weights + (out_features if bias else 0), flops, ops=(Op("matmul", flops, moved),))
+
+
+def embedding(
+    name: str, num_embeddings: int, dim: int, lookup: Optional[Lookup] = None, *, reads: float = 0.0
+) -> Layer:
+    """An embedding table: a lookup costs no arithmetic, but every row is a trainable parameter.
+    `lookup`: how batches read it, when only the rows read get a gradient (docs/sparse.md);
+    `reads`: rows read per sample (default: the lookup's, else none)."""
+    reads = reads or (lookup.per_sample if lookup is not None else 0.0)
+    op = Op("lookup", 0.0, 2.0 * reads * dim)  # gather the rows, write them out
+    return Layer(name, num_embeddings * dim, 0.0, rows=num_embeddings, lookup=lookup, ops=(op,))
+
+
+def layer_norm(name: str, dim: int, tokens: int) -> Layer:
+    """A layer norm (with gain and bias) over `tokens` vectors of width `dim`."""
+    flops = float(LAYER_NORM_FLOPS * dim * tokens)
+    return Layer(name, 2 * dim, flops, ops=(Op("elementwise", flops, 2.0 * dim * tokens),))
+
+
+def attention_core_flops(seq_len: int, d_model: int, n_heads: int) -> float:
+    """FLOPs of scaled dot-product attention after the projections, for one sequence.
+
+    Scores Q·K^T and context P·V are each seq_len^2 * d_model multiply-adds (summed over heads);
+    the softmax touches n_heads * seq_len^2 scores. Implementations compute the full square even
+    under a causal mask, so no saving is taken for GPT-2.
+    """
+    products = 2 * (2.0 * seq_len * seq_len * d_model)
+    return products + SOFTMAX_FLOPS * n_heads * seq_len * seq_len
+
+
+def attention_core(qkv: Layer, seq_len: int, d_model: int, n_heads: int) -> Layer:
+    """The QKV projection with scaled dot-product attention folded in, op by op as eager PyTorch
+    runs it: the heads split out (three copies), scores Q·K^T, scale, mask, softmax, dropout,
+    context P·V, and the heads merged back (one copy)."""
+    scores = float(n_heads * seq_len * seq_len)
+    width = float(seq_len * d_model)
+    products = 2.0 * seq_len * seq_len * d_model  # each of Q·K^T and P·V
+    softmax = attention_core_flops(seq_len, d_model, n_heads) - 2 * products
+    layer = plus_flops(qkv, 0.0, moved=6 * width, kernels=3)  # split heads: q, k, v made contiguous
+    layer = plus_flops(layer, products, moved=2 * width + scores, kind="matmul")  # Q·K^T
+    layer = plus_flops(layer, softmax, moved=8 * scores, kernels=4)  # scale, mask, softmax, dropout
+    layer = plus_flops(layer, products, moved=scores + 2 * width, kind="matmul")  # P·V
+    return plus_flops(layer, 0.0, moved=2 * width)  # merge heads
+
+
+def transformer_block(
+    prefix: str,
+    *,
+    d_model: int,
+    n_heads: int,
+    d_ff: int,
+    seq_len: int,
+    pre_norm: bool,
+) -> tuple[Layer, ...]:
+    """One encoder/decoder block: attention then a GELU MLP, each with a residual and a layer norm.
+
+    Q, K and V are one fused projection (3 * d_model outputs); the attention core is folded into
+    it, the GELU into the MLP's first linear, and each residual add into the linear before it.
+    `pre_norm` orders the layer norms as GPT-2 does (before each sub-block) instead of as BERT
+    does (after each residual).
+    """
+    if d_model % n_heads:
+        raise ValueError(f"block {prefix!r}: d_model={d_model} not divisible by n_heads={n_heads}")
+    tokens = seq_len
+    residual = float(tokens * d_model)
+    qkv = attention_core(linear(f"{prefix}.attn.qkv", d_model, 3 * d_model, tokens=tokens), seq_len, d_model, n_heads)
+    attn_out = plus_flops(
+        linear(f"{prefix}.attn.out", d_model, d_model, tokens=tokens), residual, moved=5 * residual, kernels=2
+    )  # dropout (read, write), residual add (two reads, a write)
+    ln1 = layer_norm(f"{prefix}.ln1", d_model, tokens)
+    fc = plus_flops(
+        linear(f"{prefix}.mlp.fc", d_model, d_ff, tokens=tokens), GELU_FLOPS * tokens * d_ff, moved=2.0 * tokens * d_ff
+    )
+    proj = plus_flops(
+        linear(f"{prefix}.mlp.proj", d_ff, d_model, tokens=tokens), residual, moved=5 * residual, kernels=2
+    )
+    ln2 = layer_norm(f"{prefix}.ln2", d_model, tokens)
+    if pre_norm:
+        return (ln1, qkv, attn_out, ln2, fc, proj)
+    return (qkv, attn_out, ln1, fc, proj, ln2)

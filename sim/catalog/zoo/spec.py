@@ -1,0 +1,105 @@
+"""What the simulator needs to know about a model: its layers' parameter counts and FLOPs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+HOT_ROWS = ("first", "scattered")
+# What an operation's arithmetic runs on (sim/compute/roofline.py picks the peak from it and the precision):
+# convolutions and matrix products go to tensor cores where the precision allows (PyTorch lets cuDNN
+# use TF32 for convolutions by default, not for matrix products); element-wise work and lookups run
+# on the ordinary cores and are almost always memory-bound.
+OP_KINDS = ("conv", "matmul", "elementwise", "lookup")
+
+
+@dataclass(frozen=True)
+class Op:
+    """One piece of a layer's forward pass, as the GPU sees it, for one sample.
+
+    `moved` counts activation values read plus written (weights are counted once per batch, on the
+    layer); `kernels` the kernels the eager framework launches for it. `winograd` marks a 3x3
+    stride-1 convolution, which cuDNN can run on FP32 cores by Winograd's minimal filtering (fewer
+    multiplications than its FLOPs count).
+    """
+
+    kind: str
+    flops: float
+    moved: float
+    kernels: int = 1
+    winograd: bool = False
+
+    def __post_init__(self) -> None:
+        if self.kind not in OP_KINDS:
+            raise ValueError(f"op kind {self.kind!r}; allowed: {', '.join(OP_KINDS)}")
+        if self.flops < 0 or self.moved < 0 or self.kernels < 0:
+            raise ValueError("op: flops, moved and kernels must be >= 0")
+
+
+@dataclass(frozen=True)
+class Lookup:
+    """An embedding table's access pattern: why its gradient is sparse (docs/sparse.md).
+
+    Each sample looks up `per_sample` ids among the table's first `space` rows (0: all of them),
+    drawn from a bounded power law with exponent `zipf_s` (0: uniform). `hot_rows` says where the
+    popular ids sit: `first` (ids assigned by frequency, as vocabularies are) or `scattered`
+    (hashed ids). Only the rows a batch looked up get a gradient.
+    """
+
+    per_sample: float
+    zipf_s: float = 0.0
+    hot_rows: str = "first"
+    space: int = 0
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        if self.per_sample <= 0 or self.zipf_s < 0 or self.space < 0:
+            raise ValueError("lookup: per_sample must be > 0, zipf_s and space >= 0")
+        if self.hot_rows not in HOT_ROWS:
+            raise ValueError(f"lookup: hot_rows {self.hot_rows!r}; allowed: {', '.join(HOT_ROWS)}")
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One trainable layer (or a fused group of small ones) in forward order.
+
+    `forward_flops` counts FLOPs for one sample's forward pass, a multiply-add being 2 FLOPs.
+    """
+
+    name: str
+    params: int
+    forward_flops: float
+    rows: int = 0  # an embedding table's rows (its `params / rows` values each); 0: not a table
+    lookup: Optional[Lookup] = None  # set for tables whose gradient holds only looked-up rows
+    # the forward pass as the GPU runs it (its flops sum to `forward_flops`); empty: one matrix
+    # product of `forward_flops` that moves no activations (synthetic layers)
+    ops: tuple[Op, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.params < 0 or self.forward_flops < 0:
+            raise ValueError(f"layer {self.name!r}: params and forward_flops must be >= 0")
+        if self.lookup is not None and (self.rows <= 0 or self.params % self.rows):
+            raise ValueError(f"layer {self.name!r}: a lookup table needs rows > 0 dividing params")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A model as a sequence of layers, plus where its figures come from."""
+
+    name: str
+    layers: tuple[Layer, ...]
+    source: str = ""
+    sample: str = "one input sample"  # what one sample is (an image, a 128-token sequence, ...)
+
+    @property
+    def params(self) -> int:
+        return sum(layer.params for layer in self.layers)
+
+    @property
+    def forward_flops(self) -> float:
+        return sum(layer.forward_flops for layer in self.layers)
+
+    @property
+    def training_flops(self) -> float:
+        """FLOPs per sample for forward + backward (backward costs twice the forward)."""
+        return 3.0 * self.forward_flops

@@ -1,0 +1,146 @@
+"""Transformer language models: BERT-base, BERT-large and GPT-2 small (124M).
+
+A sample is one sequence. BERT is taken at 128 tokens, the length of the first (and longest) phase
+of its pre-training (Devlin et al. 2019, section A.2); GPT-2 at its full 1,024-token context.
+"""
+
+from __future__ import annotations
+
+from sim.catalog.zoo.builders import (
+    embedding,
+    layer_norm,
+    linear,
+    plus_flops,
+    transformer_block,
+)
+from sim.catalog.zoo.spec import Layer, Lookup, ModelSpec
+
+BERT_VOCAB = 30522
+BERT_POSITIONS = 512
+BERT_TOKEN_TYPES = 2
+BERT_SEQ_LEN = 128
+
+# Zipf's law: a token's frequency falls about as 1 / its frequency rank. WordPiece and BPE number
+# tokens roughly by frequency, so the popular rows come first.
+TOKEN_ZIPF_S = 1.0
+
+GPT2_VOCAB = 50257
+GPT2_POSITIONS = 1024
+GPT2_SEQ_LEN = 1024
+# tokens per sample each model's FLOPs are counted for (timing runs and profiles train at these)
+SEQUENCE_LENGTHS = {"bert_base": BERT_SEQ_LEN, "bert_large": BERT_SEQ_LEN, "gpt2": GPT2_SEQ_LEN}
+
+
+def bert_layers(*, n_layers: int, d_model: int, n_heads: int, seq_len: int = BERT_SEQ_LEN) -> tuple[Layer, ...]:
+    """BERT's embeddings, encoder and pooler (Hugging Face `BertModel`, no pre-training heads)."""
+    tokens = seq_len
+    words = Lookup(per_sample=seq_len, zipf_s=TOKEN_ZIPF_S, hot_rows="first", source=f"{seq_len} tokens per sequence")
+    positions = Lookup(per_sample=seq_len, space=seq_len, source=f"positions 0..{seq_len - 1} of every sequence")
+    width = tokens * d_model
+    layers = [
+        embedding("embeddings.word", BERT_VOCAB, d_model, words),
+        embedding("embeddings.position", BERT_POSITIONS, d_model, positions),
+        embedding("embeddings.token_type", BERT_TOKEN_TYPES, d_model, reads=seq_len),
+        # Summing the three embeddings (2 adds per element) is folded into the layer norm; the
+        # dropout after it is an op of its own.
+        plus_flops(
+            plus_flops(layer_norm("embeddings.ln", d_model, tokens), 2 * width, moved=6 * width, kernels=2),
+            0,
+            moved=2 * width,
+        ),
+    ]
+    for i in range(n_layers):
+        layers += transformer_block(
+            f"encoder.{i}",
+            d_model=d_model,
+            n_heads=n_heads,
+            d_ff=4 * d_model,
+            seq_len=seq_len,
+            pre_norm=False,
+        )
+    # The pooler reads the first token only; its tanh is folded in.
+    layers.append(plus_flops(linear("pooler", d_model, d_model), d_model, moved=2 * d_model))
+    return tuple(layers)
+
+
+_BERT_SOURCE = "Devlin et al. 2019 (arXiv:1810.04805), with pooler, as Hugging Face BertModel"
+
+
+def bert_base() -> ModelSpec:
+    return ModelSpec(
+        name="bert_base",
+        layers=bert_layers(**_SIZES["bert_base"]),
+        source=_BERT_SOURCE,
+        sample=f"one {BERT_SEQ_LEN}-token sequence",
+    )
+
+
+def bert_large() -> ModelSpec:
+    return ModelSpec(
+        name="bert_large",
+        layers=bert_layers(**_SIZES["bert_large"]),
+        source=_BERT_SOURCE,
+        sample=f"one {BERT_SEQ_LEN}-token sequence",
+    )
+
+
+def gpt2_layers(
+    *, n_layers: int = 12, d_model: int = 768, n_heads: int = 12, seq_len: int = GPT2_SEQ_LEN
+) -> tuple[Layer, ...]:
+    """GPT-2: pre-norm decoder blocks, a final layer norm, an LM head tied to the token table."""
+    tokens = seq_len
+    # `wte` is also the LM head, whose gradient touches every row: it is dense, not a lookup table.
+    width = tokens * d_model
+    layers = [
+        embedding("wte", GPT2_VOCAB, d_model, reads=seq_len),
+        # Adding position to token embeddings (one add per element), then dropout.
+        plus_flops(
+            plus_flops(embedding("wpe", GPT2_POSITIONS, d_model, reads=seq_len), width, moved=3 * width),
+            0,
+            moved=2 * width,
+        ),
+    ]
+    for i in range(n_layers):
+        layers += transformer_block(
+            f"h.{i}",
+            d_model=d_model,
+            n_heads=n_heads,
+            d_ff=4 * d_model,
+            seq_len=seq_len,
+            pre_norm=True,
+        )
+    # The LM head reuses `wte`'s weights, so it adds no parameters and is not a layer of its own;
+    # its logits (a d_model x vocab product per token) are folded into the final layer norm,
+    # which is where its work happens in the forward and backward order.
+    head_flops = 2.0 * d_model * GPT2_VOCAB * tokens
+    # the head reads the table once per batch, which the per-sample count leaves out
+    head = plus_flops(
+        layer_norm("ln_f", d_model, tokens), head_flops, moved=tokens * (d_model + GPT2_VOCAB), kind="matmul"
+    )
+    layers.append(head)
+    return tuple(layers)
+
+
+def gpt2() -> ModelSpec:
+    return ModelSpec(
+        name="gpt2",
+        layers=gpt2_layers(),
+        source="Radford et al. 2019, 124M configuration (12 layers, d=768), tied LM head",
+        sample=f"one {GPT2_SEQ_LEN}-token sequence",
+    )
+
+
+_SIZES = {
+    "bert_base": {"n_layers": 12, "d_model": 768, "n_heads": 12},
+    "bert_large": {"n_layers": 24, "d_model": 1024, "n_heads": 16},
+    "gpt2": {"n_layers": 12, "d_model": 768, "n_heads": 12},
+}
+
+
+def layers_at_sequence_length(name: str, seq_len: int) -> tuple[Layer, ...]:
+    """The layers of the zoo transformer `name` for sequences of `seq_len` tokens (published
+    benchmarks use other lengths than the zoo's sample)."""
+    if name not in _SIZES:
+        raise ValueError(f"model {name!r} has no sequence length; transformers: {', '.join(_SIZES)}")
+    build = gpt2_layers if name == "gpt2" else bert_layers
+    return build(**_SIZES[name], seq_len=seq_len)

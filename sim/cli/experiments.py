@@ -1,0 +1,148 @@
+"""`syncsim sweep`, `search` and `plot`: many simulations of one config, and figures redrawn from
+saved tables."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from sim.cli.common import Subparsers, add_set, hold
+from sim.errors import ConfigError
+
+
+def add_search(sub: Subparsers) -> None:
+    """`syncsim search CONFIG --out DIR`: Sync-Switch's offline policy in numerics mode."""
+    search = sub.add_parser(
+        "search", help="Sync-Switch's offline policy: the smallest BSP fraction that keeps BSP's accuracy (numerics)"
+    )
+    search.add_argument("config", help="YAML config with a numerics: section and a sync_switch policy")
+    search.add_argument("--out", required=True, help="output folder")
+    search.add_argument("--policy", help="the sync_switch entry's label (default: the first sync_switch)")
+    search.add_argument("--tolerance", type=float, default=0.01, help="accuracy a fraction may lose to full BSP")
+    search.add_argument("--start", type=float, default=0.5, help="the first fraction tried (then halved)")
+    search.add_argument("--smallest", type=float, default=0.0625, help="stop halving below this fraction")
+    search.add_argument("--seeds", type=int, default=1, help="average the final accuracy over this many seeds")
+    search.set_defaults(func=_cmd_search)
+
+
+def _cmd_search(args: argparse.Namespace) -> int:
+    from sim.experiments.search import SearchError, offline_search
+    from sim.files import atomic_write
+
+    out = hold(args, Path(args.out))
+
+    def save(points) -> None:  # type: ignore[no-untyped-def]
+        atomic_write(out / "search_points.csv", points.to_csv(index=False))  # every point as it is measured
+
+    try:
+        result = offline_search(
+            args.config,
+            args.policy,
+            tolerance=args.tolerance,
+            start=args.start,
+            smallest=args.smallest,
+            seeds=args.seeds,
+            on_point=save,
+        )
+    except SearchError as exc:
+        print(f"search stopped: {exc}; the points measured so far are in {out}/search_points.csv", file=sys.stderr)
+        return 1
+    result.write(out)
+    shown = result.table.copy()
+    shown["fraction"] = shown["fraction"].map(lambda v: f"{v:.2%}")
+    print(shown.to_string(index=False, float_format=lambda v: f"{v:,.4f}"))
+    print(
+        f"\nsmallest BSP fraction within {args.tolerance:g} of full BSP's accuracy ({result.reference:.4f}): "
+        f"{result.best:.2%}\nresults: {out}/ (search.csv, search_points.csv, search.png)"
+    )
+    return 0
+
+
+def add_sweep(sub: Subparsers) -> None:
+    """`syncsim sweep CONFIG`: every point of a config's `sweep:` section."""
+    sweep = sub.add_parser("sweep", help="run every point of a config's sweep: section; re-runs skip finished points")
+    sweep.add_argument("config", help="YAML config with a sweep: section")
+    sweep.add_argument("--out", help="output folder (default: results/<config name>-sweep)")
+    sweep.add_argument("--jobs", type=int, help="points run at once, each in its own process (default: the cores)")
+    sweep.add_argument("--quiet", action="store_true", help="no progress bar")
+    sweep.add_argument("--dask", metavar="ADDRESS", help="run the points on this Dask scheduler (tcp://HOST:8786)")
+    add_set(sweep)
+    sweep.set_defaults(func=_cmd_sweep)
+
+
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    from sim.experiments.sweep import load_sweep
+    from sim.experiments.sweep_runner import ERRORS_FILE, PARQUET_FILE, TABLE_FILE, run_sweep
+
+    if args.jobs is not None and args.jobs < 1:
+        raise ConfigError(f"--jobs: expected an integer >= 1, got {args.jobs}")
+    sweep = load_sweep(args.config, args.set)
+    out = hold(args, Path(args.out) if args.out else Path("results") / f"{sweep.name}-sweep")
+    bad = sweep.bad
+    print(f"{args.config}: {len(sweep.points)} points over {', '.join(sweep.axes)}; {len(bad)} do not validate")
+    for point in bad:  # reported before anything runs; the good points still run
+        print(f"  point {point.index} ({point.label()}): {point.error}", file=sys.stderr)
+    bar = None
+    if not args.quiet and sys.stderr.isatty():
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(sweep.points) - len(bad), desc="sweep", unit=" points", dynamic_ncols=True)
+
+    def done(point, error) -> None:  # type: ignore[no-untyped-def]
+        if bar is not None:
+            bar.update(1)
+        if error is not None:
+            print(f"  point {point.index} ({point.label()}) failed: {error}", file=sys.stderr)
+
+    try:
+        outcome = run_sweep(sweep, out, args.jobs, on_done=done, dask=args.dask)
+    except KeyboardInterrupt:
+        print(f"\ninterrupted; finished points are kept in {out}/points/ (run again to go on)", file=sys.stderr)
+        return 130
+    finally:
+        if bar is not None:
+            bar.close()
+    errors = f", errors in {out / ERRORS_FILE}" if len(outcome.errors) else ""
+    print(
+        f"ran {outcome.ran} points, {outcome.skipped} finished before, {len(outcome.errors)} failed; "
+        f"{len(outcome.table)} rows in {out / TABLE_FILE} and {PARQUET_FILE}{errors}"
+    )
+    return 1 if len(outcome.errors) else 0
+
+
+def add_plot(sub: Subparsers) -> None:
+    """`syncsim plot DIR`: the figures of a run or a sweep, redrawn from its tables."""
+    plot = sub.add_parser("plot", help="re-draw the figures of a run or a sweep folder from its saved tables")
+    plot.add_argument("folder", help="a folder `syncsim run` or `syncsim sweep` wrote")
+    plot.add_argument("--metric", default="throughput_samples_s", help="sweeps: the summary column to draw")
+    plot.add_argument("--x", help="sweeps: the axis on the x axis (default: the first numeric axis that varies)")
+    plot.set_defaults(func=_cmd_plot)
+
+
+def _cmd_plot(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from sim.experiments.sweep_plot import FORMATS, pick_x, sweep_plot
+    from sim.experiments.sweep_runner import TABLE_FILE
+    from sim.results import Result
+
+    folder = Path(args.folder)
+    args.config = str(folder)  # error messages name the folder
+    if (folder / TABLE_FILE).is_file():
+        table = pd.read_csv(folder / TABLE_FILE)
+        if table.empty:
+            raise ConfigError(f"{folder / TABLE_FILE}: no finished points to draw")
+        x = pick_x(table, args.x)
+        name = folder.name
+        title = f"{name}: {args.metric} " + (f"vs {x}" if x is not None else "per policy")
+        files = sweep_plot(table, args.metric, x, folder / f"sweep_{args.metric}", title)
+        print("wrote " + ", ".join(str(f) for f in files))
+        return 0
+    try:
+        result = Result.read(folder)
+    except FileNotFoundError as exc:
+        raise ConfigError(f"{exc} (nor {TABLE_FILE} of a sweep)") from None
+    files = result.plot(folder, FORMATS)
+    print(f"wrote {len(files)} figures in {folder} ({', '.join(FORMATS)})")
+    return 0

@@ -1,0 +1,220 @@
+"""`syncsim real`, `calibrate`, `validate` and `profile`: commands that run torch on this machine's
+devices (or an emulated cluster's namespaces) and measure."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from real.emulate.shaping import QUEUES  # stdlib only: the parser is built without torch
+from sim.catalog.gpus import PRECISIONS
+from sim.catalog.zoo import MODEL_NAMES
+from sim.cli.common import Subparsers, hold, require_torch
+from sim.errors import ConfigError
+
+
+def add_real(sub: Subparsers) -> None:
+    """`syncsim real CONFIG`: every policy of the config on real torch.distributed processes."""
+    real = sub.add_parser("real", help="run every policy of a config on real torch.distributed processes")
+    real.add_argument(
+        "config", help="YAML config file (its numerics: model is trained; without one, the workload's zoo model)"
+    )
+    real.add_argument("--nproc", type=int, help="worker processes (must equal the cluster's GPUs; servers are added)")
+    real.add_argument("--out", help="output folder (default: results/<config name>-real)")
+    real.add_argument("--timeout", type=float, default=60.0, help="seconds before a silent peer counts as dead")
+    real.add_argument(
+        "--backend",
+        choices=["auto", "gloo", "nccl"],
+        default="auto",
+        help="auto: gloo (training keeps tensors on the CPU)",
+    )
+    real.add_argument("--emulate", metavar="TAG", help="run each rank in its host's namespace of `syncsim emulate up`")
+    real.set_defaults(func=_cmd_real)
+
+
+def _cmd_real(args: argparse.Namespace) -> int:
+    from sim.api import as_config
+
+    config = as_config(args.config)
+    require_torch("real")
+    from real.backends import backend_for
+    from real.launch import launch
+    from real.results import print_real_results
+    from real.session import placement
+    from real.timing_run import with_timing_numerics
+
+    timing = not config.numerics_on
+    config = with_timing_numerics(config)  # no numerics section: the workload's zoo model, for timing
+    out = hold(args, Path(args.out) if args.out else Path("results") / f"{config.name}-real")
+    need = placement(config)
+    if args.nproc is not None and args.nproc != need.workers:  # before announcing anything
+        raise ConfigError(
+            f"--nproc: the config's cluster has {need.workers} GPUs (one worker process each), got {args.nproc}"
+        )
+    backend = backend_for(args.backend)
+    if timing:
+        print(f"no numerics: section: training {config.workload.model} on synthetic data, for timing", file=sys.stderr)
+    print(
+        f"starting {need.workers} workers"
+        + (f" + {need.servers} parameter-server shards" if need.servers else "")
+        + f" on {backend}"
+        + (" (--backend auto)" if args.backend == "auto" else "")
+        + f"; a silent peer counts as dead after {args.timeout:g} s",
+        file=sys.stderr,
+    )
+    outcome = launch(Path(args.config), out, args.nproc, args.timeout, args.backend, emulation=args.emulate)
+    print_real_results(out)
+    if not outcome.ok:
+        print(f"real run failed: {outcome.failed}; results measured so far are in {out}/", file=sys.stderr)
+        return 1
+    return 0
+
+
+def add_calibrate(sub: Subparsers) -> None:
+    """`syncsim calibrate CONFIG --out YAML`: measure a cluster and write a calibrated config."""
+    cal = sub.add_parser("calibrate", help="measure a cluster with real processes and write a calibrated config")
+    cal.add_argument("config", help="YAML config (its cluster: shape and numerics: model are measured)")
+    cal.add_argument("--out", required=True, help="the calibrated YAML to write")
+    cal.add_argument("--emulate", metavar="TAG", help="measure the emulated cluster `syncsim emulate up` built")
+    cal.add_argument("--timeout", type=float, default=120.0)
+    cal.add_argument("--backend", choices=["auto", "gloo", "nccl"], default="auto", help="auto: nccl with GPUs")
+    cal.add_argument("--repeats", type=int, help="timed repeats per measurement (default: calibration.repeats, 5)")
+    cal.add_argument("--statistic", help="median, mean or min over repeats (default: calibration.statistic, median)")
+    cal.add_argument(
+        "--uplink-bytes", dest="uplink_bytes", type=int, help="bytes per host in the rack-egress test (default: probed)"
+    )
+    cal.add_argument(
+        "--max-bytes", dest="max_bytes", type=int, help="the largest message the probe may choose (default: 64 MiB)"
+    )
+    cal.set_defaults(func=_cmd_calibrate)
+
+
+# `syncsim calibrate` flags that set a key of the config's `calibration:` section
+CALIBRATION_FLAGS = {
+    "repeats": "--repeats",
+    "statistic": "--statistic",
+    "uplink_bytes": "--uplink-bytes",
+    "max_bytes": "--max-bytes",
+}
+
+
+def _calibration_overrides(args: argparse.Namespace) -> tuple[list[str], list[str]]:
+    """(`calibration.KEY=VALUE` overrides from the flags given, one line per bad flag naming it)."""
+    from pydantic import ValidationError
+
+    from real.backends import backend_for
+    from sim.config.calibration import CalibrationConfig
+    from sim.config.messages import describe
+
+    given = {key: getattr(args, key) for key in CALIBRATION_FLAGS if getattr(args, key) is not None}
+    problems = []
+    try:
+        CalibrationConfig.model_validate(given)
+    except ValidationError as exc:
+        for line in describe(exc.errors(), given, CalibrationConfig):
+            key = line.split(":", 1)[0]
+            problems.append(f"{CALIBRATION_FLAGS[key]}{line[len(key) :]}" if key in CALIBRATION_FLAGS else line)
+    try:
+        backend_for(args.backend, calibrate=True)
+    except ConfigError as exc:
+        problems.append(f"--{exc}")
+    return [f"calibration.{key}={value}" for key, value in given.items()], problems
+
+
+def _cmd_calibrate(args: argparse.Namespace) -> int:
+    require_torch("calibrate")
+    from real.launch import launch
+
+    overrides, problems = _calibration_overrides(args)
+    for line in problems:
+        print(f"syncsim calibrate: {line}", file=sys.stderr)
+    if problems:
+        return 2
+    outcome = launch(
+        Path(args.config),
+        Path(args.out),
+        None,
+        args.timeout,
+        args.backend,
+        emulation=args.emulate,
+        calibrate=True,
+        overrides=overrides,
+    )
+    if not outcome.ok:
+        print(f"calibration failed: {outcome.failed}", file=sys.stderr)
+        return 1
+    print(f"calibrated config: {args.out} (raw measurements beside it: .csv)")
+    return 0
+
+
+def add_validate(sub: Subparsers) -> None:
+    """`syncsim validate CONFIG --out DIR`: calibrate, run real and simulated, compare."""
+    val = sub.add_parser("validate", help="calibrate, run each policy real and simulated, compare (root: emulates)")
+    val.add_argument("config")
+    val.add_argument("--out", required=True, help="output folder")
+    val.add_argument("--emulate", metavar="TAG", help="use this running emulation (default: build one from the config)")
+    val.add_argument("--timeout", type=float, default=120.0)
+    val.add_argument("--warmup", type=int, default=3, help="iterations dropped on both sides before comparing")
+    val.add_argument(
+        "--queue",
+        choices=QUEUES,
+        default="fair",
+        help="links' queueing when the emulation is built here (docs/emulation.md)",
+    )
+    val.set_defaults(func=_cmd_validate)
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    require_torch("validate")
+    from real.validate import validate
+
+    result = validate(
+        Path(args.config), hold(args, Path(args.out)), args.emulate, args.timeout, args.warmup, args.queue
+    )
+    print(result.table.to_string(index=False, float_format=lambda v: f"{v:,.3f}"))
+    print(f"\nvalidation: {result.out}/ (validation.md, validation.csv, validation.png; sim/, real/, calibrated.yaml)")
+    return 0 if result.passed else 1
+
+
+def add_profile(sub: Subparsers) -> None:
+    """`syncsim profile MODEL`: per-layer compute times of a zoo model on this machine's device."""
+    prof = sub.add_parser("profile", help="measure a zoo model's per-layer compute times on this machine's device")
+    prof.add_argument("model", choices=MODEL_NAMES, help="a zoo model")
+    prof.add_argument("--batch", type=int, required=True, help="samples per iteration (per GPU)")
+    prof.add_argument(
+        "--precision",
+        choices=PRECISIONS,
+        default="fp32",
+        help="tf32: TF32 matmuls and convolutions; fp16, bf16: under autocast (real/precision.py)",
+    )
+    prof.add_argument("--out", required=True, help="the profile (YAML) to write")
+    prof.add_argument("--device", default="auto", help="auto (the current CUDA device, else the CPU), cpu, cuda:N")
+    prof.add_argument("--warmup", type=int, default=3, help="untimed iterations first")
+    prof.add_argument("--repeats", type=int, default=10, help="timed iterations; each layer's median is kept")
+    prof.add_argument("--seed", type=int, default=0, help="seeds the model's weights and the synthetic batch")
+    prof.set_defaults(func=_cmd_profile)
+
+
+def _cmd_profile(args: argparse.Namespace) -> int:
+    require_torch("profile")
+    import torch
+
+    from real.profiler import measure_profile
+    from sim.compute.profile import write_profile
+
+    args.config = "the command line"  # what a bad flag's message names
+    for flag, least in (("batch", 1), ("warmup", 0), ("repeats", 1)):
+        if getattr(args, flag) < least:
+            raise ConfigError(f"--{flag}: expected an integer >= {least}, got {getattr(args, flag)}")
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"--device: {args.device!r} needs a CUDA device and this machine has none; allowed here: cpu")
+    device = None if args.device == "auto" else args.device
+    profile = measure_profile(args.model, args.batch, args.precision, device, args.warmup, args.repeats, args.seed)
+    path = write_profile(profile, args.out)
+    print(
+        f"{profile.model} at batch {profile.batch_size}, {profile.precision}, on {profile.device}: forward "
+        f"{profile.forward_s * 1e3:.2f} ms, backward {profile.backward_s * 1e3:.2f} ms over {len(profile.layers)} "
+        f"layers (median of {args.repeats})\nprofile: {path} (use it with workload.profile)"
+    )
+    return 0

@@ -1,0 +1,135 @@
+"""`syncsim run`, `check` and `list`: simulate a config, check one without running it, list what exists."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from sim.cli.common import Subparsers, add_set, hold
+from sim.errors import ConfigError
+
+
+def add_run(sub: Subparsers) -> None:
+    """`syncsim run CONFIG`: every policy of the config, simulated; results written as they finish."""
+    run = sub.add_parser("run", help="run every policy of a config and write the results")
+    run.add_argument("config", help="YAML config file")
+    run.add_argument("--out", help="output folder (default: results/<config name>)")
+    run.add_argument("--quiet", action="store_true", help="no progress bar")
+    run.add_argument("--no-plot", action="store_true", help="skip every figure (.png); tables and trace still written")
+    add_set(run)
+    run.set_defaults(func=_cmd_run)
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from sim.config import load_config
+    from sim.estimate.cost import check_limits
+
+    config = load_config(args.config, args.set)  # a sweep's file is refused here, naming `syncsim sweep`
+    check_limits(config)  # a run estimated over the limits is refused before its output folder exists
+    from sim.api import simulate  # pandas and the engine: only for a run that goes ahead
+    from sim.engine.faults import late_faults
+    from sim.results.console import summary_table
+
+    out = hold(args, Path(args.out) if args.out else Path("results") / config.name)
+    first_save = True
+
+    def save(partial) -> None:  # type: ignore[no-untyped-def]
+        nonlocal first_save
+        if first_save:  # an older run's summary must not describe the rows this run now replaces
+            (out / "summary.csv").unlink(missing_ok=True)
+            first_save = False
+        partial.write(out, plot=False, trace=False)  # tables only: cheap, and enough to lose nothing
+
+    try:
+        result = simulate(config, progress=not args.quiet and sys.stderr.isatty(), on_policy_done=save)
+    except KeyboardInterrupt:
+        print(f"\ninterrupted; finished policies are in {out}/", file=sys.stderr)
+        return 130
+    result.write(out, plot=not args.no_plot)
+    print(summary_table(result.summary))
+    tables = "summary, iterations, phases, ops, links, utilization, staleness" + (
+        ", accuracy" if config.numerics_on else ""
+    )
+    print(f"\nresults: {out}/ ({tables}: .csv; trace.json; plots)")
+    for label, error in result.errors.items():
+        print(f"policy {label!r} stopped early: {error}", file=sys.stderr)
+    for line in late_faults(config, {run.label: run.sim_time_s for run in result.runs if run.error is None}):
+        print(f"note: {line}", file=sys.stderr)
+    return 1 if result.errors else 0
+
+
+def add_check(sub: Subparsers) -> None:
+    """`syncsim check CONFIG`: validate a config (or every point of a sweep) and estimate its cost."""
+    check = sub.add_parser("check", help="validate a config and estimate its cost, without running it")
+    check.add_argument("config")
+    add_set(check)
+    check.set_defaults(func=_cmd_check)
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    from sim.config import load_config
+    from sim.estimate.cost import estimate, limit_problems
+    from sim.experiments.sweep import is_sweep
+
+    if is_sweep(args.config):
+        return _check_sweep(args)
+    config = load_config(args.config, args.set)
+    cost = estimate(config)
+    if problems := limit_problems(cost, config):  # refused before building the cluster: check stays fast
+        print(cost, flush=True)  # before the error lines on stderr
+        raise ConfigError("\n".join(problems))
+    from sim.api import prepare
+
+    cluster, plan = prepare(config)
+    view = cluster.view
+    buckets = f"{len(plan.buckets)} bucket" + ("s" if len(plan.buckets) != 1 else "")
+    print(
+        f"{args.config}: ok - {view.world_size} GPUs on {len(view.worker_hosts)} hosts"
+        f"{f' in {len(view.racks)} racks' if view.racks else ''}, {len(cluster.links)} links; "
+        f"{plan.model}: {plan.gradient_bytes / 1e6:,.1f} MB of gradients in {buckets}, "
+        f"{plan.compute_s * 1e3:,.1f} ms compute per iteration; policies: "
+        + ", ".join(p.display for p in config.policies)
+    )
+    print(cost)
+    if config.workload.bucket_mb * 1e6 > plan.gradient_bytes:
+        print(
+            f"note: workload.bucket_mb: {config.workload.bucket_mb:g} MB is more than the model's "
+            f"{plan.gradient_bytes / 1e6:,.1f} MB of gradients: one bucket holds every dense gradient (as DDP "
+            "does with such a bucket_cap_mb)"
+        )
+    return 0
+
+
+def _check_sweep(args: argparse.Namespace) -> int:
+    """Every point validated, and the sweep's estimated cost (the sum over its points)."""
+    from sim.estimate.cost import estimate
+    from sim.experiments.sweep import load_sweep
+
+    sweep = load_sweep(args.config, args.set)
+    good = [p for p in sweep.points if p.config is not None]
+    wall = sum(estimate(p.config).wall_s for p in good)  # type: ignore[arg-type]
+    print(
+        f"{args.config}: sweep of {len(sweep.points)} points over {', '.join(sweep.axes)}; "
+        f"{len(good)} validate, estimated {wall:,.0f} s of simulation in all (before parallel processes)"
+    )
+    if sweep.bad:
+        raise ConfigError("\n".join(f"point {p.index} ({p.label()}): {p.error}" for p in sweep.bad))
+    return 0
+
+
+def add_list(sub: Subparsers) -> None:
+    """`syncsim list`: the policies, models and GPUs a config may name."""
+    lst = sub.add_parser("list", help="list policies, models and GPUs")
+    lst.set_defaults(func=_cmd_list)
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    from policies.registry import available
+    from sim.catalog.gpus import GPU_NAMES
+    from sim.catalog.zoo import MODEL_NAMES
+
+    print("policies:", ", ".join(sorted(available())))
+    print("models:   synthetic,", ", ".join(MODEL_NAMES))
+    print("gpus:    ", ", ".join(GPU_NAMES))
+    return 0

@@ -1,0 +1,2 @@
+"""The cluster as a graph: hosts, racks, links and switches built from the config (`topology`), and the
+routes between ranks over it (`routing`). Imports `sim.config`, `sim.catalog` and `policies.view`."""

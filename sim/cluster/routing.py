@@ -1,0 +1,90 @@
+"""Routes over the topology: shortest paths through switches, ECMP where several are equal.
+
+Hosts never forward traffic: a route climbs from its source endpoint to the first switch (a GPU to
+its host, a host to its NIC's switch), crosses the switch fabric by a shortest path, and descends to
+the destination. Among equal-cost fabric paths one is chosen by a stable hash of (seed, source,
+destination, channel), as switches hash a connection's 5-tuple: a connection keeps its path, and
+different seeds give different collisions.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Hashable
+
+import networkx as nx
+
+from sim.cluster.topology import Cluster
+from sim.errors import ConfigError
+
+Path = tuple[int, ...]  # link ids in order
+
+
+class Router:
+    def __init__(self, cluster: Cluster, seed: int = 0) -> None:
+        self.graph = cluster.graph
+        self.seed = seed
+        kinds = nx.get_node_attributes(self.graph, "kind")
+        self._switches = [n for n, k in kinds.items() if k == "switch"]
+        self._fabric = self.graph.subgraph(self._switches)
+        self._chains: dict[str, list[str]] = {}
+        self._fabric_paths: dict[tuple[str, str], list[Path]] = {}
+        self._routes: dict[tuple[str, str, Hashable], Path] = {}
+
+    def path(self, src: str, dst: str, channel: Hashable = 0) -> Path:
+        """Link ids from node `src` to node `dst` (empty when they are the same node)."""
+        key = (src, dst, channel)
+        route = self._routes.get(key)
+        if route is None:
+            route = self._route(src, dst, channel)
+            self._routes[key] = route
+        return route
+
+    def _route(self, src: str, dst: str, channel: Hashable) -> Path:
+        if src == dst:
+            return ()
+        up, down = self._chain(src), self._chain(dst)
+        meet = next((n for n in up if n in down), None)
+        if meet is not None:  # e.g. two GPUs of one host
+            nodes = up[: up.index(meet) + 1] + list(reversed(down[: down.index(meet)]))
+            return self._links(nodes)
+        options = self._fabric_options(up[-1], down[-1])
+        choice = zlib.crc32(f"{self.seed}|{src}|{dst}|{channel}".encode()) % len(options)
+        return self._links(up) + options[choice] + self._links(list(reversed(down)))
+
+    def _chain(self, node: str) -> list[str]:
+        """`node` and the nodes up to its first switch (or to a multi-homed host)."""
+        chain = self._chains.get(node)
+        if chain is None:
+            chain = [node]
+            while self.graph.nodes[chain[-1]]["kind"] != "switch":
+                ups = [n for n in self.graph.successors(chain[-1]) if self.graph.nodes[n]["kind"] != "gpu"]
+                if self.graph.nodes[chain[-1]]["kind"] == "gpu":
+                    ups = list(self.graph.successors(chain[-1]))
+                if len(ups) != 1:
+                    break
+                chain.append(ups[0])
+            self._chains[node] = chain
+        return chain
+
+    def _fabric_options(self, a: str, b: str) -> list[Path]:
+        key = (a, b)
+        options = self._fabric_paths.get(key)
+        if options is None:
+            if a == b:
+                options = [()]
+            else:
+                graph = self._fabric if a in self._fabric and b in self._fabric else self._with_endpoints(a, b)
+                try:
+                    options = [self._links(p) for p in nx.all_shortest_paths(graph, a, b)]
+                except nx.NetworkXNoPath:
+                    raise ConfigError(f"cluster: no route from {a!r} to {b!r} through switches") from None
+                options.sort()
+            self._fabric_paths[key] = options
+        return options
+
+    def _with_endpoints(self, a: str, b: str) -> nx.DiGraph:
+        return self.graph.subgraph([*self._switches, a, b])
+
+    def _links(self, nodes: list[str]) -> Path:
+        return tuple(self.graph.edges[u, v]["link"] for u, v in zip(nodes, nodes[1:]))

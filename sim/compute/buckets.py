@@ -1,0 +1,74 @@
+"""A model's gradients as DDP's reducer groups them: the layers of a workload (a zoo model, or
+synthetic layers), which of them are sparse embedding tables, and the buckets backward closes.
+
+Backward runs through the layers in reverse; each layer's gradients join the open bucket, and a
+bucket closes (becomes ready for communication) once it holds at least `bucket_mb`, as DDP's
+reducer does. The last bucket closes when backward ends. An embedding table whose gradient is
+sparse (`workload.sparsity`) gets a bucket of its own, as DDP gives every sparse gradient.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sim.catalog.zoo import Layer, ModelSpec, get_model
+from sim.config import WorkloadConfig
+
+MB = 1e6
+BYTES_PER_VALUE = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2}  # gradient values on the wire
+
+
+@dataclass(frozen=True)
+class GradientBucket:
+    nbytes: float
+    backward_s: float  # backward compute between the previous bucket becoming ready and this one
+    forward_s: float  # forward compute of the same layers
+    layers: tuple[int, ...] = ()  # indices into the model's layers, in the order backward produced them
+
+
+def model_spec(cfg: WorkloadConfig) -> ModelSpec:
+    if cfg.model != "synthetic":
+        return get_model(cfg.model)
+    assert cfg.gradient_mb is not None and cfg.compute_ms is not None  # the config validator ensures it
+    n = cfg.synthetic_layers
+    values = cfg.gradient_mb * MB / BYTES_PER_VALUE[cfg.precision] / n
+    # FLOPs are placeholders; synthetic compute time comes from compute_ms directly.
+    layers = tuple(Layer(f"layer{i}", int(round(values)), 1.0) for i in range(n))
+    return ModelSpec("synthetic", layers, source="synthetic workload from gradient_mb and compute_ms")
+
+
+def sparse_table(layer: Layer, cfg: WorkloadConfig) -> bool:
+    """Is `layer` an embedding table whose gradient is sparse under `cfg.sparsity`?"""
+    sp = cfg.sparsity
+    if sp.lookups is not None:  # a synthetic workload of tables
+        return True
+    return layer.lookup is not None and sp.embeddings and layer.params > sp.dense_below
+
+
+def cut_buckets(
+    cfg: WorkloadConfig,
+    spec: ModelSpec,
+    grad_bytes: Sequence[float],
+    forward: Sequence[float],
+    backward: Sequence[float],
+) -> list[GradientBucket]:
+    """The buckets backward closes, in the order it closes them, from each layer's gradient bytes
+    and its forward and backward seconds."""
+    buckets: list[GradientBucket] = []
+    cap = cfg.bucket_mb * MB
+    open_bytes, open_s, open_f, members = 0.0, 0.0, 0.0, []
+    for index in reversed(range(len(spec.layers))):
+        if sparse_table(spec.layers[index], cfg) and members:  # close the open bucket first
+            buckets.append(GradientBucket(open_bytes, open_s, open_f, tuple(members)))
+            open_bytes, open_s, open_f, members = 0.0, 0.0, 0.0, []
+        open_bytes += grad_bytes[index]
+        open_s += backward[index]
+        open_f += forward[index]
+        members.append(index)
+        if open_bytes >= cap or sparse_table(spec.layers[index], cfg):
+            buckets.append(GradientBucket(open_bytes, open_s, open_f, tuple(members)))
+            open_bytes, open_s, open_f, members = 0.0, 0.0, 0.0, []
+    if open_bytes > 0 or not buckets:
+        buckets.append(GradientBucket(open_bytes, open_s, open_f, tuple(members)))
+    return buckets

@@ -1,0 +1,137 @@
+"""The default compute model: each op of a layer takes the longer of its arithmetic and its memory
+traffic, plus the cost of launching its kernels (docs/compute_model.md).
+
+Per op, for a batch of B samples at a precision (sim.catalog.gpus.PRECISIONS):
+
+    time = max(B * flops / (peak * e_compute), bytes / (bandwidth * e_memory)) + kernels * launch_s
+
+(a 3x3 convolution on FP32 cores divides its arithmetic time by a fitted Winograd speed-up).
+
+The peak follows what PyTorch runs: convolutions on TF32 tensor cores under `fp32` where the GPU
+has them (cuDNN's default), matrix products in FP32 unless the precision is `tf32`, both on FP16/BF16
+tensor cores under autocast; element-wise ops and lookups on the ordinary cores. Bytes are the op's
+activation values at the precision's width (2 under autocast, else 4), plus, on a layer's first op,
+its weights once per batch (and under autocast the cast of the FP32 master weights). Backward
+costs twice the forward in FLOPs, bytes and kernels (input and weight gradients). The efficiencies
+and the launch cost are per GPU, fitted to published training and inference throughputs
+(sim/compute/fit.py; figures in sim/catalog/zoo/published_throughput.csv).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from sim.catalog.gpus import GpuSpec, KernelCosts, check_precision
+from sim.catalog.zoo.spec import Layer, Op
+
+ACTIVATION_BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2}
+AUTOCAST = ("fp16", "bf16")
+MASTER_BYTES = 4  # FP32 master weights and their gradients
+CAST_BYTES = 6  # autocast reads an FP32 weight and writes its half-precision copy
+BACKWARD_FACTOR = 2.0  # input and weight gradients: twice the forward's FLOPs, bytes and kernels
+UNITS = ("fp32", "tf32", "tensor")  # arithmetic units, each with its own fitted efficiency
+
+
+def arithmetic_unit(gpu: GpuSpec, kind: str, precision: str) -> str:
+    """Which unit runs an op of `kind` at `precision` on `gpu`: fp32, tf32 or tensor (FP16/BF16)."""
+    check_precision(precision)
+    if kind in ("elementwise", "lookup"):
+        return "fp32"
+    if precision in AUTOCAST:
+        return "tensor" if gpu.tensor_peak(precision) > gpu.fp32_tflops else "fp32"
+    tf32 = precision == "tf32" or kind == "conv"
+    return "tf32" if tf32 and gpu.tf32_tflops > 0 else "fp32"
+
+
+def peak_flops(gpu: GpuSpec, unit: str, precision: str) -> float:
+    if unit == "tensor":
+        return gpu.tensor_peak(precision) * 1e12
+    return (gpu.tf32_tflops if unit == "tf32" else gpu.fp32_tflops) * 1e12
+
+
+@dataclass(frozen=True)
+class OpTable:
+    """A model's ops for one batch and precision, forward then backward, at 100% efficiency: what
+    `seconds` turns into times for any constants (the fit evaluates it many times)."""
+
+    layer: np.ndarray  # layer index of each op
+    backward: np.ndarray  # bool
+    unit: np.ndarray  # index into UNITS
+    compute_s: np.ndarray  # arithmetic at the unit's peak
+    memory_s: np.ndarray  # bytes at full memory bandwidth
+    kernels: np.ndarray
+    winograd: np.ndarray  # bool: a 3x3 convolution on FP32 cores (cuDNN's Winograd applies)
+    layers: int
+
+    def seconds(self, costs: KernelCosts) -> np.ndarray:
+        """Each op's time under `costs`."""
+        efficiency = np.array([costs.efficiency(unit) for unit in UNITS])[self.unit]
+        efficiency = np.where(self.winograd, efficiency * costs.winograd, efficiency)
+        busy = np.maximum(self.compute_s / efficiency, self.memory_s / costs.memory)
+        return busy + self.kernels * costs.launch_us * 1e-6
+
+    def layer_seconds(self, costs: KernelCosts) -> tuple[np.ndarray, np.ndarray]:
+        """Per-layer (forward, backward) seconds under `costs`."""
+        times = self.seconds(costs)
+        forward = np.bincount(self.layer[~self.backward], times[~self.backward], minlength=self.layers)
+        backward = np.bincount(self.layer[self.backward], times[self.backward], minlength=self.layers)
+        return forward, backward
+
+
+def op_table(gpu: GpuSpec, layers: Sequence[Layer], batch: int, precision: str) -> OpTable:
+    """The ops of `layers` for `batch` samples at `precision` on `gpu` (weights on each layer's
+    first op; autocast's weight cast as a kernel of its own)."""
+    bandwidth = gpu.memory_bandwidth_gbs * 1e9
+    width = ACTIVATION_BYTES[check_precision(precision)]
+    rows: list[tuple[int, bool, int, float, float, float, bool]] = []
+    for index, layer in enumerate(layers):
+        weights = weight_bytes(layer, precision)
+        # backward reads the weights and writes their gradient; a table's dense gradient (PyTorch's
+        # default) is written whole
+        gradient = BACKWARD_FACTOR * weights if not layer.rows else float(layer.params * MASTER_BYTES)
+        for backward, factor, extra in ((False, 1.0, weights), (True, BACKWARD_FACTOR, gradient)):
+            for i, op in enumerate(layer_ops(layer)):
+                unit = arithmetic_unit(gpu, op.kind, precision)
+                compute = factor * batch * op.flops / peak_flops(gpu, unit, precision)
+                moved = factor * batch * op.moved * width + (extra if i == 0 else 0.0)
+                winograd = op.winograd and unit == "fp32"
+                rows.append(
+                    (index, backward, UNITS.index(unit), compute, moved / bandwidth, factor * op.kernels, winograd)
+                )
+        if weights and precision in AUTOCAST:
+            rows.append((index, False, 0, 0.0, 0.0, 1.0, False))  # the weight's cast kernel (bytes above)
+    columns = list(zip(*rows))
+    return OpTable(
+        np.array(columns[0], dtype=np.int64),
+        np.array(columns[1], dtype=bool),
+        np.array(columns[2], dtype=np.int64),
+        np.array(columns[3]),
+        np.array(columns[4]),
+        np.array(columns[5]),
+        np.array(columns[6], dtype=bool),
+        len(layers),
+    )
+
+
+def layer_ops(layer: Layer) -> tuple[Op, ...]:
+    """The layer's ops; a layer without any (synthetic) is one matrix product moving nothing."""
+    return layer.ops or (Op("matmul", layer.forward_flops, 0.0),)
+
+
+def weight_bytes(layer: Layer, precision: str) -> float:
+    """Weights a forward pass reads once per batch (plus autocast's cast of them)."""
+    if not layer.params or layer.rows:  # a table: only the looked-up rows move (counted on its op)
+        return 0.0
+    per_value = MASTER_BYTES + (CAST_BYTES if precision in AUTOCAST else 0)
+    return layer.params * per_value
+
+
+def model_seconds(
+    gpu: GpuSpec, costs: KernelCosts, layers: Sequence[Layer], batch: int, precision: str
+) -> tuple[list[float], list[float]]:
+    """Per-layer forward and backward seconds of a model for `batch` samples."""
+    forward, backward = op_table(gpu, layers, batch, precision).layer_seconds(costs)
+    return forward.tolist(), backward.tolist()

@@ -1,0 +1,75 @@
+"""From a model and a GPU to one iteration's compute timeline and gradient buckets (cut as
+`sim.compute.buckets` says), with each sparse bucket's row layout (`sim.compute.sparsity`). Backward
+time comes from the default compute model (sim/compute/roofline.py: per op, the longer of arithmetic and
+memory traffic, plus kernel launches), or from FLOPs at a given fraction of peak
+(`workload.efficiency`, backward twice the forward), or from a measured profile
+(`workload.profile`, sim.compute.profile) that gives every layer's forward and backward seconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sim.catalog.gpus import GpuSpec
+from sim.catalog.zoo import ModelSpec
+from sim.compute.buckets import BYTES_PER_VALUE, MB, GradientBucket, cut_buckets, model_spec
+from sim.compute.profile import check_profile, read_profile
+from sim.compute.roofline import model_seconds
+from sim.compute.sparsity import BucketLayout, bucket_layouts
+from sim.config import WorkloadConfig
+
+
+@dataclass(frozen=True)
+class ComputePlan:
+    """One iteration of one worker at nominal speed."""
+
+    model: str
+    batch_size: int
+    forward_s: float
+    buckets: tuple[GradientBucket, ...]
+    params: int
+    gradient_bytes: float
+    parameter_bytes: float  # one replica's parameters at training precision
+    layouts: tuple[BucketLayout, ...] = ()  # per bucket: which rows are non-zero (sim.compute.sparsity)
+
+    @property
+    def backward_s(self) -> float:
+        return sum(b.backward_s for b in self.buckets)
+
+    @property
+    def compute_s(self) -> float:
+        return self.forward_s + self.backward_s
+
+
+def layer_seconds(cfg: WorkloadConfig, spec: ModelSpec, gpu: GpuSpec) -> tuple[float, list[float], list[float]]:
+    """The forward pass's seconds, and each layer's forward and backward seconds: measured
+    (`profile`), spread over FLOPs (a synthetic model's `compute_ms`, or a given `efficiency`, with
+    backward twice the forward), or else the default compute model (sim/compute/roofline.py)."""
+    if cfg.profile is not None:  # measured times replace any estimate, layer by layer
+        profile = read_profile(cfg.profile)
+        check_profile(profile, spec.name, [layer.name for layer in spec.layers], cfg.batch_size, cfg.precision)
+        return profile.forward_s, [t.forward_s for t in profile.layers], [t.backward_s for t in profile.layers]
+    if cfg.model == "synthetic" or cfg.efficiency is not None:
+        if cfg.model == "synthetic":
+            assert cfg.compute_ms is not None
+            scale = cfg.compute_ms * 1e-3 / (3.0 * spec.forward_flops)  # seconds per forward FLOP
+        else:  # seconds per per-sample FLOP for the whole batch
+            scale = cfg.batch_size * gpu.compute_seconds(1.0, cfg.precision, cfg.efficiency)
+        forward = [layer.forward_flops * scale for layer in spec.layers]
+        return spec.forward_flops * scale, forward, [2.0 * f for f in forward]
+    forward, backward = model_seconds(gpu, gpu.costs, spec.layers, cfg.batch_size, cfg.precision)
+    return sum(forward), forward, backward
+
+
+def compute_plan(cfg: WorkloadConfig, gpu: GpuSpec) -> ComputePlan:
+    """The per-iteration timeline of `cfg` on `gpu`."""
+    spec = model_spec(cfg)
+    if cfg.model == "synthetic":
+        grad_bytes = [cfg.gradient_mb * MB / len(spec.layers)] * len(spec.layers)  # type: ignore[operator]
+    else:
+        grad_bytes = [layer.params * BYTES_PER_VALUE[cfg.precision] for layer in spec.layers]
+    forward_s, forward, backward = layer_seconds(cfg, spec, gpu)
+    buckets = cut_buckets(cfg, spec, grad_bytes, forward, backward)
+    total = float(sum(grad_bytes))
+    layouts = bucket_layouts(cfg, spec, buckets)
+    return ComputePlan(spec.name, cfg.batch_size, forward_s, tuple(buckets), spec.params, total, total, layouts)

@@ -1,0 +1,98 @@
+"""Config sections for heterogeneity and faults: slow workers, transient stragglers, background traffic.
+
+Everything here is seeded by the config's `seed` and described in units in the key names.
+Targets are workers (`ranks`, whose host NIC carries network effects) or rack uplinks (`uplinks`:
+rack names, or `all`).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, Optional, Union
+
+from pydantic import BaseModel, Field, model_validator
+
+from sim.config.types import MAX_COUNT, Factor, Fraction, Gbps, PosSeconds, Rank, Seconds, Strict
+
+Uplinks = Union[Literal["all"], Annotated[list[str], Field(min_length=1)]]
+Ranks = Annotated[list[Rank], Field(min_length=1)]
+Interval = Annotated[float, Field(ge=1e-3, le=1e9)]  # seconds; shorter on/off or Poisson gaps flood the event queue
+
+
+def _exactly_one(model: BaseModel, names: tuple[str, ...], what: str) -> str:
+    given = [n for n in names if getattr(model, n) is not None]
+    if len(given) != 1:
+        shown = ", ".join(given) if given else "none"
+        raise ValueError(f"{names[0]}: give exactly one {what} of {', '.join(names)} (got {shown})")
+    return given[0]
+
+
+class SlowWorker(Strict):
+    """A worker that is always slower (a weaker or shared GPU)."""
+
+    ranks: Ranks = Field(description="the slow workers")
+    compute_factor: Factor = Field(description="compute time multiplier (2 = twice as slow)")
+
+
+class Straggler(Strict):
+    """A transient slowdown: at fixed times (`start_s`) or as a seeded random process (`every_s`)."""
+
+    ranks: Optional[Ranks] = Field(None, description="workers hit; network effects act on their host's NIC")
+    uplinks: Optional[Uplinks] = Field(None, description="rack uplinks hit (rack names or all)")
+    compute_factor: Optional[Factor] = Field(None, description="compute time multiplier while it lasts")
+    delay_ms: Optional[Annotated[float, Field(ge=0, le=1e3)]] = Field(
+        None, description="extra latency on the targets' outgoing links (like netem delay)"
+    )
+    bandwidth_factor: Optional[Annotated[float, Field(ge=1e-4, le=1)]] = Field(
+        None, description="capacity multiplier on the targets' links"
+    )
+    start_s: Optional[Seconds] = Field(None, description="simulated time it starts (one occurrence)")
+    every_s: Optional[Interval] = Field(
+        None, description="mean time between occurrences of a random (Poisson) straggler process"
+    )
+    count: Optional[Annotated[int, Field(ge=1, le=MAX_COUNT)]] = Field(
+        None, description="random process: how many of the listed targets each occurrence hits (default all)"
+    )
+    duration_s: PosSeconds = Field(description="how long each occurrence lasts")
+
+    @model_validator(mode="after")
+    def _shape(self) -> Straggler:
+        target = _exactly_one(self, ("ranks", "uplinks"), "target")
+        effect = _exactly_one(self, ("compute_factor", "delay_ms", "bandwidth_factor"), "effect")
+        _exactly_one(self, ("start_s", "every_s"), "timing")
+        if effect == "compute_factor" and target != "ranks":
+            raise ValueError("compute_factor: applies to ranks, not uplinks")
+        if self.count is not None and self.every_s is None:
+            raise ValueError("count: applies only to a random process (every_s)")
+        return self
+
+
+class BackgroundFlow(Strict):
+    """Traffic of other jobs: a rate-capped flow that competes max-min fairly with training traffic."""
+
+    hosts: Optional[Annotated[list[str], Field(min_length=2, max_length=2)]] = Field(
+        None, description="[source, destination] hosts of a one-way flow"
+    )
+    uplinks: Optional[Uplinks] = Field(None, description="rack uplinks crossed, both directions (rack names or all)")
+    gbps: Optional[Gbps] = Field(None, description="the flow's rate cap")
+    fraction: Optional[Fraction] = Field(None, description="uplinks only: rate cap as a fraction of each uplink")
+    start_s: Seconds = Field(0.0, description="when it starts")
+    duration_s: Optional[PosSeconds] = Field(None, description="how long it runs; default: the whole run")
+    on_s: Optional[Interval] = Field(None, description="on/off pattern: seconds on (with off_s)")
+    off_s: Optional[Interval] = Field(None, description="on/off pattern: seconds off (with on_s)")
+
+    @model_validator(mode="after")
+    def _shape(self) -> BackgroundFlow:
+        target = _exactly_one(self, ("hosts", "uplinks"), "target")
+        rate = _exactly_one(self, ("gbps", "fraction"), "rate")
+        if rate == "fraction" and target != "uplinks":
+            raise ValueError("fraction: applies only to uplinks; give hosts a rate in gbps")
+        if (self.on_s is None) != (self.off_s is None):
+            raise ValueError("on_s: on_s and off_s go together")
+        return self
+
+
+class FaultsConfig(Strict):
+    """Static heterogeneity and transient stragglers."""
+
+    slow_workers: list[SlowWorker] = Field(default_factory=list, description="permanently slower workers")
+    stragglers: list[Straggler] = Field(default_factory=list, description="transient slowdowns")

@@ -1,0 +1,273 @@
+"""The config's schema: every section typed, defaults in code, unknown keys rejected (docs/config.md).
+
+Units live in field names (`_gbps` = 1e9 bit/s, `_us`, `_ms`, `_mb` = 1e6 bytes) and are converted
+once, where the config becomes a cluster and a workload. Every error names the field and, where the
+field takes a fixed set of values, lists them.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from sim.catalog.gpus import GPU_NAMES, get_gpu
+from sim.catalog.zoo import MODEL_NAMES, canonical_name
+from sim.config.calibration import CalibrationConfig
+from sim.config.faults import BackgroundFlow, FaultsConfig
+from sim.config.numerics import NumericsConfig
+from sim.config.sparsity import SparsityConfig
+from sim.config.types import (
+    MAX_COUNT,
+    MAX_MS,
+    Count,
+    Gbps,
+    Label,
+    LatencyUs,
+    Megabytes,
+    Milliseconds,
+    Name,
+    PosSeconds,
+    Strict,
+)
+
+
+class ClusterBase(Strict):
+    gpus_per_host: Count = Field(1, description="GPUs per host (one rank each)")
+    gpu: str = Field("V100", description="GPU model: " + ", ".join(GPU_NAMES))
+    nic_gbps: Gbps = Field(25.0, description="each host's NIC bandwidth, per direction")
+    link_latency_us: LatencyUs = Field(5.0, description="latency of every network link (NIC, uplink)")
+    intra_host_gbps: Optional[Gbps] = Field(
+        None, description="per-GPU NVLink/PCIe bandwidth per direction; default: the GPU's"
+    )
+    intra_host_latency_us: LatencyUs = Field(1.0, description="latency of the GPU-to-host link")
+    server_hosts: Annotated[int, Field(ge=0, le=MAX_COUNT)] = Field(
+        0, description="hosts without GPUs, e.g. for dedicated PS shards"
+    )
+    server_nic_gbps: Optional[Gbps] = Field(None, description="server hosts' NIC bandwidth; default: nic_gbps")
+    placement: Literal["packed", "scattered", "random"] = Field(
+        "packed",
+        description="how ranks map to hosts: packed fills hosts rack by rack; scattered deals hosts round-robin "
+        "over racks; random shuffles hosts with the seed",
+    )
+
+    @field_validator("gpu")
+    @classmethod
+    def _known_gpu(cls, value: str) -> str:
+        if value.upper() not in {g.upper() for g in GPU_NAMES}:
+            raise ValueError(f"unknown GPU {value!r}; allowed: {', '.join(GPU_NAMES)}")
+        return value
+
+
+class StarCluster(ClusterBase):
+    """Every host on one switch: a non-blocking network."""
+
+    topology: Literal["star"] = Field(description="star")
+    hosts: Count = Field(description="number of GPU hosts")
+
+
+class TwoTierCluster(ClusterBase):
+    """Racks of hosts under ToR switches, each rack joined to the core by its uplink."""
+
+    topology: Literal["two_tier"] = Field(description="two_tier")
+    racks: Count = Field(description="number of racks")
+    hosts_per_rack: Count = Field(description="GPU hosts per rack")
+    uplink_gbps: Optional[Gbps] = Field(
+        None,
+        description="each rack's total uplink; hosts_per_rack * nic_gbps / uplink_gbps is the oversubscription; "
+        "default non-blocking (1:1)",
+    )
+    core_switches: Count = Field(1, description="the uplink is split evenly over this many core switches (ECMP)")
+
+
+class CustomNode(Strict):
+    name: str = Field(description="unique node name")
+    kind: Literal["host", "switch", "server"] = Field(description="host (with GPUs), switch, or server (no GPUs)")
+    gpus: Optional[Count] = Field(None, description="a host's GPUs; default: gpus_per_host")
+    rack: Optional[str] = Field(None, description="a host's rack, for rack-level policies")
+
+
+class CustomLink(Strict):
+    a: str = Field(description="one end (a node name)")
+    b: str = Field(description="the other end")
+    gbps: Optional[Gbps] = Field(None, description="bandwidth per direction; default: nic_gbps")
+    latency_us: Optional[LatencyUs] = Field(None, description="default: link_latency_us")
+
+
+class CustomCluster(ClusterBase):
+    """Explicit nodes and full-duplex links, for shapes the other topologies cannot express."""
+
+    topology: Literal["custom"] = Field(description="custom")
+    nodes: list[CustomNode] = Field(min_length=1, description="hosts, switches and servers")
+    links: list[CustomLink] = Field(min_length=1, description="full-duplex cables between nodes")
+
+
+ClusterConfig = Annotated[Union[StarCluster, TwoTierCluster, CustomCluster], Field(discriminator="topology")]
+
+
+class WorkloadConfig(Strict):
+    """The model being trained and how each GPU computes it."""
+
+    model: str = Field(description="synthetic, or a zoo model: " + ", ".join(MODEL_NAMES))
+    batch_size: Count = Field(32, description="samples per GPU per iteration")
+    precision: Literal["fp32", "tf32", "fp16", "bf16"] = Field(
+        "fp32",
+        description="fp32: PyTorch's defaults (TF32 convolutions where the GPU has TF32, FP32 matrix products); "
+        "tf32: TF32 for both; fp16, bf16: autocast to that type, 2-byte gradients (else 4-byte)",
+    )
+    efficiency: Optional[Annotated[float, Field(ge=1e-4, le=1)]] = Field(
+        None,
+        description="compute time as FLOPs at this fraction of the GPU's peak (backward twice the forward); "
+        "default: the per-layer compute model of docs/compute_model.md",
+    )
+    profile: Optional[str] = Field(
+        None,
+        description="a measured compute profile (`syncsim profile`, docs/profiles.md) whose per-layer times replace "
+        "the estimate from FLOPs; a relative path is relative to the config file",
+    )
+    bucket_mb: Megabytes = Field(25.0, description="gradient bucket size (DDP's bucket_cap_mb)")
+    compute_jitter: Annotated[float, Field(ge=0, le=10)] = Field(
+        0.0, description="coefficient of variation of each iteration's compute time"
+    )
+    gradient_mb: Optional[Megabytes] = Field(None, description="synthetic only: gradient size")
+    compute_ms: Optional[Milliseconds] = Field(None, description="synthetic only: forward + backward time")
+    synthetic_layers: Annotated[int, Field(ge=1, le=100_000)] = Field(
+        1, description="synthetic only: equal layers the gradient is split into"
+    )
+    sparsity: SparsityConfig = Field(SparsityConfig(), description="which gradients are sparse (docs/sparse.md)")
+
+    @field_validator("model")
+    @classmethod
+    def _known_model(cls, value: str) -> str:
+        if value != "synthetic" and canonical_name(value) not in MODEL_NAMES:
+            raise ValueError(f"unknown model {value!r}; allowed: synthetic, {', '.join(MODEL_NAMES)}")
+        return value
+
+    @model_validator(mode="after")
+    def _synthetic_fields(self) -> WorkloadConfig:
+        synthetic_only = ("gradient_mb", "compute_ms")
+        if self.model == "synthetic":
+            for name in synthetic_only:
+                if getattr(self, name) is None:
+                    raise ValueError(f"{name}: required when model is 'synthetic'")
+        else:
+            for name in synthetic_only:
+                if getattr(self, name) is not None:
+                    raise ValueError(f"{name}: applies only to model 'synthetic' (a zoo model sets it)")
+            if self.sparsity.lookups is not None:
+                raise ValueError("sparsity.lookups: applies only to model 'synthetic' (a zoo model's tables set it)")
+        if self.profile is not None and self.model == "synthetic":
+            raise ValueError("profile: applies only to zoo models (a synthetic workload's compute_ms sets its time)")
+        if self.profile is not None and self.efficiency is not None:
+            raise ValueError("efficiency: not used when a profile gives the measured times; remove one of the two")
+        return self
+
+
+class PolicyEntry(BaseModel):
+    """`name` (registered name or `module:Class`), optional `label`, and the policy's own settings."""
+
+    model_config = ConfigDict(extra="allow", frozen=True, strict=True)
+    name: Annotated[str, Field(min_length=1)] = Field(
+        description="a registered policy name (`syncsim list`) or a `module:Class` path"
+    )
+    label: Optional[Label] = Field(None, description="the name in results; default: name (labels must be unique)")
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+    @property
+    def display(self) -> str:
+        return self.label or self.name
+
+
+class SimulationConfig(Strict):
+    """How the simulator models what the config describes."""
+
+    collective_model: Literal["pipelined", "stepwise"] = Field(
+        "pipelined",
+        description="pipelined: a collective is one set of coupled flows (fast); stepwise: every ring step is p flows",
+    )
+    trace: bool = Field(True, description="write trace.json")
+    utilization_samples: Annotated[int, Field(ge=2, le=1_000_000)] = Field(
+        400, description="link-utilisation samples kept per policy; the interval doubles whenever they run out"
+    )
+    utilization_interval_ms: Annotated[float, Field(ge=1e-3, le=MAX_MS)] = Field(
+        1.0, description="first link-utilisation sampling interval"
+    )
+    stall_timeout_s: Annotated[PosSeconds, Field(ge=1)] = Field(
+        3600.0, description="simulated seconds without any worker progress before the run counts as deadlocked"
+    )
+    trace_max_events: Annotated[int, Field(ge=1, le=100_000_000)] = Field(
+        500_000, description="events kept in trace.json; the rest are counted, not kept"
+    )
+    max_estimated_wall_s: PosSeconds = Field(
+        3600.0,
+        description="refuse (exit 2, before building anything) a run whose cost estimate, printed by `syncsim check`, "
+        "exceeds this many seconds of wall time; the estimate is rough (within a factor of ~3)",
+    )
+    max_estimated_memory_mb: Optional[Megabytes] = Field(
+        None,
+        description="refuse a run whose estimated peak memory exceeds this many MB; default: 80% of this "
+        "machine's physical memory",
+    )
+
+
+class Config(Strict):
+    """A whole experiment: one cluster, one workload, policies compared side by side."""
+
+    name: Name = Field("experiment", description="names the default output folder")
+    seed: Annotated[int, Field(ge=0, lt=2**63)] = Field(
+        0, description="seeds compute jitter and ECMP hashing; same seed, same results"
+    )
+    iterations: Annotated[int, Field(ge=1, le=1_000_000_000)] = Field(
+        10, description="training iterations each worker runs"
+    )
+    cluster: ClusterConfig = Field(description="the hardware: topology, GPUs, links")
+    workload: WorkloadConfig = Field(description="the model and per-GPU batch")
+    policies: list[PolicyEntry] = Field(min_length=1, description="the schemes to compare")
+    faults: FaultsConfig = Field(FaultsConfig(), description="slow workers and transient stragglers")
+    background: list[BackgroundFlow] = Field(default_factory=list, description="other jobs' traffic")
+    simulation: SimulationConfig = Field(SimulationConfig(), description="simulator fidelity and outputs")
+    numerics: Optional[NumericsConfig] = Field(
+        None, description="train a real model in every worker for time-to-accuracy (off when absent)"
+    )
+    calibration: CalibrationConfig = Field(
+        CalibrationConfig(), description="how `syncsim calibrate` measures the cluster (ignored by the simulator)"
+    )
+
+    @property
+    def numerics_on(self) -> bool:
+        return self.numerics is not None and self.numerics.enabled
+
+    @model_validator(mode="after")
+    def _cluster_fits_a_machine_room(self) -> Config:
+        c = self.cluster
+        if isinstance(c, CustomCluster):
+            gpus = sum(n.gpus or c.gpus_per_host for n in c.nodes if n.kind == "host")
+        else:
+            hosts = c.hosts if isinstance(c, StarCluster) else c.racks * c.hosts_per_rack
+            gpus = hosts * c.gpus_per_host
+        if gpus > MAX_COUNT:
+            raise ValueError(f"cluster: {gpus:,} GPUs; at most {MAX_COUNT:,} (2^20), more than any cluster has")
+        return self
+
+    @model_validator(mode="after")
+    def _precision_runs_on_the_gpu(self) -> Config:
+        gpu = get_gpu(self.cluster.gpu)
+        if self.workload.precision == "bf16" and not gpu.bf16_tflops:
+            raise ValueError(
+                f"workload.precision: 'bf16' needs BF16 arithmetic, which cluster.gpu {gpu.name} lacks; "
+                "allowed there: fp32, tf32, fp16"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _zoo_numerics_match_workload(self) -> Config:
+        n = self.numerics
+        if n is not None and n.zoo_model and canonical_name(self.workload.model) != n.model:
+            raise ValueError(
+                f"numerics.model: {n.model} trains a zoo model, so workload.model must be the same model "
+                f"(its layers set the gradient buckets), got {self.workload.model!r}"
+            )
+        return self

@@ -1,0 +1,214 @@
+"""Collectives as network flows, at two fidelities behind one interface.
+
+`stepwise`: a ring collective is S steps; in step s rank i sends one n/p chunk to rank i+1, and may
+do so once it has received step s-1's chunk from rank i-1 and delivered its own step s-1 chunk
+(2(p-1) steps of p flows for all-reduce, p-1 for reduce-scatter and all-gather).
+
+`pipelined`: the same collective as one transfer of p coupled sub-flows (rank i -> i+1), each
+carrying S*n/p bytes at a common rate, delivered S path-latencies after its data: one event pair
+per collective instead of S*p flows. Uncontended, both give S*alpha + S*(n/p)/B exactly; under
+contention they agree closely (tests compare them), because the stepwise ring also advances at the
+pace of its slowest flow.
+
+All-to-all sends n/p from every member to every other member at once.
+
+Sparse ops (`op.coding` set) resolve their sizes from the run's index sets (`sim.compute.sparse_traffic`):
+a sparse all-to-all is one flow per ordered pair of members with that pair's bytes, a sparse
+all-gather one flow from every member to every other carrying the member's rows (all-gather-v by
+direct sends, which reaches the receive-bandwidth bound however unequal the members are). In the
+pipelined model a member's copies to the others are one coupled transfer (the fine model, one flow
+each, is compared with it in tests).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple, Optional
+
+import numpy as np
+import simpy
+from simpy.events import Event
+
+from policies.ops import AllGather, AllReduce, AllToAll, Barrier, Collective, Group, ReduceScatter
+from sim.cluster.routing import Path, Router
+from sim.compute.sparse_traffic import SparseTraffic, exchange_matrix, gather_sizes, received_imbalance
+from sim.errors import PolicyError
+from sim.network.flows import Network
+
+MODELS = ("pipelined", "stepwise")
+RING_CACHE_LIMIT = 20_000  # groups whose ring paths are kept
+
+
+def ring_steps(op: Collective, p: int) -> int:
+    """Steps of the ring algorithm for `op` over p ranks."""
+    if isinstance(op, (AllReduce, Barrier)):
+        return 2 * (p - 1)
+    if isinstance(op, (ReduceScatter, AllGather)):
+        return p - 1
+    raise TypeError(f"{type(op).__name__} is not a ring collective")
+
+
+class Launched(NamedTuple):
+    """A collective under way: its completion event, the bytes it puts on the wire in all, and for a
+    sparse collective max / mean of the bytes its members receive (NaN for dense ones)."""
+
+    done: simpy.Event
+    nbytes: float
+    imbalance: float = float("nan")
+
+
+class CollectiveRunner:
+    """Turns a launched collective into flows; `run` returns it under way.
+
+    `traffic` resolves the sizes of sparse collectives (None: a run without sparse gradients)."""
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        net: Network,
+        router: Router,
+        rank_nodes: Sequence[str],
+        model: str,
+        traffic: Optional[SparseTraffic] = None,
+    ):
+        if model not in MODELS:
+            raise ValueError(f"collective model {model!r}; allowed: {', '.join(MODELS)}")
+        self.env, self.net, self.router, self.model = env, net, router, model
+        self.rank_nodes, self.traffic = rank_nodes, traffic
+        self._rings: dict[Group, tuple[tuple[Path, ...], float]] = {}
+        self._rings_version = -1
+        self._steps: dict[tuple[type, int], int] = {}  # (op type, members) -> ring steps
+
+    def run(
+        self,
+        op: Collective,
+        step: int = 0,
+        buckets: Optional[Mapping[int, Any]] = None,
+        done: Optional[simpy.Event] = None,
+    ) -> Launched:
+        """Launch `op`; `step` and `buckets` (each member's gradient bucket) place a sparse op's data.
+        `done`: an event the launch may fire on completion as its own (one event fewer); check
+        `Launched.done is done` to know whether it did."""
+        ranks = op.group.ranks
+        p = len(ranks)
+        if p == 1:
+            done = Event(self.env)
+            done.succeed()
+            return Launched(done, 0.0)
+        if op.coding is not None:
+            return self._sparse(op, step, buckets or {})
+        if isinstance(op, AllToAll):
+            return Launched(self._all_to_all(ranks, op.nbytes / p), (p - 1) * op.nbytes)
+        steps = self._steps.get((type(op), p))
+        if steps is None:
+            steps = self._steps[(type(op), p)] = ring_steps(op, p)
+        wire = steps * op.nbytes if not isinstance(op, Barrier) else 0.0  # bytes on the wire, all members
+        paths, hop_latency = self._ring(op.group)
+        chunk = op.nbytes / p
+        if self.model == "pipelined":
+            return Launched(self.net.transfer(paths, steps * chunk, latency=steps * hop_latency, done=done), wire)
+        return Launched(_StepwiseRing(self.env, self.net, paths, steps, chunk).done, wire)
+
+    def _sparse(self, op: Collective, step: int, buckets: Mapping[int, Any]) -> Launched:
+        ranks = op.group.ranks
+        bucket = buckets.get(ranks[0])
+        if self.traffic is None or bucket is None:
+            raise PolicyError(
+                f"{op!r}: a sparse collective acts on a gradient bucket (yield it from on_gradients) "
+                "of a workload with sparse layers"
+            )
+        coding = op.coding
+        assert coding is not None
+        p = len(ranks)
+        if isinstance(op, AllToAll):
+            sizes = exchange_matrix(self.traffic.census(step, bucket, ranks, coding.partition, p), coding)
+        elif isinstance(op, AllGather):
+            owners = 1 if coding.partition == "none" else p
+            sent = gather_sizes(self.traffic.census(step, bucket, ranks, coding.partition, owners), coding)
+            sizes = np.repeat(sent[:, None], p, axis=1)
+            np.fill_diagonal(sizes, 0.0)
+            if self.model == "pipelined":  # a member's copies to everyone as one coupled transfer
+                return self._sparse_launch(
+                    [
+                        self.net.transfer([self._path(ranks[i], ranks[j]) for j in range(p) if j != i], float(sent[i]))
+                        for i in range(p)
+                        if sent[i] > 0
+                    ],
+                    sizes,
+                )
+        else:
+            raise PolicyError(f"{op!r}: only AllToAll and AllGather have a sparse form")
+        events = [
+            self.net.transfer([self._path(ranks[i], ranks[j])], float(sizes[i, j]))
+            for i in range(p)
+            for j in range(p)
+            if sizes[i, j] > 0
+        ]
+        return self._sparse_launch(events, sizes)
+
+    def _sparse_launch(self, events: list[simpy.Event], sizes: np.ndarray) -> Launched:
+        """`sizes[i, j]`: bytes member i sends member j, in flows whose deliveries are `events`."""
+        done = self.env.all_of(events) if events else self.env.event()
+        if not events:
+            done.succeed()
+        return Launched(done, float(sizes.sum()), received_imbalance(sizes.sum(axis=0)))
+
+    def _ring(self, group: Group) -> tuple[tuple[Path, ...], float]:
+        """The ring's paths (member i to i+1) and the longest one's latency, once per group: routes are
+        fixed, and link latencies change only by faults (the network's `latency_version` says when)."""
+        if self.net.latency_version != self._rings_version:
+            self._rings.clear()
+            self._rings_version = self.net.latency_version
+        found = self._rings.get(group)
+        if found is None:
+            if len(self._rings) >= RING_CACHE_LIMIT:  # groups that change every step (DS-Sync's shuffles)
+                self._rings.clear()
+            ranks, p = group.ranks, len(group.ranks)
+            paths = tuple(self._path(ranks[i], ranks[(i + 1) % p]) for i in range(p))
+            found = self._rings[group] = (paths, max(self.net.path_latency(path) for path in paths))
+        return found
+
+    def _path(self, a: int, b: int) -> Path:
+        return self.router.path(self.rank_nodes[a], self.rank_nodes[b])
+
+    def _all_to_all(self, ranks: Sequence[int], share: float) -> simpy.Event:
+        pairs = [(a, b) for a in ranks for b in ranks if a != b]
+        paths = [self._path(a, b) for a, b in pairs]
+        if self.model == "pipelined":
+            return self.net.transfer(paths, share)
+        return self.env.all_of([self.net.transfer([path], share) for path in paths])
+
+
+class _StepwiseRing:
+    """Flow-by-flow ring: flow (i, s) waits for (i-1, s-1) and (i, s-1) to be delivered."""
+
+    def __init__(self, env: simpy.Environment, net: Network, paths: Sequence[Path], steps: int, chunk: float):
+        self.net, self.paths, self.steps, self.chunk = net, paths, steps, chunk
+        self.p = len(paths)
+        self.delivered = [[False] * steps for _ in range(self.p)]
+        self.last_step_left = self.p
+        self.done = env.event()
+        for i in range(self.p):
+            self._start(i, 0)
+
+    def _start(self, i: int, s: int) -> None:
+        event = self.net.transfer([self.paths[i]], self.chunk)
+        event.callbacks.append(self._on_delivered(i, s))
+
+    def _on_delivered(self, i: int, s: int) -> Callable[[simpy.Event], None]:
+        def callback(_event: simpy.Event) -> None:
+            self.delivered[i][s] = True
+            if s + 1 == self.steps:
+                self.last_step_left -= 1
+                if self.last_step_left == 0:
+                    self.done.succeed()
+                return
+            # (i, s) is the last prerequisite of (i, s+1) and of (i+1, s+1) to be delivered, if the
+            # other prerequisite of each is already in; so each flow is started exactly once.
+            if self.delivered[(i - 1) % self.p][s]:
+                self._start(i, s + 1)
+            nxt = (i + 1) % self.p
+            if self.delivered[nxt][s]:
+                self._start(nxt, s + 1)
+
+        return callback

@@ -1,0 +1,99 @@
+"""A policy's phases (policies.phases) on the simulator: per phase its server shards, clocks,
+executor and budget; between phases the switch (stop, checkpoint, restart, idle `switch_cost_s`).
+
+The network, the communicators and the compute model outlive the phases: a switch changes what
+the workers run, not the cluster they run on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import numpy as np
+import simpy
+
+from policies.base import Policy
+from policies.phases import Phase, Progress
+from sim.cluster.topology import Cluster
+from sim.compute.durations import ComputeModel
+from sim.compute.workload import ComputePlan
+from sim.config import Config
+from sim.engine.clocks import ClockBoard
+from sim.engine.executor import Executor
+from sim.engine.phase_budget import PhaseBudget
+from sim.engine.servers import Shard
+from sim.engine.worker import BlockedTime, WorkerContext, worker
+
+
+@dataclass
+class PhaseRunner:
+    env: simpy.Environment
+    config: Config
+    cluster: Cluster
+    plan: ComputePlan
+    policy: Policy
+    run: Any  # sim.engine.run.PolicyRun: rows, staleness, phases and checkpoints are appended to it
+    executor_for: Callable[[list[Shard], ClockBoard], Executor]
+    compute: ComputeModel
+    blocked: BlockedTime
+    on_iteration: Callable[[], None]
+    replicas: Any = None  # numerics mode: sim.numerics.replicas.Replicas
+    evaluator: Any = None  # numerics mode: sim.numerics.evaluation.Evaluator
+    workers: list[simpy.Process] = field(default_factory=list)  # the running phase's worker processes
+
+    def process(self) -> Generator[simpy.Event, Any, None]:
+        """Every phase in turn (a SimPy process): it ends when the last phase does."""
+        env, world, run = self.env, self.cluster.world_size, self.run
+        progress = Progress(0, self.config.iterations * world, world, 0)
+        ended: Optional[Phase[Policy]] = None
+        while (phase := self.policy.next_phase(progress)) is not None:
+            switch = env.now
+            if ended is not None:  # stop, checkpoint, restart in the new mode
+                if self.replicas is not None:
+                    checkpoint = self.replicas.restart(bool(ended.policy.servers()), progress.updates)
+                    run.checkpoints.append(checkpoint.numpy().copy())
+                yield env.timeout(phase.switch_cost_s)
+            if self.replicas is not None:
+                self.evaluator.begin_phase(phase.synchronous, progress.step)
+                self.replicas.serving = bool(phase.policy.servers())
+            budget = self._start(phase, progress)
+            begin = env.now
+            row = (progress.phases, phase.label, phase.synchronous, progress.step, begin, np.nan, 0, begin - switch)
+            run.phases.append(row)  # open until the phase ends: a failed run still names its phases
+            yield env.all_of(self.workers)
+            run.phases[-1] = (*row[:5], env.now, budget.used, row[7])
+            progress = Progress(progress.updates + budget.used, progress.budget, world, progress.phases + 1)
+            ended = phase
+
+    def _start(self, phase: Phase[Policy], progress: Progress) -> PhaseBudget:
+        """Start every worker on `phase` from where `progress` stands; its budget."""
+        env, world, start = self.env, self.cluster.world_size, progress.step
+        server = self.replicas.server if self.replicas is not None else None
+        shards = [
+            Shard(env, spec, tuple(range(world)), self._staleness, server, restarted=start > 0)
+            for spec in phase.policy.servers()
+        ]
+        clocks = ClockBoard(env, world, start)
+        budget = PhaseBudget(phase, self.policy, progress, clocks)
+        ctx = WorkerContext(
+            env,
+            phase.policy,
+            self.plan,
+            self.executor_for(shards, clocks),
+            self.compute,
+            clocks,
+            budget,
+            self.blocked,
+            self.run.iterations,
+            self.on_iteration,
+            self.replicas,
+            self.evaluator,
+            progress.phases,
+        )
+        self.workers[:] = [env.process(worker(ctx, rank)) for rank in range(world)]
+        return budget
+
+    def _staleness(self, rank: int, key: int, stale: int) -> None:
+        self.run.staleness.append((rank, stale))

@@ -1,0 +1,249 @@
+"""One policy on one cluster and workload: the SimPy run that produces result rows.
+
+This module wires the pieces together: the flow network, collectives and communicators, server
+shards, clocks, the workers (`sim/engine/worker.py`), faults and background traffic (`sim/engine/faults.py`) and
+the link sampler (`sim/network/sampling.py`). Every policy of a config sees the same compute jitter,
+faults and background traffic, all drawn from the config's seed.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import numpy as np
+
+from policies.base import Policy, SettingError
+from policies.registry import create
+from policies.view import ModelInfo
+from sim.cluster.routing import Router
+from sim.cluster.topology import Cluster
+from sim.compute.durations import ComputeModel
+from sim.compute.sparse_traffic import SparseTraffic
+from sim.compute.sparsity import IndexSets
+from sim.compute.workload import ComputePlan
+from sim.config import Config, PolicyEntry
+from sim.engine.clocks import ClockBoard
+from sim.engine.collectives import CollectiveRunner, Launched
+from sim.engine.communicators import Communicators
+from sim.engine.executor import Executor
+from sim.engine.faults import FaultContext, LinkEffects, background, straggler
+from sim.engine.phase_runner import PhaseRunner
+from sim.engine.servers import Shard
+from sim.engine.worker import BlockedTime, IterationRow
+from sim.errors import ConfigError, DeadlockError
+from sim.kernel.environment import CountingEnvironment
+from sim.kernel.gc_quiet import quiet_gc
+from sim.network.flows import Network
+from sim.network.sampling import LinkSampler
+
+
+@dataclass
+class PolicyRun:
+    """Rows and statistics of one policy's run; `error` is set if it stopped early."""
+
+    label: str
+    name: str
+    iterations: list[IterationRow] = field(default_factory=list)
+    ops: list[tuple] = field(default_factory=list)  # see results.OP_FIELDS
+    staleness: list[tuple[int, int]] = field(default_factory=list)  # (rank, staleness) per applied async update
+    faults: list[tuple] = field(default_factory=list)  # see sim.engine.faults.FaultRow
+    phases: list[tuple] = field(default_factory=list)  # see sim.results.tables.PHASE_FIELDS
+    error: Optional[str] = None
+    traceback: Optional[str] = None
+    events: int = 0
+    flows: int = 0
+    recomputes: int = 0
+    wall_s: float = 0.0
+    sim_time_s: float = 0.0
+    link_bytes: Optional[np.ndarray] = None
+    sampler: Optional[LinkSampler] = None
+    accuracy: list[tuple] = field(default_factory=list)  # see sim.numerics.evaluation.AccuracyRow
+    parameters: Optional[np.ndarray] = None  # numerics: every replica's final flat parameters (workers x n)
+    consensus: Optional[np.ndarray] = None  # numerics: the servers' model, or the replicas' mean
+    checkpoints: list[np.ndarray] = field(default_factory=list)  # numerics: the model at each switch
+
+
+def model_info(plan: ComputePlan) -> ModelInfo:
+    return ModelInfo(
+        plan.parameter_bytes, tuple(b.nbytes for b in plan.buckets), tuple(layout.sparse for layout in plan.layouts)
+    )
+
+
+def bind_policy(entry: PolicyEntry, index: int, cluster: Cluster, plan: ComputePlan) -> Policy:
+    """Create and bind a policy; a setting that does not fit the cluster becomes a ConfigError."""
+    try:
+        policy = create(entry.name, entry.settings)
+        policy.bind(cluster.view, model_info(plan))
+    except SettingError as exc:
+        raise ConfigError("\n".join(f"policies[{index}].{field}: {detail}" for field, detail in exc.problems)) from None
+    for spec in policy.all_servers():
+        if spec.host not in cluster.view.hosts:
+            raise ConfigError(f"policies[{index}]: server shard {spec.shard} is placed on unknown host {spec.host!r}")
+    return policy
+
+
+def sampled_links(cluster: Cluster) -> np.ndarray:
+    """Every network link (GPU-host links aside)."""
+    return np.array([i for i, link in enumerate(cluster.links) if link.kind != "intra"], dtype=np.int64)
+
+
+def run_policy(
+    config: Config,
+    index: int,
+    cluster: Cluster,
+    plan: ComputePlan,
+    on_progress: Optional[Callable[[int], None]] = None,
+    task: Any = None,
+) -> PolicyRun:
+    """`task` (a `sim.numerics.tasks.Task`, numerics mode) makes every worker train a real replica."""
+    entry = config.policies[index]
+    policy = bind_policy(entry, index, cluster, plan)
+    run = PolicyRun(entry.display, entry.name)
+    env = CountingEnvironment()
+    net = Network(env, cluster.capacity, cluster.latency)
+    router = Router(cluster, config.seed)
+    model = config.simulation.collective_model
+    world = cluster.world_size
+    blocked = BlockedTime()
+    progress = {"last": 0.0}
+    group_ids: dict[Any, int] = {}
+
+    # progress for the deadlock detector: every finished op counts, so that hops of a second each
+    # (slow-latency links) are not mistaken for a stall when an iteration takes an hour
+    def on_collective(op: Any, step: int, issued: float, launched: float, wire: Launched) -> None:
+        progress["last"] = env.now
+        gid = group_ids.setdefault(op.group, len(group_ids))
+        kind = type(op).__name__
+        row = (
+            step,
+            -1,
+            kind,
+            gid,
+            op.group.size,
+            -1,
+            1,
+            op.nbytes,
+            issued,
+            launched,
+            env.now,
+            wire.nbytes,
+            wire.imbalance,
+        )
+        run.ops.append(row)
+
+    def on_op(rank: int, step: int, kind: str, shard: int, count: int, nbytes: float, start: float, end: float) -> None:
+        progress["last"] = env.now
+        run.ops.append((step, rank, kind, -1, 1, shard, count, nbytes, start, start, end, nbytes, float("nan")))
+
+    def on_iteration() -> None:
+        progress["last"] = env.now
+        if on_progress is not None:
+            on_progress(1)
+
+    replicas = evaluator = None
+    if task is not None:
+        from sim.numerics.session import attach  # torch is imported only when numerics is on
+
+        replicas, evaluator = attach(
+            config, task, world, [b.nbytes for b in plan.buckets], entry.display, bool(policy.all_servers())
+        )
+    traffic = SparseTraffic(IndexSets(plan.layouts, config.seed)) if any(x.sparse for x in plan.layouts) else None
+    runner = CollectiveRunner(env, net, router, cluster.rank_gpus, model, traffic)
+    comms = Communicators(
+        env, runner, entry.display, on_collective, blocked.add, replicas.collective_done if replicas else None
+    )
+    compute = ComputeModel(config, world)
+
+    def executor_for(shards: list[Shard], clocks: ClockBoard) -> Executor:
+        return Executor(
+            env,
+            entry.display,
+            cluster.rank_gpus,
+            net,
+            router,
+            comms,
+            shards,
+            clocks,
+            model == "pipelined",
+            on_op,
+            blocked.add,
+            replicas,
+            traffic,
+        )
+
+    phases = PhaseRunner(
+        env,
+        config,
+        cluster,
+        plan,
+        policy,
+        run,
+        executor_for,
+        compute,
+        blocked,
+        on_iteration,
+        replicas,
+        evaluator,
+    )
+    workers = phases.workers
+    done = env.process(phases.process())
+
+    def stalled() -> DeadlockError:
+        stuck = comms.waiting()[:5]
+        waiting = sum(1 for w in workers if w.is_alive)
+        return DeadlockError(
+            f"policy {entry.display!r}: {waiting} of {world} workers wait forever at t={env.now:.6g}s; "
+            + ("; ".join(stuck) if stuck else "no collective is half-entered (a pull or clock wait never answered?)")
+        )
+
+    def check_stall() -> None:
+        if net.finite_transfers:  # a long transfer on a slow link is progress, not a deadlock
+            progress["last"] = env.now
+        elif env.now - progress["last"] > config.simulation.stall_timeout_s:
+            raise stalled()
+
+    faults = FaultContext(env, net, cluster, router, compute, config.seed, done, check_stall, run.faults)
+    effects = LinkEffects(net)
+    for i, spec in enumerate(config.faults.stragglers):
+        env.process(straggler(faults, i, spec, effects))
+    for i, flow in enumerate(config.background):
+        env.process(background(faults, i, flow))
+    sim_cfg = config.simulation
+    sampler = LinkSampler(
+        env,
+        net,
+        sampled_links(cluster),
+        sim_cfg.utilization_interval_ms * 1e-3,
+        sim_cfg.utilization_samples,
+        check_stall,
+    )
+    env.process(sampler.process(done))
+    wall = time.perf_counter()
+    try:
+        try:
+            with quiet_gc():
+                env.run(until=done)
+        except RuntimeError as exc:
+            if done.triggered or "No scheduled events left" not in str(exc):
+                raise
+            raise stalled() from None  # SimPy ran out of events while workers still wait
+    except Exception as exc:  # keep every row computed so far; the caller reports the error
+        run.error = f"{type(exc).__name__}: {exc}"
+        run.traceback = traceback.format_exc()
+    if evaluator is not None:
+        if run.error is None:
+            evaluator.evaluate(env.now)  # the final model, whatever eval_every
+        run.accuracy = evaluator.rows
+        run.parameters = replicas.params.numpy().copy()
+        run.consensus = replicas.consensus().numpy().copy()
+    run.wall_s = time.perf_counter() - wall
+    sampler.finish()
+    run.events, run.flows, run.recomputes = env.events_processed(), net.transfers_started, net.recomputes
+    run.sim_time_s = env.now
+    run.link_bytes = net.carried_bytes()
+    run.sampler = sampler
+    return run

@@ -1,0 +1,198 @@
+"""A worker's training loop as a SimPy process, and how its iterations are accounted.
+
+Per iteration: the policy's begin_step program; forward in bucket-sized slices in forward order,
+each waiting for its bucket's on_forward program (run one after another from the start, so reads
+overlap forward); backward in bucket-sized slices (each bucket handed to the policy as it becomes
+ready, so communication overlaps the rest of backward); then the bucket programs and end_step.
+
+Budgets (`sim/engine/phase_budget.py`): a worker runs one phase of its policy (policies.phases) at a time.
+In a synchronous phase every worker runs the phase's steps; in a phase of a policy with
+`shared_budget` (ASP, SSP) workers share its updates, so fast workers do more of them, the way
+Sync-Switch counts ASP steps.
+
+Breakdown: compute is the time spent in forward and backward slices. Of the rest, *wait* is time
+blocked on other workers (a collective whose members have not all arrived, a pull whose round is
+not applied yet, a clock bound), and *comm* is the remainder: moving bytes with nothing else to do.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import simpy
+from simpy.events import Timeout
+
+from policies.base import Bucket, Policy
+from policies.phases import Timing
+from sim.compute.durations import ComputeModel
+from sim.compute.workload import ComputePlan
+from sim.engine.clocks import ClockBoard
+from sim.engine.executor import Executor
+from sim.engine.phase_budget import PhaseBudget
+from sim.kernel.environment import AllDone
+
+# (step, rank, start, begin_end, forward_end, compute_end, end, compute_s, wait_s, phase)
+IterationRow = tuple[int, int, float, float, float, float, float, float, float, int]
+
+
+@dataclass
+class BlockedTime:
+    """Intervals each (rank, step) spent blocked on others; reported by the executor and communicators."""
+
+    intervals: dict[tuple[int, int], list[tuple[float, float]]] = field(default_factory=lambda: defaultdict(list))
+
+    def add(self, rank: int, step: int, start: float, end: float) -> None:
+        if end > start:
+            self.intervals[(rank, step)].append((start, end))
+
+    def pop_wait(self, rank: int, step: int, start: float, end: float, computing: list[tuple[float, float]]) -> float:
+        """Blocked time of (rank, step) within [start, end] outside the `computing` intervals."""
+        windows, cursor = [], start
+        for a, b in computing:  # the complement of computing inside the iteration
+            if a > cursor:
+                windows.append((cursor, a))
+            cursor = max(cursor, b)
+        if end > cursor:
+            windows.append((cursor, end))
+        merged: list[list[float]] = []
+        for a, b in sorted(self.intervals.pop((rank, step), ())):
+            if merged and a <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], b)
+            else:
+                merged.append([a, b])
+        return sum(max(0.0, min(b, hi) - max(a, lo)) for a, b in merged for lo, hi in windows)
+
+
+class SharedTimeouts:
+    """One timeout per firing instant for the compute slices of all workers: workers in step (no
+    jitter) end their slices at the same instants, and one event resumes them all, in the order they
+    asked, as their own timeouts would have."""
+
+    def __init__(self, env: simpy.Environment) -> None:
+        self.env = env
+        self._pending: dict[float, simpy.Event] = {}
+
+    def after(self, delay: float) -> simpy.Event:
+        when = self.env._now + delay  # the instant SimPy fires a timeout of `delay` at (`_now`: no property call)
+        event = self._pending.get(when)
+        return event if event is not None else self._shared(when, delay)
+
+    def at(self, when: float) -> simpy.Event:
+        return self._shared(when, None)
+
+    def _shared(self, when: float, delay: Optional[float]) -> simpy.Event:
+        event = self._pending.get(when)
+        if event is None:
+            event = Timeout(self.env, _delay_to(self.env.now, when) if delay is None else delay)
+            self._pending[when] = event
+            event.callbacks.append(lambda _ev: self._pending.pop(when))  # before any worker resumes
+        return event
+
+
+def _delay_to(now: float, when: float) -> float:
+    """The delay whose sum with `now`, rounded as SimPy adds it, is exactly `when` (so slices added
+    one by one end where one timeout per slice would have)."""
+    delay = when - now
+    for _ in range(64):
+        at = now + delay
+        if at == when:
+            break
+        delay = math.nextafter(delay, math.inf if at < when else -math.inf)
+    return max(delay, 0.0)
+
+
+@dataclass
+class WorkerContext:
+    env: simpy.Environment
+    policy: Policy
+    plan: ComputePlan
+    executor: Executor
+    compute: ComputeModel
+    clocks: ClockBoard
+    budget: PhaseBudget
+    blocked: BlockedTime
+    rows: list[IterationRow]
+    on_iteration: Callable[[], None]
+    numerics: Any = None  # sim.numerics.replicas.Replicas: real tensors (numerics mode)
+    evaluator: Any = None  # sim.numerics.evaluation.Evaluator
+    phase: int = 0  # the phase's index in the run
+    timers: SharedTimeouts = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.timers = SharedTimeouts(self.env)
+
+
+def worker(ctx: WorkerContext, rank: int) -> Generator[simpy.Event, Any, None]:
+    env, policy, plan, executor, compute = ctx.env, ctx.policy, ctx.plan, ctx.executor, ctx.compute
+    numerics = ctx.numerics
+    n_buckets = len(plan.buckets)
+    buckets = [Bucket(b, bucket.nbytes, n_buckets) for b, bucket in enumerate(plan.buckets)]
+    reads_before_forward = type(policy).on_forward is not Policy.on_forward  # the base hook reads nothing
+    backward = [bucket.backward_s for bucket in plan.buckets]
+    after, segment, run, on_gradients = ctx.timers.after, compute.segment, executor.run, policy.on_gradients
+    step = ctx.budget.start
+    last: Optional[Timing] = None
+    while True:
+        start = env.now
+        allowed = ctx.budget.claim(rank, step, last)
+        if isinstance(allowed, simpy.Event):  # an adaptive phase's decision point: waits for others
+            allowed = yield allowed
+            ctx.blocked.add(rank, step, start, env.now)
+        if not allowed:
+            break
+        computing: list[tuple[float, float]] = []
+        yield executor.run(rank, step, policy.begin_step(rank, step))
+        begin_end = env.now
+        factor = compute.iteration_factor(rank)
+        forward_order = buckets[::-1]  # the first layers sit in the last bucket backward produced
+        if reads_before_forward:
+            reads = executor.run_in_turn(
+                rank, step, [policy.on_forward(rank, step, b) for b in forward_order], [b.index for b in forward_order]
+            )
+        else:
+            reads = [executor.settled] * len(forward_order)
+        if compute.steady and all(ready is executor.settled for ready in reads):
+            # nothing to wait for and nothing to stretch a segment: the slices end where SimPy's clock
+            # would put them, one after another, so one event at the end of forward will do
+            end = env.now
+            for bucket in forward_order:
+                a, end = end, end + compute.segment(rank, plan.buckets[bucket.index].forward_s, factor)
+                computing.append((a, end))
+            yield ctx.timers.at(end)
+        else:
+            for bucket, ready in zip(forward_order, reads):
+                yield ready
+                a = env._now
+                yield Timeout(env, compute.segment(rank, plan.buckets[bucket.index].forward_s, factor))
+                computing.append((a, env._now))
+        forward_end = env.now
+        if numerics is not None:  # the parameters forward used are settled: the real gradient
+            numerics.forward_done(rank, step)
+        programs = []
+        steady = compute.steady  # no straggler: a slice lasts backward_s x factor (x 1.0, as `segment` gives)
+        for bucket, backward_s in zip(buckets, backward):
+            a = env._now  # (the `now` property is a call; this runs per rank and bucket)
+            yield after(backward_s * factor if steady else segment(rank, backward_s, factor))
+            computing.append((a, env._now))
+            programs.append(run(rank, step, on_gradients(rank, step, bucket), bucket.index))
+        compute_end = env.now
+        yield AllDone(env, programs)
+        if numerics is not None:
+            numerics.step_done(rank, step)
+        yield executor.run(rank, step, policy.end_step(rank, step))
+        end = env.now
+        compute_s = sum(b - a for a, b in computing)
+        wait = ctx.blocked.pop_wait(rank, step, start, end, computing)
+        ctx.rows.append((step, rank, start, begin_end, forward_end, compute_end, end, compute_s, wait, ctx.phase))
+        last = Timing(rank, step, end - start, wait)
+        ctx.budget.finished(last)
+        ctx.clocks.tick(rank)
+        if ctx.evaluator is not None:
+            ctx.evaluator.iteration_done(env.now, rank)
+        ctx.on_iteration()
+        step += 1
+    ctx.clocks.retire(rank)

@@ -1,0 +1,313 @@
+"""The counts behind the cost estimate (`sim.estimate.cost`), from the validated config alone: the cluster as
+counts (`Shape`), and per policy what its program puts on the simulator over a run (`Load`): collectives,
+flows, subflows, SimPy events, max-min recomputes and the incidence entries they sweep, routes, rows.
+
+Each builtin policy has a closed form of what it issues per bucket (ring: one collective of all ranks;
+hierarchical: local reduce-scatter and all-gather, cross all-reduce; ps/asp/ssp: a push and a pull
+per worker; ...). Event and recompute constants are fitted on measured runs (benchmarks/check_scale.py
+prints estimate against measurement); a plug-in policy counts as one all-reduce of all ranks per bucket.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from policies.base import Policy
+from policies.registry import BUILTIN
+from sim.compute.workload import ComputePlan
+from sim.config import Config, CustomCluster, StarCluster
+
+# Events per worker-iteration, per worker-iteration and bucket, per flow and per recompute (a zero-delay
+# timeout and a timer each), fitted on measured runs of each policy with jittered workers (8 to 128
+# GPUs, 1 to 12 buckets; the engine of commit 1400657). Plug-ins use `ring`'s.
+EVENTS: dict[str, tuple[float, float, float, float]] = {
+    "ring": (4.5, 1.0, 1.2, 2.0),
+    "hierarchical": (4.3, 1.0, 1.0, 2.0),
+    "no_sync": (4.5, 2.0, 0.0, 2.0),
+    "ps": (5.3, 0.4, 3.6, 2.0),
+    "asp": (5.3, 1.7, 1.6, 2.0),
+    "ssp": (5.8, 0.0, 2.6, 2.0),
+    "ds_sync": (4.5, 1.0, 0.3, 2.0),
+    "sparse": (4.5, 1.0, 0.1, 2.0),
+}
+READS_BEFORE_FORWARD = ("ps", "asp", "ssp", "sparse_ps")  # their forward waits on reads, slice by slice
+# Recomputes per flow when workers drift apart (jitter, faults): a start and an end each re-solve,
+# unless they coincide with another's. Lockstep workers launch together: about this many per bucket.
+RECOMPUTES_PER_FLOW = {"ring": 1.0, "hierarchical": 0.3, "ps": 1.1, "asp": 2.0, "ssp": 2.0, "ds_sync": 1.9}
+LOCKSTEP_RECOMPUTES_PER_BUCKET = 3.0
+# A recompute sweeps the live classes only: a parameter server's workers push and pull a few at a
+# time, so a small share of its classes is live; collectives' groups all run at once.
+LIVE_SHARE = {"ps": 0.02, "asp": 0.02, "ssp": 0.02}
+# Routes are worked out when first used (seconds on the 2-core machine; `Load.route_s`).
+S_PER_NODE_ROUTE = 5e-6  # a (source, destination) route, worked out once
+S_PER_FABRIC_HOST = 0.2e-6  # a rack-to-rack shortest-path search, per host of the cluster ...
+S_PER_FABRIC_RACK = 4e-6  # ... and per rack
+
+
+@dataclass(frozen=True)
+class Shape:
+    """The cluster as counts: ranks, hosts, racks, directed links, links on a cross-host path."""
+
+    workers: int
+    hosts: int
+    racks: int
+    hosts_per_rack: float
+    gpus_per_host: int  # the most on one host
+    server_hosts: int
+    links: int
+    path_links: float
+    oversubscribed: bool
+
+
+def shape_of(config: Config) -> Shape:
+    """Count what `build_cluster` would build, without building it."""
+    c = config.cluster
+    if isinstance(c, CustomCluster):
+        gpus = [n.gpus or c.gpus_per_host for n in c.nodes if n.kind == "host"]
+        racks = len({n.rack for n in c.nodes if n.kind == "host" and n.rack is not None})
+        servers = sum(1 for n in c.nodes if n.kind == "server")
+        w = sum(gpus)
+        return Shape(w, len(gpus), racks, len(gpus) / max(racks, 1), max(gpus, default=1), servers,
+                     2 * (w + len(c.links)), 6.0, racks > 1)  # fmt: skip
+    hosts = c.hosts if isinstance(c, StarCluster) else c.racks * c.hosts_per_rack
+    w = hosts * c.gpus_per_host
+    if isinstance(c, StarCluster):
+        links = 2 * (w + hosts + c.server_hosts)
+        return Shape(w, hosts, 0, hosts, c.gpus_per_host, c.server_hosts, links, 4.0, False)
+    links = 2 * (w + hosts + c.server_hosts + c.racks * c.core_switches)
+    over = c.uplink_gbps is not None and c.uplink_gbps < c.hosts_per_rack * c.nic_gbps
+    return Shape(w, hosts, c.racks, c.hosts_per_rack, c.gpus_per_host, c.server_hosts, links,
+                 6.0 if c.racks > 1 else 4.0, over)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Load:
+    """What one policy asks of the simulator over the whole run (counts; `route_s` in seconds)."""
+
+    collectives: float = 0.0
+    flows: float = 0.0
+    subflows: float = 0.0
+    events: float = 0.0  # as the engine counts them
+    work: float = 0.0  # events as if no two workers shared one: what the wall time follows
+    recomputes: float = 0.0
+    solved: float = 0.0  # incidence entries of live classes swept by all recomputes
+    entries: float = 0.0  # incidence entries the network holds at once
+    route_s: float = 0.0
+    sparse_rows: float = 0.0
+    iteration_rows: float = 0.0
+    op_rows: float = 0.0
+    staleness_rows: float = 0.0
+
+    def __add__(self, other: Load) -> Load:
+        peak = ("entries",)
+        return Load(**{f.name: (max if f.name in peak else _sum)(getattr(self, f.name), getattr(other, f.name))
+                       for f in fields(self)})  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """A policy's program per bucket and iteration, before it becomes events (see `_load`)."""
+
+    collectives: float = 0.0
+    flows: float = 0.0
+    subflows: float = 0.0
+    entries: float = 0.0
+    node_routes: float = 0.0
+    fabric_routes: float = 0.0
+    op_rows: float = 0.0
+    staleness_rows: float = 0.0  # per worker-iteration
+    sparse_rows: float = 0.0  # per worker-iteration
+
+
+def policy_load(
+    policy: Policy, shape: Shape, plan: ComputePlan, sparse: tuple[int, float], config: Config, iterations: float
+) -> Load:
+    """`policy`'s load over `iterations` (a phased policy: the sum of its phases); `sparse`: the plan's
+    sparse buckets and their rows (`sparse_buckets`)."""
+    name = policy.name if builtin(policy) else "ring"
+    if name == "sync_switch":
+        s = policy.settings
+        first, then = policy.first, policy.then  # type: ignore[attr-defined]
+        if s.switching == "online":  # phases follow stragglers as they come: the costlier throughout
+            return max((policy_load(p, shape, plan, sparse, config, iterations) for p in (first, then)),
+                       key=lambda load: load.work)  # fmt: skip
+        ends = (0.0, *s.boundaries)
+        share = sum(b - a for a, b, letter in zip(ends, ends[1:], s.pattern) if letter == "1")
+        return policy_load(first, shape, plan, sparse, config, iterations * share) + policy_load(
+            then, shape, plan, sparse, config, iterations * (1 - share)
+        )
+    n_sparse, rows = sparse
+    traffic = _scale(_bucket(name, policy.settings, shape, config, False, 0.0), len(plan.buckets) - n_sparse)
+    if n_sparse:  # sparse buckets differ only in their rows, which count linearly
+        one = _bucket(name, policy.settings, shape, config, True, rows / n_sparse)
+        traffic = _add(traffic, _scale(one, n_sparse))
+    return _load(name, traffic, shape, config, iterations, plan)
+
+
+def builtin(policy: Policy) -> bool:
+    return f"{type(policy).__module__}:{type(policy).__qualname__}" in BUILTIN.values()
+
+
+PEAK = ("entries", "node_routes", "fabric_routes")  # the same groups and routes serve every bucket
+
+
+def _add(a: Traffic, b: Traffic) -> Traffic:
+    return Traffic(**{f.name: (max if f.name in PEAK else _sum)(getattr(a, f.name), getattr(b, f.name))
+                      for f in fields(a)})  # fmt: skip
+
+
+def _sum(a: float, b: float) -> float:
+    return a + b
+
+
+def _scale(t: Traffic, k: float) -> Traffic:
+    """`k` buckets (or groups) of traffic `t`: counts scale, what they share does not."""
+    return Traffic(**{f.name: getattr(t, f.name) * (1.0 if f.name in PEAK else k) for f in fields(t)})
+
+
+def _ring(p: float, steps_per_rank: float, stepwise: bool, shape: Shape, entries: float) -> Traffic:
+    """One ring collective over `p` ranks (steps_per_rank: 2 for all-reduce, 1 for reduce-scatter)."""
+    if p <= 1:
+        return Traffic(collectives=1.0, op_rows=1.0)
+    flows = steps_per_rank * (p - 1) * p if stepwise else 1.0  # stepwise: p flows a step; else one transfer
+    return Traffic(1.0, flows, subflows=flows if stepwise else p, entries=entries, node_routes=p,
+                   fabric_routes=shape.racks, op_rows=1.0)  # fmt: skip
+
+
+def _bucket(name: str, s: Any, shape: Shape, config: Config, sparse: bool, rows: float) -> Traffic:
+    """The traffic of one bucket in one iteration."""
+    w, stepwise = float(shape.workers), config.simulation.collective_model == "stepwise"
+    if name == "no_sync":
+        return Traffic()
+    if name in ("ps", "asp", "ssp", "sparse_ps"):
+        return _sharded(name, s, shape, stepwise or (sparse and name == "sparse_ps"), sparse, rows)
+    if name == "hierarchical":
+        g = _local_size(s.level, shape)
+        n = w / g
+        local, cross = _ring(g, 1, stepwise, shape, 0.0), _ring(n, 2, stepwise, shape, 0.0)
+        groups = 2 * n + g  # n local groups reduce-scatter then all-gather; g cross groups all-reduce
+        flows, subflows = 2 * n * local.flows + g * cross.flows, 2 * n * local.subflows + g * cross.subflows
+        return Traffic(groups, flows, subflows, entries=2.3 * shape.links, node_routes=3 * w,
+                       fabric_routes=shape.racks, op_rows=groups)  # fmt: skip
+    if name == "ds_sync":
+        return _ds_sync(s, shape, stepwise)
+    if sparse and name in ("zen", "sparse_allgather"):
+        pairs = w * (w - 1)  # all-gather: each member's rows to every other (pipelined: one transfer each)
+        gather = Traffic(1.0, pairs if stepwise else w, pairs, entries=2 * w * w, node_routes=w * w,
+                         fabric_routes=shape.racks**2, op_rows=1.0, sparse_rows=rows)  # fmt: skip
+        if name == "sparse_allgather":
+            return gather
+        exchange = Traffic(1.0, pairs, pairs, entries=pairs * shape.path_links, op_rows=1.0)  # a flow per pair
+        return _add(gather, exchange)
+    return _ring(w, 2, stepwise, shape, float(shape.links))  # ring, a plug-in, a dense bucket of zen
+
+
+def _sharded(name: str, s: Any, shape: Shape, per_shard: bool, sparse: bool, rows: float) -> Traffic:
+    """A push and a pull (none before the first step: `_load` takes it off) per worker and bucket."""
+    if s.hosts is not None:
+        candidates = len(set(s.hosts))
+    elif s.placement == "dedicated":
+        candidates = shape.server_hosts
+    else:
+        candidates = shape.hosts
+    k = float(candidates if s.shards == "auto" else s.shards)
+    hosts = float(min(k, candidates))
+    racks = min(shape.racks, hosts if s.placement == "dedicated" else math.ceil(hosts / shape.hosts_per_rack))
+    w = float(shape.workers)
+    transfers = 2 * w * (k if per_shard else 1.0)  # push + pull
+    per_class = hosts + racks + 3 if not per_shard else shape.path_links
+    classes = 2 * w * (k if per_shard else 1.0) if name in ("asp", "ssp") or per_shard else w
+    stale = k if name in ("asp", "ssp") else 0.0
+    return Traffic(0.0, transfers, 2 * w * k, entries=classes * per_class, node_routes=w * hosts * 2,
+                   fabric_routes=shape.racks * racks, op_rows=transfers, staleness_rows=stale,
+                   sparse_rows=rows if sparse else 0.0)  # fmt: skip
+
+
+def _local_size(level: str, shape: Shape) -> float:
+    """Ranks in a hierarchical policy's local group (as `Hierarchical.bind` picks the level)."""
+    if level == "auto":
+        level = "host" if shape.gpus_per_host > 1 or not shape.racks else "rack"
+    if level == "host":
+        return float(shape.gpus_per_host)
+    return max(shape.workers / max(shape.racks, 1), 1.0)
+
+
+def _ds_sync(s: Any, shape: Shape, stepwise: bool) -> Traffic:
+    """Groups per step (averaged over the schedule), each all-reducing the bucket."""
+    w = float(shape.workers)
+    if isinstance(s.schedule, list):
+        sizes = Counter(len(g) for partition in s.schedule for g in partition)
+        steps = len(s.schedule)
+    else:  # islands are racks behind oversubscribed uplinks; mixing steps pair one rank of two racks
+        island = w / shape.racks if shape.oversubscribed and shape.racks > 1 else w
+        size = min(island if s.group_size == "auto" else s.group_size, island)
+        sizes = Counter({size: w / size})
+        if s.schedule != "shuffle" and island < w:
+            sizes[2.0] += shape.racks / 2 / s.mixing_period
+        steps = 1
+    traffic = Traffic()
+    for size, groups in sizes.items():
+        if size > 1:
+            traffic = _add(traffic, _scale(_ring(size, 2, stepwise, shape, 0.0), groups / max(steps, 1)))
+    return replace(traffic, entries=2.0 * shape.links, node_routes=2 * w, fabric_routes=shape.racks)
+
+
+def sparse_buckets(plan: ComputePlan) -> tuple[int, float]:
+    """Sparse buckets, and the non-zero rows one worker draws in all of them per iteration."""
+    sparse = [layout for layout in plan.layouts if layout.sparse]
+    rows = sum(seg.k if seg.kind == "topk" else min(seg.lookups, seg.space)
+               for layout in sparse for seg in layout.segments if seg.kind != "dense")  # fmt: skip
+    return len(sparse), float(rows)
+
+
+def _lockstep(config: Config) -> bool:
+    """Workers computing alike (no jitter, no slow or straggling GPU) stay in step: their compute slices
+    end together and their transfers start together, sharing timeouts and recomputes."""
+    f = config.faults
+    return config.workload.compute_jitter == 0 and not (f.slow_workers or any(s.compute_factor for s in f.stragglers))
+
+
+def _load(name: str, t: Traffic, shape: Shape, config: Config, iterations: float, plan: ComputePlan) -> Load:
+    """A policy's traffic per iteration (all buckets) over the run, as events and recomputes."""
+    kind = "sparse" if t.sparse_rows else "ps" if name == "sparse_ps" else name if name in EVENTS else "ring"
+    buckets = len(plan.buckets)
+    w = float(shape.workers)
+    updates = w * iterations
+    flows = t.flows * iterations
+    subflows = t.subflows * iterations
+    if name in ("ps", "asp", "ssp", "sparse_ps"):  # no pull before the first step
+        flows -= t.flows / 2
+        subflows -= t.subflows / 2
+    recomputes = RECOMPUTES_PER_FLOW.get(name, 1.0) * flows
+    if config.simulation.collective_model == "stepwise" and name not in ("ps", "asp", "ssp"):
+        recomputes = 0.25 * flows  # a ring's steps finish over a spread of instants
+    elif _lockstep(config) and not t.sparse_rows:  # sparse transfers differ in size: they end apart
+        recomputes = min(recomputes, LOCKSTEP_RECOMPUTES_PER_BUCKET * buckets * iterations)
+    a, b, per_flow, per_recompute = EVENTS[kind]
+    work = updates * (a + b * buckets) + per_flow * flows + per_recompute * recomputes
+    work += _sampler_events(config, shape, iterations * plan.compute_s)
+    # workers in step end their compute slices (forward, then one per bucket) at the same instants and
+    # share one timeout for each; the work of resuming every worker remains. Reads before forward end
+    # at slightly different instants (paths differ), and the workers drift apart.
+    shared = 0.0 if name in READS_BEFORE_FORWARD else 1.0 + buckets
+    events = work - (updates - iterations) * shared if _lockstep(config) else work
+    ops = t.op_rows * iterations + (updates if name == "ssp" else 0.0)
+    route_s = t.node_routes * S_PER_NODE_ROUTE + t.fabric_routes * (
+        S_PER_FABRIC_HOST * shape.hosts + S_PER_FABRIC_RACK * shape.racks
+    )
+    solved = recomputes * t.entries * (1.0 if t.sparse_rows else LIVE_SHARE.get(name, 1.0))
+    return Load(t.collectives * iterations, flows, subflows, events, work, recomputes, solved, t.entries, route_s,
+                t.sparse_rows * updates, updates, ops, t.staleness_rows * updates)  # fmt: skip
+
+
+def _sampler_events(config: Config, shape: Shape, compute_s: float) -> float:
+    """Link-utilisation samples over at least the run's compute time: fine at first, the interval
+    doubling whenever they run out."""
+    sim = config.simulation
+    links = max(1, shape.links - 2 * shape.workers)
+    kept = max(4, min(sim.utilization_samples, 2_000_000 // links))
+    samples = max(compute_s, 1e-3) / (sim.utilization_interval_ms * 1e-3)
+    return samples if samples <= kept else kept + kept / 2 * math.log2(samples / kept)

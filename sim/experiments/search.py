@@ -1,0 +1,118 @@
+"""Sync-Switch's offline policy for recurring jobs: the smallest BSP fraction whose final accuracy
+stays within a tolerance of full BSP's, found as the paper finds it, by halving the fraction
+(50 -> 25 -> 12.5 -> 6.25 %) until a fraction falls short (numerics mode: accuracy is trained, not
+assumed). Every point tried is reported: `search.csv` (a row per fraction and seed, and the mean
+over seeds) and `search.png` (final accuracy and time against the fraction).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+import pandas as pd
+
+from sim.api import ConfigLike, as_config, simulate
+from sim.config import Config, parse_config
+from sim.errors import ConfigError
+from sim.files import atomic_write
+
+COLUMNS = ("fraction", "seed", "final_accuracy", "best_accuracy", "sim_time_s", "throughput_samples_s", "switches")
+
+
+class SearchError(RuntimeError):
+    """A run of the search failed (its summary's status says why)."""
+
+
+@dataclass
+class SearchResult:
+    points: pd.DataFrame  # one row per fraction and seed tried (fraction 1.0: the full-BSP reference)
+    table: pd.DataFrame  # one row per fraction: means over seeds, and whether it passed
+    best: float  # the smallest passing fraction (1.0 when even the first halving falls short)
+    reference: float  # full BSP's mean final accuracy
+    tolerance: float
+    config_name: Optional[str] = None  # the figure's caption
+
+    def write(self, out_dir: str | os.PathLike[str]) -> Path:
+        from sim.results.plots import search_plot
+
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        atomic_write(out / "search.csv", self.table.to_csv(index=False))
+        atomic_write(out / "search_points.csv", self.points.to_csv(index=False))
+        search_plot(self.table, self.reference, self.tolerance, out / "search.png", self.config_name)
+        return out
+
+
+def offline_search(
+    config: ConfigLike,
+    policy: Optional[str] = None,
+    *,
+    tolerance: float = 0.01,
+    start: float = 0.5,
+    smallest: float = 0.0625,
+    seeds: int = 1,
+    on_point: Optional[Callable[[pd.DataFrame], None]] = None,
+) -> SearchResult:
+    """Halve the BSP fraction of the config's `sync_switch` entry (by label; default: the first)
+    from `start` down to `smallest` while its mean final accuracy over `seeds` seeds stays within
+    `tolerance` of the same run at fraction 1 (full BSP). `on_point` sees the points so far."""
+    cfg = as_config(config)
+    entry = _entry(cfg, policy)
+    if not 0 < smallest <= start < 1:
+        raise ConfigError(f"search: need 0 < smallest ({smallest}) <= start ({start}) < 1")
+    if not 0 <= tolerance < float("inf"):
+        raise ConfigError(f"search: tolerance must be a finite accuracy difference >= 0, got {tolerance}")
+    if seeds < 1:
+        raise ConfigError(f"search: seeds must be at least 1, got {seeds}")
+    rows: list[dict[str, Any]] = []
+
+    def measure(fraction: float) -> float:
+        for i in range(seeds):
+            result = simulate(_variant(cfg, entry, fraction, cfg.seed + i))
+            summary = result.summary.iloc[0]
+            if summary["status"] != "ok":
+                raise SearchError(f"fraction {fraction:g}, seed {cfg.seed + i}: {summary['status']}")
+            rows.append({"fraction": fraction, "seed": cfg.seed + i, **{c: summary[c] for c in COLUMNS[2:]}})
+            if on_point is not None:
+                on_point(pd.DataFrame(rows, columns=list(COLUMNS)))
+        return float(pd.DataFrame(rows).query("fraction == @fraction")["final_accuracy"].mean())
+
+    reference = measure(1.0)
+    best, fraction = 1.0, start
+    while fraction >= smallest - 1e-12:
+        if measure(fraction) < reference - tolerance:
+            break
+        best, fraction = fraction, fraction / 2
+    points = pd.DataFrame(rows, columns=list(COLUMNS))
+    table = points.groupby("fraction", sort=False).mean(numeric_only=True).drop(columns="seed").reset_index()
+    table["seeds"] = points.groupby("fraction", sort=False).size().to_numpy()
+    table["passes"] = table["final_accuracy"] >= reference - tolerance
+    table["chosen"] = table["fraction"] == best
+    return SearchResult(points, table, best, reference, tolerance, cfg.name)
+
+
+def _entry(config: Config, label: Optional[str]) -> dict[str, Any]:
+    if not config.numerics_on:
+        raise ConfigError("numerics: the search compares trained accuracy; add a numerics: section")
+    entries = [e for e in config.policies if e.name == "sync_switch" and (label is None or e.display == label)]
+    if not entries:
+        known = ", ".join(e.display for e in config.policies if e.name == "sync_switch") or "none in this config"
+        raise ConfigError(f"policy: no sync_switch entry {label or ''} to search; sync_switch entries: {known}")
+    entry = entries[0].model_dump()
+    if entry.get("switching", "offline") != "offline" or entry.get("pattern", "10") != "10":
+        raise ConfigError(f"policies[{config.policies.index(entries[0])}]: the search varies switch_at of an "
+                          "offline 10 pattern (BSP, then ASP)")  # fmt: skip
+    return entry
+
+
+def _variant(config: Config, entry: dict[str, Any], fraction: float, seed: int) -> Config:
+    """The config with only the searched entry, at `fraction`, with `seed`."""
+    data = config.model_dump(mode="json")
+    data["seed"] = seed
+    data["policies"] = [{**entry, "switch_at": fraction, "label": f"switch_at={fraction:g}"}]
+    data.setdefault("simulation", {})["trace"] = False
+    return parse_config(data)

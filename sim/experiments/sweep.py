@@ -1,0 +1,155 @@
+"""A config's `sweep:` section: the grid of configs it stands for, every point validated up front.
+
+    sweep:
+      grid:                           # every combination of these
+        cluster.uplink_gbps: [10, 25, 100]
+        policies[0].group_size: [2, 4, 8]
+      zip:                            # axes that move together (one group: lists of equal length)
+        - workload.model: [resnet50, bert_large]
+          workload.batch_size: [32, 16]
+      seeds: [0, 1, 2]                # each point with each seed
+
+Axes are config paths (`sim.config.overrides`). A point is one combination: its coordinates (axis
+path -> value, then `seed`), its config (the base with those values set) and a key, the hash of its
+resolved config, under which its results are kept, so a re-run finds them (`sim.experiments.sweep_runner`).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import itertools
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional, Union
+
+from sim.config import Config, parse_config
+from sim.config.extends import resolve_extends
+from sim.config.overrides import apply_overrides, parse_path, set_path
+from sim.config.yaml_io import read_yaml
+from sim.errors import ConfigError
+
+MAX_POINTS = 100_000  # a grid larger than this is a typo, not an experiment on one machine
+
+
+@dataclass(frozen=True)
+class Point:
+    index: int
+    coords: dict[str, Any]  # axis path -> value, in the order the sweep names them; then "seed"
+    config: Optional[Config]  # None: the point does not validate (`error` says why)
+    error: Optional[str] = None
+
+    @property
+    def key(self) -> str:
+        """The hash of the resolved config (every default filled in): equal configs, equal keys."""
+        assert self.config is not None
+        text = json.dumps(self.config.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def label(self) -> str:
+        return ", ".join(f"{path}={value!r}" for path, value in self.coords.items())
+
+
+@dataclass(frozen=True)
+class Sweep:
+    name: str
+    axes: list[str]  # coordinate names, in order ("seed" last when seeds are swept)
+    points: list[Point]
+
+    @property
+    def bad(self) -> list[Point]:
+        return [p for p in self.points if p.config is None]
+
+
+def load_sweep(path: Union[str, Path], overrides: tuple[str, ...] | list[str] = ()) -> Sweep:
+    """Read a config file with a `sweep:` section (after `extends:` and `--set`) and expand it."""
+    from policies.registry import add_search_folder
+
+    add_search_folder(Path(path).parent)  # plug-in policies beside the file, as load_config does
+    data = apply_overrides(resolve_extends(read_yaml(Path(path)), Path(path)), overrides)
+    return expand(data)
+
+
+def is_sweep(path: Union[str, Path]) -> bool:
+    """Whether a config file (after `extends:`) has a `sweep:` section."""
+    data = resolve_extends(read_yaml(Path(path)), Path(path))
+    return isinstance(data, dict) and "sweep" in data
+
+
+def expand(data: Any) -> Sweep:
+    """The points of a config mapping with a `sweep:` section; a point that does not validate keeps
+    its error (its coordinates and the field), the others their configs."""
+    if not isinstance(data, dict) or not isinstance(data.get("sweep"), dict):
+        raise ConfigError("sweep: this config has no sweep: section (a mapping with grid:, zip: and/or seeds:)")
+    base = {key: value for key, value in data.items() if key != "sweep"}
+    axes, blocks = _axes(data["sweep"])
+    combos = list(itertools.product(*blocks)) if blocks else [()]
+    if len(combos) > MAX_POINTS:
+        raise ConfigError(f"sweep: {len(combos):,} points; a sweep has at most {MAX_POINTS:,}")
+    name = base.get("name", "experiment") if isinstance(base.get("name"), str) else "experiment"
+    points = []
+    for index, combo in enumerate(combos):
+        coords = {path: value for block in combo for path, value in block}
+        points.append(_point(index, base, coords))
+    return Sweep(name, axes, points)
+
+
+def _axes(spec: dict[str, Any]) -> tuple[list[str], list[list[tuple[tuple[str, Any], ...]]]]:
+    """The axis names and, per block (a grid axis, a zip group, the seeds), its list of settings."""
+    unknown = sorted(set(spec) - {"grid", "zip", "seeds"})
+    if unknown:
+        raise ConfigError(f"sweep: unknown key(s) {', '.join(unknown)}; allowed: grid, zip, seeds")
+    axes: list[str] = []
+    blocks: list[list[tuple[tuple[str, Any], ...]]] = []
+
+    def axis(path: Any, values: Any, where: str) -> list[Any]:
+        if not isinstance(path, str):
+            raise ConfigError(f"{where}: an axis is a config path (text), got {path!r}")
+        parse_path(path)
+        if path in axes:
+            raise ConfigError(f"{where}.{path}: the axis is swept twice")
+        if not isinstance(values, list) or not values:
+            raise ConfigError(f"{where}.{path}: expected a non-empty list of values, got {values!r}")
+        axes.append(path)
+        return values
+
+    grid = spec.get("grid") or {}
+    if not isinstance(grid, dict):
+        raise ConfigError(f"sweep.grid: expected a mapping of axis -> list of values, got {grid!r}")
+    for path, values in grid.items():
+        blocks.append([((path, value),) for value in axis(path, values, "sweep.grid")])
+    groups = spec.get("zip") or []
+    if not isinstance(groups, list) or not all(isinstance(g, dict) and g for g in groups):
+        raise ConfigError("sweep.zip: expected a list of groups, each a mapping of axis -> list of values")
+    for i, group in enumerate(groups):
+        columns = [(path, axis(path, values, f"sweep.zip[{i}]")) for path, values in group.items()]
+        lengths = {len(values) for _, values in columns}
+        if len(lengths) > 1:
+            shown = ", ".join(f"{path}: {len(values)}" for path, values in columns)
+            raise ConfigError(f"sweep.zip[{i}]: the axes of a group move together and need equal lengths ({shown})")
+        blocks.append([tuple((path, values[k]) for path, values in columns) for k in range(lengths.pop())])
+    seeds = spec.get("seeds")
+    if seeds is not None:
+        if "seed" in axes:
+            raise ConfigError("sweep.seeds: seed is already an axis; sweep it in one place")
+        if not isinstance(seeds, list) or not seeds or not all(type(s) is int and s >= 0 for s in seeds):
+            raise ConfigError(f"sweep.seeds: expected a non-empty list of integers >= 0, got {seeds!r}")
+        if len(set(seeds)) != len(seeds):
+            raise ConfigError(f"sweep.seeds: {seeds} lists a seed twice")
+        axes.append("seed")
+        blocks.append([(("seed", seed),) for seed in seeds])
+    if not blocks:
+        raise ConfigError("sweep: nothing to sweep; give grid:, zip: or seeds:")
+    return axes, blocks
+
+
+def _point(index: int, base: dict[str, Any], coords: dict[str, Any]) -> Point:
+    data = copy.deepcopy(base)
+    try:
+        for path, value in coords.items():
+            set_path(data, path, copy.deepcopy(value))
+        config = parse_config(data)
+    except ConfigError as exc:
+        return Point(index, coords, None, " / ".join(str(exc).splitlines()))
+    return Point(index, coords, config)

@@ -1,0 +1,118 @@
+"""Runs a sweep's points (in parallel processes, in this one, or on Dask: `sim.experiments.sweep_dask`)
+and builds one tidy table from the files each point kept (`sim.experiments.sweep_points`).
+
+The tidy table, `DIR/sweep.csv`, has one row per point and policy: the point's index and key, one
+column per axis (seed included), then every summary column; it is built from the kept files in point
+order, so it does not depend on the order points finished in or on how many runs it took.
+`DIR/errors.csv` lists the points that did not validate or failed, with their coordinates.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+import pandas as pd
+
+from sim.experiments.sweep import Point, Sweep
+from sim.experiments.sweep_points import POINT_FILE, SUMMARY_FILE, OnDone, finished, point_folder, run_point
+from sim.files import atomic_path, atomic_write
+
+TABLE_FILE = "sweep.csv"
+PARQUET_FILE = "sweep.parquet"
+ERRORS_FILE = "errors.csv"
+
+
+@dataclass
+class SweepOutcome:
+    table: pd.DataFrame
+    errors: pd.DataFrame
+    ran: int  # points run by this call
+    skipped: int  # points finished by an earlier call
+
+
+def run_sweep(
+    sweep: Sweep,
+    out: Path,
+    jobs: Optional[int] = None,
+    on_done: Optional[OnDone] = None,
+    dask: Optional[str] = None,
+) -> SweepOutcome:
+    """Run every valid point not finished before (`jobs` processes; 1: in this process; or on the
+    Dask scheduler at `dask`), then write and return the tidy table and the errors. `on_done(point,
+    error)` is called as each one ends."""
+    out.mkdir(parents=True, exist_ok=True)
+    todo = [p for p in sweep.points if p.config is not None and not finished(point_folder(out, p))]
+    skipped = sum(1 for p in sweep.points if p.config is not None) - len(todo)
+    jobs = max(1, min(jobs or os.cpu_count() or 1, len(todo) or 1))
+    if dask is not None:
+        from sim.experiments.sweep_dask import run_on_dask
+
+        run_on_dask(dask, todo, out, on_done)
+    elif jobs == 1:
+        for point in todo:
+            error = run_point(point.config, str(point_folder(out, point)), point.coords)  # type: ignore[arg-type]
+            if on_done is not None:
+                on_done(point, error)
+    else:
+        _run_parallel(todo, out, jobs, on_done)
+    table, errors = collect(sweep, out)
+    atomic_write(out / TABLE_FILE, table.to_csv(index=False))
+    with atomic_path(out / PARQUET_FILE) as tmp:
+        table.to_parquet(tmp, index=False)
+    atomic_write(out / ERRORS_FILE, errors.to_csv(index=False))
+    return SweepOutcome(table, errors, len(todo), skipped)
+
+
+def _run_parallel(todo: list[Point], out: Path, jobs: int, on_done: Optional[OnDone]) -> None:
+    """At most `jobs` points at a time; on an interrupt, points not started are cancelled."""
+    pending = iter(todo)
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        running: dict[Future[Optional[str]], Point] = {}
+        try:
+            while True:
+                while len(running) < jobs and (point := next(pending, None)) is not None:
+                    future = pool.submit(run_point, point.config, str(point_folder(out, point)), point.coords)  # type: ignore[arg-type]
+                    running[future] = point
+                if not running:
+                    return
+                done, _ = wait(running, return_when=FIRST_COMPLETED)
+                for future in done:
+                    point = running.pop(future)
+                    if on_done is not None:
+                        on_done(point, future.result())
+        except BaseException:
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+
+
+def collect(sweep: Sweep, out: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The tidy table and the errors, from the files the points left, in point order."""
+    frames, errors = [], []
+    for point in sweep.points:
+        coords = {axis: _cell(point.coords.get(axis)) for axis in sweep.axes}
+        if point.config is None:
+            errors.append({"point": point.index, **coords, "error": f"config: {point.error}"})
+            continue
+        folder = point_folder(out, point)
+        try:
+            record = json.loads((folder / POINT_FILE).read_text())
+        except (OSError, ValueError):
+            continue  # not run yet (an interrupted sweep): neither a row nor an error
+        if record.get("status") != "ok":
+            errors.append({"point": point.index, **coords, "error": record.get("error")})
+            continue
+        summary = pd.read_csv(folder / SUMMARY_FILE)
+        head = pd.DataFrame({"point": point.index, "key": point.key, **coords}, index=summary.index)
+        frames.append(pd.concat([head, summary], axis=1))
+    table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["point", "key", *sweep.axes])
+    return table, pd.DataFrame(errors, columns=["point", *sweep.axes, "error"])
+
+
+def _cell(value: Any) -> Any:
+    """A coordinate as a table cell: lists and mappings as JSON text."""
+    return json.dumps(value, sort_keys=True) if isinstance(value, (list, dict)) else value

@@ -1,0 +1,32 @@
+"""A result's summary as the commands print it to the terminal."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+TABLE_COLUMNS = {
+    "policy": "policy",
+    "mean_iteration_s": "mean iter (ms)",
+    "p50_iteration_s": "p50 (ms)",
+    "p99_iteration_s": "p99 (ms)",
+    "throughput_samples_s": "samples/s",
+    "mean_comm_s": "comm (ms)",
+    "mean_wait_s": "wait (ms)",
+    "scaling_efficiency": "scaling eff.",
+}
+
+
+# numerics mode adds these (the time to the target only when the config sets one)
+ACCURACY_COLUMNS = {"final_accuracy": "final acc.", "time_to_target_s": "to target (s)"}
+
+
+def summary_table(summary: pd.DataFrame) -> str:
+    """The summary as the commands print it: milliseconds, and accuracy where the run measured it."""
+    columns = dict(TABLE_COLUMNS)
+    columns.update({k: v for k, v in ACCURACY_COLUMNS.items() if k in summary and summary[k].notna().any()})
+    df = summary[list(columns)].rename(columns=columns).copy()
+    for col in ("mean iter (ms)", "p50 (ms)", "p99 (ms)", "comm (ms)", "wait (ms)"):
+        df[col] = df[col] * 1e3
+    if "final acc." in df:
+        df["final acc."] = df["final acc."].map(lambda v: f"{v:.3f}")
+    return df.to_string(index=False, float_format=lambda v: f"{v:,.2f}")

@@ -1,0 +1,214 @@
+"""The PNGs: where iteration time goes and throughput per policy; link utilisation; staleness."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+from sim.files import atomic_path
+
+
+def figure(nrows: int = 1, ncols: int = 1, figsize: tuple[float, float] = (7, 4), **kwargs: Any) -> tuple[Figure, Any]:
+    """A figure and its axes (as `plt.subplots` gives them) that pyplot never sees: drawing files
+    here neither needs a display nor changes the backend of a notebook that imported syncsim."""
+    fig = Figure(figsize=figsize)
+    return fig, fig.subplots(nrows, ncols, **kwargs)
+
+
+def comparison_plot(
+    summary: pd.DataFrame,
+    iterations: pd.DataFrame,
+    path: Path,
+    phases: pd.DataFrame | None = None,
+    config_name: str | None = None,
+    time_label: str = "simulated time (s)",
+) -> None:
+    ok = summary.dropna(subset=["mean_iteration_s"])
+    fig, (ax_time, ax_tput, ax_iter) = figure(1, 3, figsize=(15, 4.2))
+    labels = list(ok["policy"])
+    x = range(len(labels))
+    bottom = pd.Series(0.0, index=ok.index)
+    for column, name in (("mean_compute_s", "compute"), ("mean_comm_s", "communication"), ("mean_wait_s", "wait")):
+        ax_time.bar(x, ok[column] * 1e3, bottom=bottom * 1e3, label=name)
+        bottom = bottom + ok[column]
+    ax_time.scatter(x, ok["p99_iteration_s"] * 1e3, color="black", marker="_", s=300, zorder=3, label="p99 iteration")
+    ax_time.set_ylabel("ms per iteration (mean)")
+    ax_time.set_title("Iteration time")
+    ax_time.legend(fontsize=8)
+    ax_tput.bar(x, ok["throughput_samples_s"], color="tab:green")
+    ax_tput.set_ylabel("samples / s")
+    ax_tput.set_title("Throughput")
+    for ax in (ax_time, ax_tput):
+        ax.set_xticks(list(x), labels, rotation=20, ha="right")
+    done = iterations.sort_values("end_s").groupby("policy", sort=False)
+    for label, style in zip(labels, line_styles(len(labels))):
+        rows = done.get_group(label) if label in done.groups else iterations.iloc[:0]
+        workers = rows["rank"].nunique() or 1
+        (line,) = ax_iter.plot(rows["end_s"], (pd.RangeIndex(1, len(rows) + 1) / workers), label=label, **style)
+        shade_phases(ax_iter, phases, label, line.get_color())
+    ax_iter.set_xlabel(time_label)
+    ax_iter.set_ylabel("updates / workers")
+    ax_iter.set_title("Progress")
+    ax_iter.legend(fontsize=8)
+    save_captioned(fig, path, config_name)
+
+
+def utilization_plot(utilization: pd.DataFrame, path: Path, config_name: str | None = None) -> None:
+    """Link utilisation over time, one panel per policy on its own time axis (a fast policy is not a
+    sliver of a slow one's). Links whose curves are identical (the symmetric uplinks of a balanced
+    scheme) are drawn once and named together; beyond `MAX_LINES` distinct curves a panel shows each
+    kind's mean and min-max band instead. NIC links, if sampled, appear as their mean."""
+    policies = list(dict.fromkeys(utilization["policy"]))
+    if not policies:
+        return
+    fig, axes = figure(len(policies), 1, figsize=(12, 2.5 * len(policies)), squeeze=False)
+    for ax, label in zip(axes[:, 0], policies):
+        rows = utilization[utilization["policy"] == label]
+        network = rows[rows["kind"] != "nic"]
+        curves = network.pivot_table(index="time_s", columns="link", values="utilization", sort=False)
+        groups = identical_columns(curves)
+        if len(groups) <= MAX_LINES:
+            for names, style in zip(groups, line_styles(len(groups))):
+                ax.plot(curves.index, curves[names[0]].to_numpy(), label=joined_names(names), **style)
+        else:
+            for kind, links in network.groupby("kind", sort=False)["link"]:
+                kind_curves = curves[list(dict.fromkeys(links))]
+                (line,) = ax.plot(kind_curves.index, kind_curves.mean(axis=1), lw=1.2, label=f"{kind} (mean)")
+                ax.fill_between(kind_curves.index, kind_curves.min(axis=1), kind_curves.max(axis=1),
+                                color=line.get_color(), alpha=0.2, lw=0, label=f"{kind} (min-max)")  # fmt: skip
+        nics = rows[rows["kind"] == "nic"]
+        if len(nics):
+            mean = nics.groupby("time_s")["utilization"].mean()
+            ax.plot(mean.index, mean.to_numpy(), lw=1.5, color="black", ls="--", label="NICs (mean)")
+        ax.set_ylim(0, 1.05)
+        ax.set_xlim(0, rows["time_s"].max() if len(rows) else 1)
+        ax.set_ylabel("utilisation")
+        ax.set_xlabel("simulated time (s)", fontsize=8)
+        ax.set_title(label, fontsize=10)
+        ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.005, 1.0), frameon=False)  # beside, not over
+    save_captioned(fig, path, config_name)
+
+
+MAX_LINES = 8  # distinct link curves a utilisation panel draws one by one
+
+
+def identical_columns(curves: pd.DataFrame) -> list[list[str]]:
+    """The columns grouped by equal values (to 1e-9), in first-seen order."""
+    groups: dict[bytes, list[str]] = {}
+    for name in curves.columns:
+        key = curves[name].round(9).fillna(-1.0).to_numpy().tobytes()
+        groups.setdefault(key, []).append(str(name))
+    return list(groups.values())
+
+
+def joined_names(names: list[str], shown: int = 3) -> str:
+    """`a = b = c`, or `a = b = c (+4 identical)`."""
+    text = " = ".join(names[:shown])
+    return text + (f" (+{len(names) - shown} identical)" if len(names) > shown else "")
+
+
+def line_styles(count: int) -> list[dict]:
+    """Styles that keep coinciding curves visible: only the first line is solid; each later one is
+    thinner and dashed, so one drawn over another leaves the first showing through its gaps."""
+    dashes = ["-", (0, (6, 2)), (0, (4, 2, 1, 2)), (0, (1, 1.5)), (0, (8, 3, 1, 3, 1, 3)), (0, (3, 3))]
+    pick = [0, *(1 + i % (len(dashes) - 1) for i in range(count - 1))]
+    return [{"ls": dashes[d], "lw": max(1.0, 3.0 - 0.4 * i)} for i, d in enumerate(pick[:count])]
+
+
+def staleness_plot(staleness: pd.DataFrame, path: Path, config_name: str | None = None) -> None:
+    fig, ax = figure(figsize=(7, 3.5))
+    groups = list(staleness.groupby("policy", sort=False))
+    for (label, rows), style in zip(groups, line_styles(len(groups))):
+        counts = rows.groupby("staleness")["updates"].sum()
+        ax.step(counts.index, counts / counts.sum(), where="mid", label=label, **style)
+    ax.set_xlabel("staleness (updates by others since the worker's last pull)")
+    ax.set_ylabel("share of updates")
+    ax.legend(fontsize=8)
+    save_captioned(fig, path, config_name)
+
+
+def accuracy_plot(
+    accuracy: pd.DataFrame,
+    path: Path,
+    target: float | None = None,
+    phases: pd.DataFrame | None = None,
+    config_name: str | None = None,
+    time_label: str = "simulated time (s)",
+) -> None:
+    """Consensus accuracy of every policy against time (`time_label`) and against iterations."""
+    consensus = accuracy[accuracy["worker"] < 0]
+    fig, (ax_time, ax_iter) = figure(1, 2, figsize=(12, 4.2), sharey=True)
+    groups = list(consensus.groupby("policy", sort=False))
+    for (label, rows), style in zip(groups, line_styles(len(groups))):  # coinciding curves stay visible
+        (line,) = ax_time.plot(rows["time_s"], rows["accuracy"], label=label, **style)
+        shade_phases(ax_time, phases, str(label), line.get_color())
+        ax_iter.plot(rows["iteration"], rows["accuracy"], label=label, color=line.get_color(), **style)
+    for ax, xlabel in ((ax_time, time_label), (ax_iter, "iterations (updates / workers)")):
+        if target is not None:
+            ax.axhline(target, color="grey", ls=":", lw=1, label="target")
+        ax.set_xlabel(xlabel)
+        ax.grid(alpha=0.3)
+    ax_time.set_ylabel("held-out accuracy (consensus model)")
+    ax_time.set_title("Time to accuracy")
+    ax_iter.set_title("Accuracy per iteration")
+    ax_iter.legend(fontsize=8)
+    save_captioned(fig, path, config_name)
+
+
+def search_plot(
+    table: pd.DataFrame, reference: float, tolerance: float, path: Path, config_name: str | None = None
+) -> None:
+    """Sync-Switch's offline search: final accuracy and time to finish against the BSP fraction."""
+    rows = table.sort_values("fraction")
+    fig, (ax_acc, ax_time) = figure(1, 2, figsize=(11, 4))
+    colors = ["tab:green" if ok else "tab:red" for ok in rows["passes"]]
+    ax_acc.plot(rows["fraction"] * 100, rows["final_accuracy"], color="grey", lw=1)
+    ax_acc.scatter(rows["fraction"] * 100, rows["final_accuracy"], c=colors, zorder=3)
+    ax_acc.axhspan(reference - tolerance, reference, color="tab:green", alpha=0.1, lw=0, label="within tolerance")
+    chosen = rows[rows["chosen"]]
+    ax_acc.scatter(chosen["fraction"] * 100, chosen["final_accuracy"], s=160, facecolors="none", edgecolors="black",
+                   label="smallest passing")  # fmt: skip
+    ax_acc.set_ylabel("final accuracy (consensus, mean over seeds)")
+    ax_acc.legend(fontsize=8)
+    ax_time.plot(rows["fraction"] * 100, rows["sim_time_s"], marker="o")
+    ax_time.set_ylabel("time to finish (simulated s)")
+    for ax in (ax_acc, ax_time):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(rows["fraction"] * 100, [f"{v:g}%" for v in rows["fraction"] * 100])
+        ax.minorticks_off()
+        ax.set_xlabel("BSP share of training")
+        ax.grid(alpha=0.3)
+    save_captioned(fig, path, config_name)
+
+
+def shade_phases(ax: Axes, phases: pd.DataFrame | None, label: str, color: str) -> None:
+    """A policy that switched (Sync-Switch): its asynchronous phases shaded, its switches dotted."""
+    if phases is None:
+        return
+    rows = phases[phases["policy"] == label]
+    if len(rows) < 2:
+        return
+    for row in rows.itertuples(index=False):
+        if not row.synchronous:
+            ax.axvspan(row.start_s, row.end_s, color=color, alpha=0.08, lw=0)
+        if row.phase > 0:
+            ax.axvline(row.start_s - row.switch_s, color=color, ls=":", lw=1)
+
+
+def save_captioned(fig: Figure, path: Path, config_name: str | None = None) -> None:
+    """`save_figure`, with the config's name as a caption."""
+    if config_name:  # every figure says which config it shows
+        fig.suptitle(f"config: {config_name}", x=0.01, ha="left", fontsize=9, color="0.35")
+    save_figure(fig, path)
+
+
+def save_figure(fig: Figure, path: Path) -> None:
+    """Through a temporary that keeps the extension (savefig picks the format from it: png, pdf, svg):
+    never half a file."""
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=110)

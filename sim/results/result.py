@@ -1,0 +1,151 @@
+"""What a `simulate` call returns, and the files it writes (README: "What you get"; the tables are
+built in `sim/results/tables.py`).
+
+Files are written atomically (`sim/files.py`), so a crash while writing never leaves half a table,
+and `write` can be called again as more policies finish.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import pandas as pd
+
+from sim.config import Config, dump_config
+from sim.engine.run import PolicyRun
+from sim.files import atomic_write
+
+# summary.csv is written after these: it lists the policies whose rows are already in them, so a run
+# killed between two files never has a summary claiming rows that are not there yet
+DETAIL_TABLES = ("iterations", "phases", "ops", "links", "utilization", "staleness", "faults")
+# per-link tables: a real run cannot see what each link carried, so its folder has none of them
+UNMEASURED = ("links", "utilization")
+
+
+@dataclass
+class Result:
+    """Everything one `simulate` call produced; tables are pandas DataFrames."""
+
+    config: Config
+    summary: pd.DataFrame
+    iterations: pd.DataFrame
+    ops: pd.DataFrame
+    links: pd.DataFrame
+    utilization: pd.DataFrame
+    staleness: pd.DataFrame
+    faults: pd.DataFrame
+    phases: pd.DataFrame
+    runs: list[PolicyRun] = field(default_factory=list)
+    accuracy: Optional[pd.DataFrame] = None  # numerics mode only
+    measured: bool = False  # a real run's tables: times measured, seconds from each policy's start
+
+    @property
+    def time_label(self) -> str:
+        """What the tables' `_s` times are, for axis labels."""
+        return "measured time (s, from the policy's start)" if self.measured else "simulated time (s)"
+
+    @classmethod
+    def read(cls, folder: str | os.PathLike[str]) -> Result:
+        """A run's results back from the folder `write` (or `syncsim run --out`) filled: its config and
+        tables as written (each `NAME.csv`, or `NAME.csv.gz` for an archived folder). `runs` is empty:
+        the engine's in-memory objects are not saved."""
+        from sim.config import load_config
+
+        out = Path(folder)
+        if not table_path(out, "summary").is_file() or not (out / "config.yaml").is_file():
+            raise FileNotFoundError(f"{out}: no summary.csv and config.yaml here; not the folder of a syncsim run")
+        accuracy = table_path(out, "accuracy")
+        measured = (out / "parameters.npz").is_file()  # only a real run's folder has one
+        tables = {
+            name: _empty(name) if measured and name in UNMEASURED else read_table(out, name) for name in DETAIL_TABLES
+        }
+        return cls(
+            load_config(out / "config.yaml"),
+            read_table(out, "summary"),
+            **tables,  # type: ignore[arg-type]
+            accuracy=read_table(out, "accuracy") if accuracy.is_file() else None,
+            measured=measured,
+        )
+
+    @property
+    def errors(self) -> dict[str, str]:
+        return {run.label: run.error for run in self.runs if run.error is not None}
+
+    def write(self, out_dir: str | os.PathLike[str], *, plot: bool = True, trace: Optional[bool] = None) -> Path:
+        """Write the tables as CSV, config.yaml, trace.json and the plots (see README)."""
+        from sim.results.trace import chrome_trace
+
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        atomic_write(out / "config.yaml", dump_config(self.config))
+        for name in DETAIL_TABLES:
+            if self.measured and name in UNMEASURED:  # a real run cannot see links: no file, not an empty one
+                (out / f"{name}.csv").unlink(missing_ok=True)
+                continue
+            atomic_write(out / f"{name}.csv", getattr(self, name).to_csv(index=False))
+        if self.accuracy is not None:
+            atomic_write(out / "accuracy.csv", self.accuracy.to_csv(index=False))
+        atomic_write(out / "summary.csv", self.summary.to_csv(index=False))
+        failed = [run for run in self.runs if run.error is not None]
+        if failed:  # the summary says why in one line; the full traceback is for bug reports
+            atomic_write(out / "errors.txt", "\n".join(f"== {run.label}\n{run.traceback}" for run in failed))
+        elif (out / "errors.txt").exists():
+            (out / "errors.txt").unlink()
+        # the trace and the figures last: whatever happens there, every table is already written
+        if self.config.simulation.trace if trace is None else trace:
+            atomic_write(out / "trace.json", chrome_trace(self, self.config.simulation.trace_max_events))
+        if plot:
+            self.plot(out)
+        return out
+
+    def plot(self, out_dir: str | os.PathLike[str], formats: tuple[str, ...] = ("png",)) -> list[Path]:
+        """Draw the standard figures into `out_dir`, once per format (png, pdf, svg); returns the files."""
+        from sim.results.plots import accuracy_plot, comparison_plot, staleness_plot, utilization_plot
+
+        out, written = Path(out_dir), []
+        if not len(self.summary):
+            return written
+        out.mkdir(parents=True, exist_ok=True)
+        for fmt in formats:
+            name = self.config.name
+            comparison_plot(
+                self.summary, self.iterations, out / f"comparison.{fmt}", self.phases, name, self.time_label
+            )
+            written.append(out / f"comparison.{fmt}")
+            if len(self.utilization):  # none in a real run: no figure rather than an empty one
+                utilization_plot(self.utilization, out / f"utilization.{fmt}", name)
+                written.append(out / f"utilization.{fmt}")
+            if len(self.staleness):
+                staleness_plot(self.staleness, out / f"staleness.{fmt}", name)
+                written.append(out / f"staleness.{fmt}")
+            if self.accuracy is not None and len(self.accuracy):
+                target = self.config.numerics.target_accuracy if self.config.numerics else None
+                path = out / f"accuracy.{fmt}"
+                accuracy_plot(self.accuracy, path, target, self.phases, name, self.time_label)
+                written.append(path)
+        return written
+
+
+def _empty(name: str) -> pd.DataFrame:
+    """An `UNMEASURED` table with its columns and no rows."""
+    from sim.results.tables import links_frame, utilization_frame
+
+    return {"links": links_frame, "utilization": utilization_frame}[name]([], None)  # type: ignore[arg-type]
+
+
+def table_path(folder: Path, name: str) -> Path:
+    """`folder/NAME.csv`, or `NAME.csv.gz` where only that one exists."""
+    plain = folder / f"{name}.csv"
+    packed = folder / f"{name}.csv.gz"
+    return packed if not plain.is_file() and packed.is_file() else plain
+
+
+def read_table(folder: Path, name: str) -> pd.DataFrame:
+    """A written table; a file with no columns at all (nothing was recorded) reads as an empty frame."""
+    try:
+        return pd.read_csv(table_path(folder, name))
+    except pd.errors.EmptyDataError:
+        return pd.DataFrame()
