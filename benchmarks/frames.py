@@ -36,9 +36,11 @@ def configs() -> list[Path]:
 def save(out: Path, steady: bool = False) -> None:
     """`steady`: also every config without compute jitter, and small versions of the large benchmark
     jobs (no jitter either): where workers tie, same-instant event order is put to the test."""
+    from sim.config import read_config
+
     out.mkdir(parents=True, exist_ok=True)
     for path in configs():
-        data = _read(path)
+        data = read_config(path)  # a mapping, to change before it is validated
         data["iterations"] = min(data.get("iterations", 10), 6)
         _save(out / f"{path.stem}.pkl", data)
         if steady:
@@ -51,16 +53,6 @@ def save(out: Path, steady: bool = False) -> None:
         for policy in ("ring", "hierarchical", "ps", "asp", "ds_sync"):
             _save(out / f"large_{policy}.steady.pkl", large_job(4, "bert_large", policy, 16, iterations=2))
             print(f"large job, {policy}", flush=True)
-
-
-def _read(path: Path) -> dict:  # type: ignore[type-arg]
-    """The config file as `load_config` reads it (its `extends:` base merged in, a profile's path made
-    absolute), as a mapping to change before it is validated."""
-    from sim.config.extends import resolve_extends
-    from sim.config.load import _profile_beside
-    from sim.config.yaml_io import read_yaml
-
-    return _profile_beside(resolve_extends(read_yaml(path), path), path.parent)
 
 
 def _save(target: Path, data: dict) -> None:  # type: ignore[type-arg]

@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import BaseModel, Field
 
-from policies import ds_schedule as ds
+import policies.ds_schedule as ds
 from policies.base import Bucket, Policy, PolicySettings, SettingError
 from policies.ops import AllReduce, Group, Payload, Program
 from policies.view import ClusterView, ModelInfo

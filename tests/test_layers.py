@@ -1,9 +1,12 @@
 """The layering of docs/architecture.md: import-linter's contracts in pyproject.toml hold on this tree,
 every package of sim/ has a place in them, and they break on a copy of the tree given a back-edge, a
-pair of modules that import each other, or a policy that imports torch."""
+pair of modules that import each other, or a policy that imports torch. No module imports a module
+that imports it back, a package's `__init__` and its own modules included (which import-linter's
+sibling contract does not look at)."""
 
 from __future__ import annotations
 
+import ast
 import os
 import shutil
 import subprocess
@@ -36,6 +39,28 @@ def layers() -> list[str]:
     return layered["layers"]  # type: ignore[no-any-return]
 
 
+def imports(root: Path) -> dict[str, set[str]]:
+    """Module -> the modules of package `root` it imports anywhere in its file (lazy imports too). `from P import
+    x` imports P (its `__init__` runs first) and P.x too where that is a module."""
+    paths = {p: p.relative_to(root.parent).with_suffix("").parts for p in root.rglob("*.py")}
+    names = {".".join(parts[:-1] if parts[-1] == "__init__" else parts): p for p, parts in paths.items()}
+    out: dict[str, set[str]] = {}
+    for name, path in names.items():
+        found: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                found |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                found |= {node.module, *(f"{node.module}.{a.name}" for a in node.names)}
+        out[name] = {m for m in found if m in names and m != name}
+    return out
+
+
+def mutual_pairs(root: Path) -> list[tuple[str, str]]:
+    graph = imports(root)
+    return sorted((a, b) for a, deps in graph.items() for b in deps if a < b and a in graph.get(b, set()))
+
+
 @pytest.fixture
 def tree(tmp_path: Path) -> Path:
     """A copy of the packages and the contracts, to break."""
@@ -63,6 +88,20 @@ def test_every_package_of_sim_has_a_layer() -> None:
     children |= {f"sim.{p.parent.name}" for p in (ROOT / "sim").glob("*/__init__.py")}
     assert children - placed == set(), "give each of these a layer in pyproject.toml's [tool.importlinter]"
     assert placed - children - {"real", "policies"} == set(), "layers name modules that do not exist"
+
+
+def test_no_two_modules_import_each_other() -> None:
+    for package in PACKAGES:
+        assert mutual_pairs(ROOT / package) == [], package
+
+
+def test_a_module_that_imports_its_own_package_back_is_a_pair(tmp_path: Path) -> None:
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("from pkg.a import A\n")
+    (package / "a.py").write_text("from pkg import b\nA = 1\n")
+    (package / "b.py").write_text("import pkg.a\n")
+    assert mutual_pairs(package) == [("pkg", "pkg.a"), ("pkg.a", "pkg.b")]
 
 
 def test_an_import_against_the_layers_breaks_them(tree: Path) -> None:

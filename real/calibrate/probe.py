@@ -13,7 +13,7 @@ from typing import Any, Optional
 
 import torch.distributed as dist
 
-from real.calibrate import measure
+import real.calibrate.measure as measure
 from real.calibrate.errors import CalibrationError
 from real.calibrate.sizes import PROBE_BYTES, TINY, SizePlan, bulk_bytes, pair_figures, plan_sizes
 

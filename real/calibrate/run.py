@@ -7,7 +7,8 @@ from typing import Any, Optional, Union
 
 import torch.distributed as dist
 
-from real.calibrate import measure, profiled
+import real.calibrate.measure as measure
+import real.calibrate.profiled as profiled
 from real.calibrate.errors import CalibrationError
 from real.calibrate.figures import detect_racks, fit_pairs
 from real.calibrate.fit import fit_report

@@ -12,7 +12,9 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, Optional
 
-from real.emulate import lifecycle, netns, state
+import real.emulate.lifecycle as lifecycle
+import real.emulate.netns as netns
+import real.emulate.state as state
 from real.emulate.emulation import Emulation
 from real.emulate.errors import EmulationError
 from real.emulate.names import namespace_prefix, tag_from_name

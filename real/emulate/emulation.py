@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
-from real.emulate import state
+import real.emulate.state as state
 from real.emulate.errors import EmulationError
 from real.emulate.plan import EmulationPlan, ShapedLink
 

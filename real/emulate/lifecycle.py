@@ -19,7 +19,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Optional, Union
 
-from real.emulate import netns, state
+import real.emulate.netns as netns
+import real.emulate.state as state
 from real.emulate.emulation import Emulation
 from real.emulate.errors import EmulationError
 from real.emulate.names import namespace_prefix, owned

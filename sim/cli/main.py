@@ -14,27 +14,29 @@ from collections.abc import Sequence
 from contextlib import ExitStack
 from typing import Optional
 
-from sim.cli import experiments, hardware, simulation
+from sim.cli.experiments import add_plot, add_search, add_sweep
+from sim.cli.hardware import add_calibrate, add_profile, add_real, add_validate
+from sim.cli.simulation import add_check, add_list, add_run
 from sim.errors import ConfigError, OutputBusy, SyncsimError
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from real.emulate.cli import add_parser as add_emulate  # stdlib only, like the other parsers
+    from real.emulate.cli import add_parser as add_emulate  # `syncsim emulate` is real.emulate's own command
 
     parser = argparse.ArgumentParser(prog="syncsim", description="Simulate synchronization schemes on a cluster.")
     sub = parser.add_subparsers(dest="command", required=True)
     for add in (
-        simulation.add_run,
-        hardware.add_real,
-        hardware.add_calibrate,
-        hardware.add_validate,
+        add_run,
+        add_real,
+        add_calibrate,
+        add_validate,
         add_emulate,
-        experiments.add_search,
-        simulation.add_check,
-        experiments.add_sweep,
-        experiments.add_plot,
-        hardware.add_profile,
-        simulation.add_list,
+        add_search,
+        add_check,
+        add_sweep,
+        add_plot,
+        add_profile,
+        add_list,
     ):
         add(sub)
     return parser

@@ -5,7 +5,7 @@ settings) and `sim.errors`.
 `from sim.config import load_config, Config` is the public way in; the modules say the rest.
 """
 
-from sim.config.load import dump_config, load_config, parse_config
+from sim.config.load import dump_config, load_config, parse_config, read_config
 from sim.config.schema import (
     ClusterBase,
     ClusterConfig,
@@ -31,4 +31,5 @@ __all__ = [
     "dump_config",
     "load_config",
     "parse_config",
+    "read_config",
 ]

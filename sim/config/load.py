@@ -72,16 +72,22 @@ def parse_config(data: Any) -> Config:
 
 
 def load_config(path: Union[str, Path], overrides: Sequence[str] = ()) -> Config:
-    """Read a YAML config file (merged onto the config it `extends:`), apply `KEY=VALUE` overrides
-    (`sim.config.overrides`), and validate it. Plug-in policies (`module:Class`) are also looked for
-    beside the file."""
+    """Read a YAML config file (`read_config`) and validate it. Plug-in policies (`module:Class`) are
+    also looked for beside the file."""
     from policies.registry import add_search_folder
 
     add_search_folder(Path(path).parent)
+    return parse_config(read_config(path, overrides))
+
+
+def read_config(path: Union[str, Path], overrides: Sequence[str] = ()) -> Any:
+    """The mapping `load_config` validates: the file merged onto the config it `extends:`, `KEY=VALUE`
+    overrides applied (`sim.config.overrides`), a relative `workload.profile` made absolute. A sweep's
+    file is refused, naming `syncsim sweep`."""
     data = resolve_extends(read_yaml(Path(path)), Path(path))
     if isinstance(data, dict) and "sweep" in data:
         raise ConfigError(f"sweep: {path} describes a sweep; run it with: syncsim sweep {path} --out DIR")
-    return parse_config(_profile_beside(apply_overrides(data, overrides), Path(path).parent))
+    return _profile_beside(apply_overrides(data, overrides), Path(path).parent)
 
 
 def _profile_beside(data: Any, folder: Path) -> Any:
