@@ -11,6 +11,7 @@ are at `sim.network.flows`, `sim.compute.durations` and `sim.engine.run`).
 from __future__ import annotations
 
 import importlib
+import importlib.abc
 import importlib.machinery
 import sys
 import warnings
@@ -81,7 +82,7 @@ def new_name(old: str) -> Optional[str]:
     return None
 
 
-class OldPaths:
+class OldPaths(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """Finds an old module name and loads it as the module at its new name (a meta path finder and
     its loader; `import sim` installs one)."""
 
