@@ -21,7 +21,8 @@ def synthetic(
     seed: int = 0,
     layers: int = 1,
 ) -> dict[str, Any]:
-    """A config whose iteration is one gradient exchange of `gradient_mb` (one bucket by default)."""
+    """A config whose iteration is one gradient exchange of `gradient_mb` (one bucket by default), on the
+    ideal network (closed-form alpha-beta costs)."""
     return {
         "name": "test",
         "seed": seed,
@@ -36,7 +37,7 @@ def synthetic(
             "synthetic_layers": layers,
         },
         "policies": policies,
-        "simulation": {"collective_model": model, "trace": False},
+        "simulation": {"collective_model": model, "network_model": "ideal", "trace": False},
     }
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from sim.catalog.gpus import GPU_NAMES, get_gpu
+from sim.catalog.gpus import FITTED_GPUS, SAME_DIE, get_gpu
 from sim.catalog.zoo import get_model
 from sim.compute import fit as compute_fit
 from sim.compute.fit import Row, fit, flops_only_held_out, held_out, predict, training_rows, usable
@@ -101,8 +101,13 @@ def test_a_prediction_is_the_roofline_of_the_zoo_model(rows: list[Row]) -> None:
 def test_every_gpu_gets_constants_even_without_rows(rows: list[Row]) -> None:
     only_v100 = [r for r in rows if r.gpu == "V100"]
     costs = fit(only_v100)
-    assert set(costs) == set(GPU_NAMES)
+    assert set(costs) == set(FITTED_GPUS)
     assert costs["H100"].source == "0 published rows"
+
+
+def test_a_gpu_of_the_same_die_ships_its_siblings_constants() -> None:
+    for gpu, sibling in SAME_DIE.items():
+        assert sibling in FITTED_GPUS and get_gpu(gpu).costs == get_gpu(sibling).costs
 
 
 def test_held_out_error_beats_the_flops_only_model_it_replaced(rows: list[Row], scored: pd.DataFrame) -> None:

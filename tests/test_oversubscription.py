@@ -28,7 +28,8 @@ def ring_allreduce_per_iteration(ratio: str) -> tuple[float, float]:
     """(simulated, predicted) seconds of ring all-reduce per iteration for one bundled config."""
     cfg = load_config(CONFIGS / f"two_tier_{ratio}_resnet50.yaml")
     ring = next(p for p in cfg.policies if p.name == "ring")
-    cfg = cfg.model_copy(update={"iterations": 3, "policies": [ring]})
+    ideal = cfg.simulation.model_copy(update={"network_model": "ideal"})  # the closed form's network
+    cfg = cfg.model_copy(update={"iterations": 3, "policies": [ring], "simulation": ideal})
     result = simulate(cfg)
     ops = result.ops[result.ops["kind"] == "AllReduce"]
     simulated = ops.groupby("step")["duration_s"].sum().mean()

@@ -22,10 +22,12 @@ STEPS = 6  # local, mixing, local, mixing, local, mixing
 
 
 def run(name: str, **changes: object):  # type: ignore[no-untyped-def]
-    """A bundled config with `changes` to its top-level keys, validated as a user's file would be."""
+    """A bundled config with `changes` to its top-level keys, validated as a user's file would be, on
+    the ideal network (the closed forms')."""
     data = yaml.safe_load((CONFIGS / f"{name}.yaml").read_text())
     data.update(iterations=STEPS, **changes)
     data["workload"]["compute_jitter"] = 0.0
+    data.setdefault("simulation", {})["network_model"] = "ideal"  # the closed forms' network
     cfg = parse_config(data)
     result = simulate(cfg)
     assert not result.errors, result.errors

@@ -1,4 +1,5 @@
-"""A calibrated syncsim config: the base config with the report's `cluster:` and `workload:`.
+"""A calibrated syncsim config: the base config with the report's `cluster:` and `workload:`, on the
+ideal network (`simulation.network_model: ideal`: the measured figures are the collectives' own).
 
 When the calibration profiled the workload's zoo model, the workload keeps its model and settings,
 and `workload.profile` names the measured profile, written beside the config (`efficiency`, which
@@ -48,6 +49,9 @@ def calibrated_config(
         data["workload"] = {k: base_workload[k] for k in KEEP_WORKLOAD if k in base_workload} | report.workload
     elif "workload" not in data:
         raise ValueError("base_config.workload: required when the calibration measured no model")
+    # the measured latency and bandwidths are what this cluster's collectives reach end to end: the
+    # alpha-beta network takes them as they are (the NCCL model would apply NCCL's own on top)
+    data["simulation"] = dict(data.get("simulation") or {}) | {"network_model": "ideal"}
     parse_config(data)
     return data
 

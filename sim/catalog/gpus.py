@@ -77,6 +77,7 @@ class GpuSpec:
     costs: KernelCosts  # the default compute model's constants (sim/compute/roofline.py)
     tf32_tflops: float = 0.0  # peak dense TF32 on tensor cores; 0: none (before Ampere)
     bf16_tflops: float = 0.0  # peak dense BF16 on tensor cores; 0: no BF16 arithmetic
+    sms: int = 0  # streaming multiprocessors (what a communication kernel's blocks take from compute)
 
     def __post_init__(self) -> None:
         for field in _POSITIVE_FIELDS:
@@ -123,16 +124,28 @@ _FITTED: dict[str, KernelCosts] = {
 _GPUS: dict[str, GpuSpec] = {
     # One GK210 die of a K80 board (the board's 8.73 TFLOPS boost figure is for two dies).
     # Kepler has no fast FP16, so fp16 runs at the fp32 rate.
-    "K80": GpuSpec("K80", 4.37, 4.37, 12.0, 240.0, 126.0, _FITTED["K80"]),
+    "K80": GpuSpec("K80", 4.37, 4.37, 12.0, 240.0, 126.0, _FITTED["K80"], sms=13),
     # P100 SXM2. Its 21.2 TFLOPS half-precision rate needs paired FP16 arithmetic without tensor
     # cores, so, per the field's definition, fp16 is modelled as the fp32 figure.
-    "P100": GpuSpec("P100", 10.6, 10.6, 16.0, 732.0, 640.0, _FITTED["P100"]),
-    "V100": GpuSpec("V100", 15.7, 125.0, 16.0, 900.0, 1200.0, _FITTED["V100"]),
+    "P100": GpuSpec("P100", 10.6, 10.6, 16.0, 732.0, 640.0, _FITTED["P100"], sms=56),
+    "V100": GpuSpec("V100", 15.7, 125.0, 16.0, 900.0, 1200.0, _FITTED["V100"], sms=80),
     # A100 SXM4 80GB.
-    "A100": GpuSpec("A100", 19.5, 312.0, 80.0, 2039.0, 2400.0, _FITTED["A100"], tf32_tflops=156.0, bf16_tflops=312.0),
+    "A100": GpuSpec(
+        "A100", 19.5, 312.0, 80.0, 2039.0, 2400.0, _FITTED["A100"], tf32_tflops=156.0, bf16_tflops=312.0, sms=108
+    ),
     # H100 SXM5 (dense figures: the datasheet's headline ones assume 2:4 sparsity).
-    "H100": GpuSpec("H100", 67.0, 989.4, 80.0, 3350.0, 3600.0, _FITTED["H100"], tf32_tflops=494.7, bf16_tflops=989.4),
+    "H100": GpuSpec(
+        "H100", 67.0, 989.4, 80.0, 3350.0, 3600.0, _FITTED["H100"], tf32_tflops=494.7, bf16_tflops=989.4, sms=132
+    ),
+    # H200 SXM: the H100's GH100 die with 141 GB of HBM3e at 4.8 TB/s; its kernels cost what the H100's do.
+    "H200": GpuSpec(
+        "H200", 67.0, 989.4, 141.0, 4800.0, 3600.0, _FITTED["H100"], tf32_tflops=494.7, bf16_tflops=989.4, sms=132
+    ),
 }
+
+# GPUs that take another's fitted kernel constants (the same die): no published rows of their own
+SAME_DIE: dict[str, str] = {"H200": "H100"}
+FITTED_GPUS: tuple[str, ...] = tuple(name for name in _GPUS if name not in SAME_DIE)
 
 GPU_NAMES: tuple[str, ...] = tuple(_GPUS)
 

@@ -25,7 +25,8 @@ def hold(args: argparse.Namespace, out: Path) -> Path:
     """Lock the output folder for the rest of the command (another run into it is refused)."""
     from sim.files import hold_output
 
-    args.held.enter_context(hold_output(out, command=f"syncsim {args.command} {args.config}"))
+    command = " ".join(str(part) for part in (args.command, getattr(args, "config", None)) if part)
+    args.held.enter_context(hold_output(out, command=f"syncsim {command}"))
     return out
 
 

@@ -146,3 +146,41 @@ def _cmd_plot(args: argparse.Namespace) -> int:
     files = result.plot(folder, FORMATS)
     print(f"wrote {len(files)} figures in {folder} ({', '.join(FORMATS)})")
     return 0
+
+
+def add_fidelity(sub: Subparsers) -> None:
+    """`syncsim fidelity`: every published nccl-tests figure and training scaling against the simulator's."""
+    fidelity = sub.add_parser(
+        "fidelity",
+        help="published nccl-tests figures and 1-to-8-GPU training scaling against the simulator's (docs/fidelity.md)",
+    )
+    fidelity.add_argument("--out", help="also write the tables to this folder (collectives.csv, scaling.csv)")
+    fidelity.set_defaults(func=_cmd_fidelity)
+
+
+def _cmd_fidelity(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from sim.experiments.fidelity import fidelity_table, summary
+    from sim.experiments.scaling import scaling_table
+    from sim.files import atomic_write
+
+    collectives, scaling = fidelity_table(), scaling_table()
+    if args.out:
+        out = hold(args, Path(args.out))
+        atomic_write(out / "collectives.csv", collectives.to_csv(index=False))
+        atomic_write(out / "scaling.csv", scaling.to_csv(index=False))
+
+    def shown(table: pd.DataFrame) -> str:
+        table = table.drop(columns=[c for c in ("source", "system", "framework") if c in table and c != "system"])
+        return table.assign(error=table["error"].map(lambda v: f"{v:+.1%}")).to_string(index=False)
+
+    with pd.option_context("display.width", 200, "display.max_rows", None):
+        print(shown(collectives.drop(columns=["system"])))
+        print()
+        print(summary(collectives).to_string(float_format=lambda v: f"{v:.1%}"))
+        print("\n1-to-8-GPU training scaling (PyTorch DDP, one DGX host):")
+        print(shown(scaling))
+        errors = scaling["error"].abs()
+        print(f"\n{len(scaling)} pairs: median |error| {errors.median():.1%}, worst {errors.max():.1%}")
+    return 0

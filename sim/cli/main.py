@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from contextlib import ExitStack
 from typing import Optional
 
-from sim.cli.experiments import add_plot, add_search, add_sweep
+from sim.cli.experiments import add_fidelity, add_plot, add_search, add_sweep
 from sim.cli.hardware import add_calibrate, add_profile, add_real, add_validate
 from sim.cli.simulation import add_check, add_list, add_run
 from sim.errors import ConfigError, OutputBusy, SyncsimError
@@ -32,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
         add_validate,
         add_emulate,
         add_search,
+        add_fidelity,
         add_check,
         add_sweep,
         add_plot,

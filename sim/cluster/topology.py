@@ -6,6 +6,10 @@ Every cable is full duplex: two directed links, each with its own capacity and l
 
     gpu --intra--> host --nic--> ToR --uplink--> core     (two_tier; a star has one switch)
 
+A GPU host's `nics_per_host` NICs are one link of their summed bandwidth: on rail-aligned fabrics
+(DGX/HGX) each GPU reaches its own NIC over PCIe with GPUDirect RDMA and every rail is non-blocking, so
+a host's traffic shares the NICs' total as max-min shares one link.
+
 Conversion from config units happens here, once: gbps -> bytes/s, us -> s.
 """
 
@@ -108,8 +112,10 @@ class _Builder:
             self.hosts[name]["ranks"] = tuple(range(first, len(self.rank_gpus)))
 
     def nic_bps(self, server: bool) -> float:
-        gbps = self.cfg.server_nic_gbps if server and self.cfg.server_nic_gbps else self.cfg.nic_gbps
-        return gbps * GBPS
+        """A host's network bandwidth: a GPU host's NICs together (rails), a server host's one NIC."""
+        if server:
+            return (self.cfg.server_nic_gbps or self.cfg.nic_gbps) * GBPS
+        return self.cfg.nic_gbps * self.cfg.nics_per_host * GBPS
 
     def finish(self, racks: dict[str, RackInfo], seed: int) -> Cluster:
         self.place_ranks(seed)
@@ -191,7 +197,7 @@ def _star(cfg: StarCluster) -> _Builder:
 def _two_tier(cfg: TwoTierCluster, seed: int) -> Cluster:
     b = _Builder(cfg)
     lat = cfg.link_latency_us * US
-    uplink = (cfg.uplink_gbps or cfg.hosts_per_rack * cfg.nic_gbps) * GBPS
+    uplink = cfg.uplink_gbps * GBPS if cfg.uplink_gbps else cfg.hosts_per_rack * b.nic_bps(False)
     cores = [f"core{c}" for c in range(cfg.core_switches)]
     for core in cores:
         b.node(core, "switch")
@@ -228,9 +234,9 @@ def _custom(cfg: CustomCluster, seed: int) -> Cluster:
         for end in (link.a, link.b):
             if end not in b.graph or b.graph.nodes[end]["kind"] == "gpu":
                 raise ConfigError(f"cluster.links[{i}]: unknown node {end!r}; allowed: the names under cluster.nodes")
-        gbps = link.gbps or cfg.nic_gbps
-        lat = (cfg.link_latency_us if link.latency_us is None else link.latency_us) * US
         ends = {b.graph.nodes[link.a]["kind"], b.graph.nodes[link.b]["kind"]}
+        gbps = link.gbps or cfg.nic_gbps * (cfg.nics_per_host if "host" in ends else 1)
+        lat = (cfg.link_latency_us if link.latency_us is None else link.latency_us) * US
         b.cable(link.a, link.b, gbps * GBPS, lat, "nic" if ends & {"host", "server"} else "fabric")
     undirected = b.graph.to_undirected(as_view=True)
     if not nx.is_connected(undirected):

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sim.catalog.gpus import GPU_NAMES, WINOGRAD_MAX, KernelCosts, get_gpu
+from sim.catalog.gpus import FITTED_GPUS, WINOGRAD_MAX, KernelCosts, get_gpu
 from sim.catalog.zoo import Layer, get_model
 from sim.catalog.zoo.transformers import SEQUENCE_LENGTHS, layers_at_sequence_length
 from sim.compute.roofline import BACKWARD_FACTOR, OpTable, op_table
@@ -69,7 +69,7 @@ def usable(table: pd.DataFrame) -> list[Row]:
     rows = []
     for r in table.itertuples(index=False):
         model = r.model if isinstance(r.model, str) else ""
-        if not model or not _matches(model, r) or r.gpu not in GPU_NAMES or _pcie(r) or _pretraining(r):
+        if not model or not _matches(model, r) or r.gpu not in FITTED_GPUS or _pcie(r) or _pretraining(r):
             continue
         if pd.isna(r.batch_per_gpu) or (not pd.isna(r.gpus) and int(r.gpus) != 1):
             continue  # per-GPU batch unknown, or several GPUs (their time includes communication)
@@ -132,7 +132,7 @@ def _costs(x: np.ndarray, source: str = "") -> KernelCosts:
     return KernelCosts(*(float(v) for v in values), source=source)
 
 
-def fit(rows: Sequence[Row], gpus: Sequence[str] = GPU_NAMES) -> dict[str, KernelCosts]:
+def fit(rows: Sequence[Row], gpus: Sequence[str] = FITTED_GPUS) -> dict[str, KernelCosts]:
     """Per GPU in `gpus`, constants minimising the (robust) log error over `rows`: one shared set
     (pulled weakly to PRIOR) times a per-GPU factor for each constant (pulled to 1), so that a GPU
     with few rows borrows from the others and a GPU with none gets the shared set."""

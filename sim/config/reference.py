@@ -22,6 +22,7 @@ from sim.config.schema import (
     CustomCluster,
     CustomLink,
     CustomNode,
+    NcclSettings,
     PolicyEntry,
     SimulationConfig,
     StarCluster,
@@ -111,6 +112,7 @@ def render() -> str:
         parts += ["", f"### `topology: {tag}`", "", model.__doc__ or "", "", table(model, skip=own + ("topology",))]
     parts += ["", "Each entry of `nodes`:", "", table(CustomNode), "", "Each entry of `links`:", "", table(CustomLink)]
     parts += ["", "## `workload`", "", table(WorkloadConfig), "", "## `simulation`", "", table(SimulationConfig)]
+    parts += ["", "### `simulation.nccl`", "", NcclSettings.__doc__ or "", "", table(NcclSettings)]
     parts += [
         "",
         "## `faults`",

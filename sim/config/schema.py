@@ -36,6 +36,11 @@ class ClusterBase(Strict):
     gpus_per_host: Count = Field(1, description="GPUs per host (one rank each)")
     gpu: str = Field("V100", description="GPU model: " + ", ".join(GPU_NAMES))
     nic_gbps: Gbps = Field(25.0, description="each host's NIC bandwidth, per direction")
+    nics_per_host: Count = Field(
+        1,
+        description="NICs per GPU host, each of nic_gbps (rail-aligned with GPUDirect RDMA, as on DGX/HGX: "
+        "a host's network bandwidth is nics_per_host * nic_gbps)",
+    )
     link_latency_us: LatencyUs = Field(5.0, description="latency of every network link (NIC, uplink)")
     intra_host_gbps: Optional[Gbps] = Field(
         None, description="per-GPU NVLink/PCIe bandwidth per direction; default: the GPU's"
@@ -74,8 +79,8 @@ class TwoTierCluster(ClusterBase):
     hosts_per_rack: Count = Field(description="GPU hosts per rack")
     uplink_gbps: Optional[Gbps] = Field(
         None,
-        description="each rack's total uplink; hosts_per_rack * nic_gbps / uplink_gbps is the oversubscription; "
-        "default non-blocking (1:1)",
+        description="each rack's total uplink; hosts_per_rack * nics_per_host * nic_gbps / uplink_gbps is the "
+        "oversubscription; default non-blocking (1:1)",
     )
     core_switches: Count = Field(1, description="the uplink is split evenly over this many core switches (ECMP)")
 
@@ -90,7 +95,9 @@ class CustomNode(Strict):
 class CustomLink(Strict):
     a: str = Field(description="one end (a node name)")
     b: str = Field(description="the other end")
-    gbps: Optional[Gbps] = Field(None, description="bandwidth per direction; default: nic_gbps")
+    gbps: Optional[Gbps] = Field(
+        None, description="bandwidth per direction; default: nic_gbps (times nics_per_host for a GPU host's link)"
+    )
     latency_us: Optional[LatencyUs] = Field(None, description="default: link_latency_us")
 
 
@@ -181,12 +188,36 @@ class PolicyEntry(BaseModel):
         return self.label or self.name
 
 
+class NcclSettings(Strict):
+    """What the NCCL model may choose (as NCCL_ALGO and NCCL_PROTO restrict NCCL itself)."""
+
+    algorithm: Literal["auto", "ring", "tree", "nvls", "nvls_tree"] = Field(
+        "auto",
+        description="auto: the fastest by NCCL's tuner; or always ring, tree (all-reduce across hosts), nvls "
+        "(all-reduce inside one NVSwitch host of H100-class GPUs) or nvls_tree (NVLS inside hosts, a tree across "
+        "them); a collective the forced one cannot run falls back to ring",
+    )
+    protocol: Literal["auto", "ll", "ll128", "simple"] = Field(
+        "auto", description="auto: the fastest by NCCL's tuner; or always ll, ll128 or simple"
+    )
+
+
 class SimulationConfig(Strict):
     """How the simulator models what the config describes."""
 
+    network_model: Literal["nccl", "ideal"] = Field(
+        "nccl",
+        description="nccl: collectives cost what NCCL's algorithms and protocols reach on the GPUs' NVLink and NICs "
+        "(docs/fidelity.md); ideal: every flow gets its links' full bandwidth and a collective its alpha-beta steps",
+    )
+    nccl: NcclSettings = Field(
+        default_factory=NcclSettings, description="the NCCL model's algorithm and protocol choice"
+    )
+
     collective_model: Literal["pipelined", "stepwise"] = Field(
         "pipelined",
-        description="pipelined: a collective is one set of coupled flows (fast); stepwise: every ring step is p flows",
+        description="ideal network only: pipelined, a collective is one set of coupled flows (fast); stepwise, every "
+        "ring step is p flows (the NCCL model pipelines every collective)",
     )
     trace: bool = Field(True, description="write trace.json")
     utilization_samples: Annotated[int, Field(ge=2, le=1_000_000)] = Field(

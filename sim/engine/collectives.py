@@ -12,6 +12,9 @@ pace of its slowest flow.
 
 All-to-all sends n/p from every member to every other member at once.
 
+Under the NCCL model (`simulation.network_model: nccl`, sim/engine/nccl_plans.py) a dense collective
+is one pipelined transfer of the algorithm and protocol NCCL's tuner would pick, with NCCL's latency.
+
 Sparse ops (`op.coding` set) resolve their sizes from the run's index sets (`sim.compute.sparse_traffic`):
 a sparse all-to-all is one flow per ordered pair of members with that pair's bytes, a sparse
 all-gather one flow from every member to every other carrying the member's rows (all-gather-v by
@@ -32,7 +35,9 @@ from simpy.events import Event
 from policies.ops import AllGather, AllReduce, AllToAll, Barrier, Collective, Group, ReduceScatter
 from sim.cluster.routing import Path, Router
 from sim.compute.sparse_traffic import SparseTraffic, exchange_matrix, gather_sizes, received_imbalance
+from sim.engine.nccl_plans import NcclPlanner, Plan
 from sim.errors import PolicyError
+from sim.nccl.tuner import Choice
 from sim.network.flows import Network
 
 MODELS = ("pipelined", "stepwise")
@@ -60,7 +65,8 @@ class Launched(NamedTuple):
 class CollectiveRunner:
     """Turns a launched collective into flows; `run` returns it under way.
 
-    `traffic` resolves the sizes of sparse collectives (None: a run without sparse gradients)."""
+    `traffic` resolves the sizes of sparse collectives (None: a run without sparse gradients);
+    `planner` runs dense collectives as NCCL would (None: the ideal alpha-beta ring of `model`)."""
 
     def __init__(
         self,
@@ -70,11 +76,14 @@ class CollectiveRunner:
         rank_nodes: Sequence[str],
         model: str,
         traffic: Optional[SparseTraffic] = None,
+        planner: Optional[NcclPlanner] = None,
     ):
         if model not in MODELS:
             raise ValueError(f"collective model {model!r}; allowed: {', '.join(MODELS)}")
         self.env, self.net, self.router, self.model = env, net, router, model
-        self.rank_nodes, self.traffic = rank_nodes, traffic
+        self.rank_nodes, self.traffic, self.planner = rank_nodes, traffic, planner
+        # per rank, when the collectives launched so far should end (the tuner's uncontended time)
+        self.busy_until = [0.0] * len(rank_nodes)
         self._rings: dict[Group, tuple[tuple[Path, ...], float]] = {}
         self._rings_version = -1
         self._steps: dict[tuple[type, int], int] = {}  # (op type, members) -> ring steps
@@ -97,6 +106,20 @@ class CollectiveRunner:
             return Launched(done, 0.0)
         if op.coding is not None:
             return self._sparse(op, step, buckets or {})
+        if self.planner is not None:
+            choice, paths, net_paths = self._plan(op, self.planner)
+            ends, busy_until = self.env._now + choice.seconds, self.busy_until
+            for rank in op.group.ranks:
+                if busy_until[rank] < ends:
+                    busy_until[rank] = ends
+            lat, cap = choice.latency_s, choice.cap
+            wire = choice.wire_per_path * len(paths) + choice.net_wire_per_path * len(net_paths)
+            if not net_paths:
+                return Launched(self.net.transfer(paths, choice.wire_per_path, latency=lat, cap=cap, done=done), wire)
+            parts = [self.net.transfer(net_paths, choice.net_wire_per_path, latency=lat, cap=cap)]
+            if paths:
+                parts.append(self.net.transfer(paths, choice.wire_per_path, latency=lat, cap=cap))
+            return Launched(self.env.all_of(parts), wire)
         if isinstance(op, AllToAll):
             return Launched(self._all_to_all(ranks, op.nbytes / p), (p - 1) * op.nbytes)
         steps = self._steps.get((type(op), p))
@@ -108,6 +131,16 @@ class CollectiveRunner:
         if self.model == "pipelined":
             return Launched(self.net.transfer(paths, steps * chunk, latency=steps * hop_latency, done=done), wire)
         return Launched(_StepwiseRing(self.env, self.net, paths, steps, chunk).done, wire)
+
+    def nccl_choice(self, op: Collective) -> Optional[Choice]:
+        """The algorithm and protocol NCCL would run dense `op` with (None under the ideal model)."""
+        if self.planner is None or len(op.group.ranks) < 2:
+            return None
+        return self._plan(op, self.planner).choice
+
+    def _plan(self, op: Collective, planner: NcclPlanner) -> Plan:
+        plan = planner.known(op)  # the ring's paths only when the plan is new (hashing a group costs)
+        return plan if plan is not None else planner.plan(op, self._ring(op.group)[0])  # all-to-all too
 
     def _sparse(self, op: Collective, step: int, buckets: Mapping[int, Any]) -> Launched:
         ranks = op.group.ranks

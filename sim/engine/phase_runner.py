@@ -41,6 +41,8 @@ class PhaseRunner:
     on_iteration: Callable[[], None]
     replicas: Any = None  # numerics mode: sim.numerics.replicas.Replicas
     evaluator: Any = None  # numerics mode: sim.numerics.evaluation.Evaluator
+    overlap_slowdown: float = 1.0  # compute under a running collective (sim.engine.worker)
+    busy_until: Any = None  # per rank, when its launched collectives end (sim.engine.collectives)
     workers: list[simpy.Process] = field(default_factory=list)  # the running phase's worker processes
 
     def process(self) -> Generator[simpy.Event, Any, None]:
@@ -91,6 +93,8 @@ class PhaseRunner:
             self.replicas,
             self.evaluator,
             progress.phases,
+            self.overlap_slowdown,
+            self.busy_until,
         )
         self.workers[:] = [env.process(worker(ctx, rank)) for rank in range(world)]
         return budget

@@ -31,12 +31,14 @@ from sim.engine.collectives import CollectiveRunner, Launched
 from sim.engine.communicators import Communicators
 from sim.engine.executor import Executor
 from sim.engine.faults import FaultContext, LinkEffects, background, straggler
+from sim.engine.nccl_plans import nccl_capacity, planner_for
 from sim.engine.phase_runner import PhaseRunner
 from sim.engine.servers import Shard
 from sim.engine.worker import BlockedTime, IterationRow
 from sim.errors import ConfigError, DeadlockError
 from sim.kernel.environment import CountingEnvironment
 from sim.kernel.gc_quiet import quiet_gc
+from sim.nccl.fabrics import fabric_of
 from sim.network.flows import Network
 from sim.network.sampling import LinkSampler
 
@@ -104,8 +106,16 @@ def run_policy(
     policy = bind_policy(entry, index, cluster, plan)
     run = PolicyRun(entry.display, entry.name)
     env = CountingEnvironment()
-    net = Network(env, cluster.capacity, cluster.latency)
     router = Router(cluster, config.seed)
+    planner, slowdown = None, 1.0
+    if config.simulation.network_model == "nccl":
+        fabric = fabric_of(cluster.gpu.name)
+        capacity = nccl_capacity(cluster, fabric)
+        planner = planner_for(cluster, config.simulation, router, capacity)
+        slowdown = fabric.overlap_slowdown(cluster.gpu.sms)
+    else:
+        capacity = cluster.capacity
+    net = Network(env, capacity, cluster.latency)
     model = config.simulation.collective_model
     world = cluster.world_size
     blocked = BlockedTime()
@@ -152,7 +162,7 @@ def run_policy(
             config, task, world, [b.nbytes for b in plan.buckets], entry.display, bool(policy.all_servers())
         )
     traffic = SparseTraffic(IndexSets(plan.layouts, config.seed)) if any(x.sparse for x in plan.layouts) else None
-    runner = CollectiveRunner(env, net, router, cluster.rank_gpus, model, traffic)
+    runner = CollectiveRunner(env, net, router, cluster.rank_gpus, model, traffic, planner)
     comms = Communicators(
         env, runner, entry.display, on_collective, blocked.add, replicas.collective_done if replicas else None
     )
@@ -188,6 +198,8 @@ def run_policy(
         on_iteration,
         replicas,
         evaluator,
+        slowdown,
+        runner.busy_until if slowdown != 1.0 else None,
     )
     workers = phases.workers
     done = env.process(phases.process())

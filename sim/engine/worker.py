@@ -4,6 +4,10 @@ Per iteration: the policy's begin_step program; forward in bucket-sized slices i
 each waiting for its bucket's on_forward program (run one after another from the start, so reads
 overlap forward); backward in bucket-sized slices (each bucket handed to the policy as it becomes
 ready, so communication overlaps the rest of backward); then the bucket programs and end_step.
+Under the NCCL model backward compute runs `overlap_slowdown` times slower while the rank's collectives
+run (NCCL's kernels hold some of the GPU's SMs, sim/nccl/fabrics.py): until `busy_until`, the end the
+tuner predicts for the collectives launched so far (contention may make them last longer; collectives
+still queued behind them are not counted).
 
 Budgets (`sim/engine/phase_budget.py`): a worker runs one phase of its policy (policies.phases) at a time.
 In a synchronous phase every worker runs the phase's steps; in a phase of a policy with
@@ -93,6 +97,13 @@ class SharedTimeouts:
         return event
 
 
+def _shared_compute(duration: float, busy: float, slowdown: float) -> float:
+    """How long `duration` of compute takes when, for the first `busy` seconds, it runs `slowdown` times slower."""
+    if duration * slowdown <= busy:
+        return duration * slowdown
+    return duration + busy * (1.0 - 1.0 / slowdown)
+
+
 def _delay_to(now: float, when: float) -> float:
     """The delay whose sum with `now`, rounded as SimPy adds it, is exactly `when` (so slices added
     one by one end where one timeout per slice would have)."""
@@ -120,6 +131,8 @@ class WorkerContext:
     numerics: Any = None  # sim.numerics.replicas.Replicas: real tensors (numerics mode)
     evaluator: Any = None  # sim.numerics.evaluation.Evaluator
     phase: int = 0  # the phase's index in the run
+    overlap_slowdown: float = 1.0  # compute runs this many times slower while the rank's collectives run
+    busy_until: Optional[list[float]] = None  # per rank, when its running collectives end (None: no contention)
     timers: SharedTimeouts = field(init=False)
 
     def __post_init__(self) -> None:
@@ -174,9 +187,13 @@ def worker(ctx: WorkerContext, rank: int) -> Generator[simpy.Event, Any, None]:
             numerics.forward_done(rank, step)
         programs = []
         steady = compute.steady  # no straggler: a slice lasts backward_s x factor (x 1.0, as `segment` gives)
+        busy_until, slowdown = ctx.busy_until, ctx.overlap_slowdown
         for bucket, backward_s in zip(buckets, backward):
             a = env._now  # (the `now` property is a call; this runs per rank and bucket)
-            yield after(backward_s * factor if steady else segment(rank, backward_s, factor))
+            duration = backward_s * factor if steady else segment(rank, backward_s, factor)
+            if busy_until is not None and busy_until[rank] > a:  # NCCL's kernels hold some SMs meanwhile
+                duration = _shared_compute(duration, busy_until[rank] - a, slowdown)
+            yield after(duration)
             computing.append((a, env._now))
             programs.append(run(rank, step, on_gradients(rank, step, bucket), bucket.index))
         compute_end = env.now

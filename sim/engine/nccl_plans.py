@@ -1,0 +1,206 @@
+"""Collectives under the NCCL model: what each group's collective looks like to NCCL's tuner, and the
+flows that carry the algorithm it picks (sim/nccl, docs/fidelity.md).
+
+A ring or tree runs on the group's ring paths (member i to i+1); a tree's traffic is the ring's hops
+carrying 2n each, as a double binary tree's hosts send and receive 2n (inside a host its chain carries
+less, but across hosts, where a tree is chosen, the NICs set the pace). NVLS runs on each member's
+links to and from its NVSwitch (the host node), n each way. All-to-all is one flow per ordered pair.
+Plans are remembered per (op type, group, size), group layouts per (op type, group), and the tuner's
+choices per shape: groups repeat, so do bucket sizes, and many groups (every host's) share a shape.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import networkx as nx
+import numpy as np
+
+from policies.ops import AllGather, AllReduce, AllToAll, Barrier, Collective, Group, ReduceScatter
+from sim.cluster.routing import Path, Router
+from sim.cluster.topology import Cluster
+from sim.config import SimulationConfig
+from sim.nccl.fabrics import Fabric, fabric_of
+from sim.nccl.tuner import Choice, Shape, choose
+
+PLAN_CACHE_LIMIT = 200_000  # plans, group layouts and choices kept (groups may change every step)
+
+
+@dataclass
+class _Layout:
+    """A group's collective as the tuner sees it, less its size, and the paths it can run on."""
+
+    shape: Shape
+    paths: tuple[Path, ...]  # the ring's (all-to-all: every pair's)
+    inside: tuple[Path, ...]  # the ring's hops inside hosts
+    between: tuple[Path, ...]  # the ring's hops between hosts, their network links only
+    ranks: tuple[int, ...]
+    host_paths: Callable[[int], tuple[Path, Path]]
+    _switch: tuple[Path, ...] | None = None
+
+    def switch_paths(self) -> tuple[Path, ...]:
+        """Every member's links to and from its NVSwitch (NVLS), worked out once."""
+        if self._switch is None:
+            self._switch = tuple(p for r in self.ranks for p in self.host_paths(r))
+        return self._switch
+
+
+class Plan(NamedTuple):
+    """A choice and its paths: `paths` carry `choice.wire_per_path` each, and a ring's or tree's
+    paths between hosts (`net_paths`, their network links only) `choice.net_wire_per_path`."""
+
+    choice: Choice
+    paths: tuple[Path, ...]
+    net_paths: tuple[Path, ...] = ()
+
+
+_KIND = {AllReduce: "all_reduce", Barrier: "all_reduce", ReduceScatter: "reduce_scatter", AllGather: "all_gather"}
+
+
+class NcclPlanner:
+    """Chooses NCCL's algorithm and protocol for each collective and names the paths that carry it.
+
+    `network`: 1 for the links between hosts (NICs, switches), 0 for a host's own; `path(a, b)`: the
+    route between two ranks' GPUs; `host_paths(rank)`: its GPU's links to and from
+    its host (the NVSwitch)."""
+
+    def __init__(
+        self,
+        graph: nx.DiGraph,
+        rank_nodes: Sequence[str],
+        capacity: np.ndarray,
+        latency: np.ndarray,
+        network: np.ndarray,
+        fabric: Fabric,
+        path: Callable[[int, int], Path],
+        host_paths: Callable[[int], tuple[Path, Path]],
+        algorithm: str = "auto",
+        protocol: str = "auto",
+    ) -> None:
+        self.rank_host = [graph.nodes[node]["host"] for node in rank_nodes]
+        self.capacity, self.latency, self.network, self.fabric = capacity, latency, network, fabric
+        self.path, self.host_paths = path, host_paths
+        self.algorithm, self.protocol = algorithm, protocol
+        self._network_latency = latency * network  # a link's latency if it is a network link, else 0
+        self._plans: dict[tuple[type, Group, float], Plan] = {}
+        self._layouts: dict[tuple[type, Group], _Layout] = {}
+        self._choices: dict[Shape, Choice] = {}  # groups of one shape (every host's, say) share them
+
+    def known(self, op: Collective) -> Plan | None:
+        """The plan of `op` if one was made already."""
+        return self._plans.get((type(op), op.group, 0.0 if isinstance(op, Barrier) else float(op.nbytes)))
+
+    def plan(self, op: Collective, ring: tuple[Path, ...]) -> Plan:
+        """The choice for `op` and the paths it runs on (`ring`: the group's ring paths)."""
+        nbytes = 0.0 if isinstance(op, Barrier) else float(op.nbytes)
+        key = (type(op), op.group, nbytes)
+        found = self._plans.get(key)
+        if found is None:
+            if len(self._plans) >= PLAN_CACHE_LIMIT:
+                self._plans.clear()
+            found = self._plans[key] = self._make(op, ring, nbytes)
+        return found
+
+    def _make(self, op: Collective, ring: tuple[Path, ...], nbytes: float) -> Plan:
+        key = (type(op), op.group)
+        layout = self._layouts.get(key)
+        if layout is None:
+            if len(self._layouts) >= PLAN_CACHE_LIMIT:
+                self._layouts.clear()
+            layout = self._layouts[key] = self._layout(op, ring)
+        shape = dataclasses.replace(layout.shape, nbytes=nbytes)
+        choice = self._choices.get(shape)
+        if choice is None:
+            if len(self._choices) >= PLAN_CACHE_LIMIT:
+                self._choices.clear()
+            choice = self._choices[shape] = choose(shape, self.fabric, self.algorithm, self.protocol)
+        if choice.algorithm in ("nvls", "nvls_tree"):  # each GPU to and from its NVSwitch (and the NICs)
+            return Plan(choice, layout.switch_paths(), layout.between)
+        if layout.between and not isinstance(op, AllToAll):
+            return Plan(choice, layout.inside, layout.between)
+        return Plan(choice, layout.paths)
+
+    def _layout(self, op: Collective, ring: tuple[Path, ...]) -> _Layout:
+        """Where `op`'s group sits, as the tuner sees it (with nbytes 0), and the paths each algorithm uses."""
+        ranks = op.group.ranks
+        hosts = [self.rank_host[r] for r in ranks]
+        per_host: dict[str, int] = {}
+        for host in hosts:
+            per_host[host] = per_host.get(host, 0) + 1
+        if isinstance(op, AllToAll):
+            paths = tuple(self.path(a, b) for a in ranks for b in ranks if a != b)
+            kind = "all_to_all"
+        else:
+            paths, kind = ring, _KIND[type(op)]
+        crossing = [hosts[i] != hosts[(i + 1) % len(hosts)] for i in range(len(hosts))]
+        inside = tuple(p for p, c in zip(ring, crossing) if not c)
+        # GPUDirect RDMA: a GPU reaches its NIC over PCIe, not through its NVLink (the GPU-host link)
+        between = tuple(tuple(link for link in p if self.network[link]) for p, c in zip(ring, crossing) if c)
+        shape = Shape(
+            kind,
+            0.0,
+            len(ranks),
+            len(per_host),
+            max(per_host.values()),
+            _alone_rate(paths, self.capacity),
+            len(between),
+            max((float(self._network_latency[list(p)].sum()) for p in between), default=0.0),
+            _alone_rate(inside, self.capacity),
+            _alone_rate(between, self.capacity),
+            self._nvls_rate(ranks) if min(per_host.values()) > 1 else 0.0,
+        )
+        return _Layout(shape, paths, inside, between, ranks, self.host_paths)
+
+    def _nvls_rate(self, ranks: Sequence[int]) -> float:
+        """Bytes/s each member reaches into and out of its NVSwitch with NVLS (0: the GPUs have none)."""
+        if not self.fabric.nvls_gbs:
+            return 0.0
+        links = [link for r in ranks for p in self.host_paths(r) for link in p]
+        return min(self.fabric.nvls_gbs * 1e9, float(self.capacity[links].min()))
+
+
+def _alone_rate(paths: Sequence[Path], capacity: np.ndarray) -> float:
+    """The rate every path gets when these paths alone share the network at one common rate."""
+    links, counts = np.unique(np.fromiter((link for p in paths for link in p), dtype=np.int64), return_counts=True)
+    if not len(links):  # no such paths
+        return float("inf")
+    return float((capacity[links] / counts).min())
+
+
+def nccl_capacity(cluster: Cluster, fabric: Fabric) -> np.ndarray:
+    """Link capacities as NCCL reaches them: a GPU's NVLink at what NCCL's rings sustain (never above
+    the configured link); every other link as configured."""
+    capacity = cluster.capacity
+    if fabric.ring_gbs:
+        intra = np.array([link.kind == "intra" for link in cluster.links])
+        capacity[intra] = np.minimum(capacity[intra], fabric.ring_gbs * 1e9)
+    return capacity
+
+
+def planner_for(cluster: Cluster, simulation: SimulationConfig, router: Router, capacity: np.ndarray) -> NcclPlanner:
+    """The planner of a run under the NCCL model, on links of `capacity` (`nccl_capacity`)."""
+    gpus = cluster.rank_gpus
+    host = {gpu: cluster.graph.nodes[gpu]["host"] for gpu in gpus}
+
+    def path(a: int, b: int) -> Path:
+        return router.path(gpus[a], gpus[b])
+
+    def host_paths(rank: int) -> tuple[Path, Path]:
+        gpu = gpus[rank]
+        return router.path(gpu, host[gpu]), router.path(host[gpu], gpu)
+
+    return NcclPlanner(
+        cluster.graph,
+        gpus,
+        capacity,
+        cluster.latency,
+        np.array([link.kind != "intra" for link in cluster.links], dtype=float),
+        fabric_of(cluster.gpu.name),
+        path,
+        host_paths,
+        simulation.nccl.algorithm,
+        simulation.nccl.protocol,
+    )

@@ -1,0 +1,117 @@
+"""Fit the NCCL model's pipeline slices to published nccl-tests results, and score every row.
+
+Everything else in the model is NCCL's own figure (latencies, protocol factors, LL ceilings, NVLink
+per link) or a figure NVIDIA states (NVLS's rate). What NCCL's tuner leaves out is the pipeline: how long
+each step waits for a slice. That is one number per protocol (and for NVLS) per GPU architecture,
+fitted here by minimising the squared log error of the bus bandwidth over the architecture's
+published rows (bug reports excluded).
+
+    python -m sim.nccl.fit        # the fitted slices per architecture, and each row's error
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+from sim.catalog.gpus import get_gpu
+from sim.nccl.fabrics import Fabric, Slices, fabric_of
+from sim.nccl.published import Published, row_shape, rows
+from sim.nccl.tuner import choose
+
+NAMES = ("ll", "ll128", "simple", "nvls", "launch", "step_scale")
+BOUNDS = [(0.0, 4000.0)] * 4 + [(0.0, 100.0), (0.2, 2.0)]  # slices in KB; launch in us; latency scale
+NETWORK_NAMES = ("network", "network_scale")
+NETWORK_BOUNDS = [(0.0, 16000.0), (0.2, 5.0)]
+FITTED_NETWORKS = ("infiniband", "roce")
+
+
+def predict(row: Published, fabric: Fabric) -> tuple[float, str, str]:
+    """Bus bandwidth (GB/s) the model predicts for `row`, with the algorithm and protocol it picks."""
+    shape = row_shape(row, fabric, get_gpu(row.gpu).intra_host_gbps / 8)
+    choice = choose(shape, fabric, row.algorithm)
+    return row.bus_factor() * row.nbytes / choice.seconds / 1e9, choice.algorithm, choice.protocol
+
+
+def score(figures: Sequence[Published], fabrics: dict[str, Fabric] | None = None) -> pd.DataFrame:
+    """Each row with the model's bus bandwidth and its error (predicted / published - 1)."""
+    out = []
+    for row in figures:
+        fabric = (fabrics or {}).get(row.gpu) or fabric_of(row.gpu)
+        busbw, algorithm, protocol = predict(row, fabric)
+        out.append(
+            {
+                "kind": row.kind,
+                "collective": row.collective,
+                "gpu": row.gpu,
+                "nodes": row.nodes,
+                "gpus": row.ranks,
+                "size_bytes": row.nbytes,
+                "sized": row.sized,
+                "published_gbs": row.busbw_gbs,
+                "predicted_gbs": busbw,
+                "error": busbw / row.busbw_gbs - 1,
+                "algorithm": algorithm,
+                "protocol": protocol,
+                "source": row.source,
+            }
+        )
+    return pd.DataFrame(out)
+
+
+def fit(figures: Sequence[Published]) -> dict[str, Slices]:
+    """Per architecture with rows, the slices minimising the squared log error of its rows (a global
+    search within the bounds, seeded: the tuner's choices make the loss piecewise, with local minima).
+
+    First the NVLink constants on one-host rows; then, those fixed, the network's two on the rows
+    across hosts of InfiniBand and RoCE fabrics (other transports are scored, not fitted)."""
+    from scipy.optimize import differential_evolution
+
+    fitted = {}
+    for arch in sorted({fabric_of(r.gpu).arch for r in figures if r.sized}):
+        own = [r for r in figures if r.sized and fabric_of(r.gpu).arch == arch]
+        inside = [r for r in own if r.nodes == 1]
+        across = [r for r in own if r.nodes > 1 and r.network in FITTED_NETWORKS]
+        slices = fabric_of(own[0].gpu).slices
+        if inside:
+            best = differential_evolution(_loss, BOUNDS, args=(inside, slices, NAMES), seed=0, tol=1e-8, polish=True)
+            slices = dataclasses.replace(slices, **{k: round(float(v), 2) for k, v in zip(NAMES, best.x)})
+        if across:
+            best = differential_evolution(
+                _loss, NETWORK_BOUNDS, args=(across, slices, NETWORK_NAMES), seed=0, tol=1e-8, polish=True
+            )
+            slices = dataclasses.replace(slices, **{k: round(float(v), 2) for k, v in zip(NETWORK_NAMES, best.x)})
+        fitted[arch] = slices
+    return fitted
+
+
+def _loss(x: np.ndarray, figures: Sequence[Published], slices: Slices, names: Sequence[str]) -> float:
+    """Mean squared log error of `figures` with `slices` whose constants `names` are `x`."""
+    trial = dataclasses.replace(slices, **dict(zip(names, x)))
+    errors = [
+        math.log(predict(r, dataclasses.replace(fabric_of(r.gpu), slices=trial))[0] / r.busbw_gbs) for r in figures
+    ]
+    return float(np.mean(np.square(errors)))
+
+
+def main() -> None:
+    figures = rows()
+    fitted = fit(figures)
+    for arch, slices in fitted.items():
+        print(f"{arch}: {slices}")
+    fabrics = {
+        r.gpu: dataclasses.replace(fabric_of(r.gpu), slices=fitted.get(fabric_of(r.gpu).arch, fabric_of(r.gpu).slices))
+        for r in figures
+    }
+    scored = score(figures, fabrics)
+    with pd.option_context("display.width", 200, "display.max_rows", 500):
+        print(scored.drop(columns=["source"]).round(3).to_string(index=False))
+    print(f"median |error| {scored['error'].abs().median():.1%}, worst {scored['error'].abs().max():.1%}")
+
+
+if __name__ == "__main__":
+    main()

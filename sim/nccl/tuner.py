@@ -1,0 +1,189 @@
+"""Predict a collective's time under each NCCL algorithm and protocol, and pick the fastest (NCCL's tuner).
+
+A collective's time is a latency (a fixed cost, a cost per step by the link the step crosses, the
+physical latency of the hops, and the pipeline's fill) plus its bytes over the bandwidth its protocol
+reaches. The fill: a ring moves each chunk in slices, and a step can forward a slice only once it has
+arrived, so every step waits for one slice: a slice's time (`Fabric.slice_us`) once the data per rank
+fills whole slices, less for small messages (the slice is then the rank's whole chunk). That is why
+16 MiB reaches half of the bus bandwidth 8 GiB does.
+
+`Shape` is what the engine knows of a collective (its members' placement, its ring's uncontended
+rate); `choose` returns the `Choice` the engine runs as flows: the bytes to put on every path per
+payload byte, a rate cap, and the latency delivered after the bytes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from sim.nccl.fabrics import Fabric
+from sim.nccl.protocols import (
+    ALGORITHMS,
+    LATENCY_US,
+    NET_OVERHEAD_US,
+    PROTOCOLS,
+    bandwidth_factor,
+    supported,
+    tree_correction,
+)
+
+KINDS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all")
+RING_PLATEAU = 1.4  # NCCL's factor on a multi-host Simple ring all-reduce's latency once channels fill
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A collective as NCCL's tuner sees it.
+
+    `bus_rate`: bytes/s one ring hop gets with the ring alone on the network (its slowest link's
+    capacity over the ring hops that share it; for all-to-all, one pair's); `host_rate` and `net_rate`:
+    the same for the ring's hops inside hosts and between hosts alone (a tree loads them differently);
+    `crossings`: ring hops that leave a host; `network_s`:
+    the latency of the network links (cables and switches) of the slowest hop between hosts, paid on
+    top of NCCL's per-step figure (which covers a hop's NVLink, PCIe and NICs); `nvls_rate`: bytes/s
+    each GPU reaches into and out of the NVSwitch with NVLS (0: the members cannot use NVLS)."""
+
+    kind: str
+    nbytes: float
+    ranks: int
+    hosts: int
+    ranks_per_host: int
+    bus_rate: float
+    crossings: int = 0
+    network_s: float = 0.0
+    host_rate: float = math.inf
+    net_rate: float = math.inf
+    nvls_rate: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"collective kind {self.kind!r}; allowed: {', '.join(KINDS)}")
+        if self.ranks < 2 or self.bus_rate <= 0 or self.nbytes < 0:
+            raise ValueError(f"{self}: a collective needs 2+ ranks, a positive rate and nbytes >= 0")
+
+    @property
+    def steps(self) -> int:
+        """Ring steps: 2(p-1) for all-reduce, p-1 for reduce-scatter and all-gather, 1 for all-to-all."""
+        if self.kind == "all_reduce":
+            return 2 * (self.ranks - 1)
+        return 1 if self.kind == "all_to_all" else self.ranks - 1
+
+    @property
+    def inter_steps(self) -> int:
+        """Of the steps, those a chunk takes between hosts on its way round (NCCL's count)."""
+        passes = 2 if self.kind == "all_reduce" else 1
+        return passes * max(self.crossings - 1, 0) if self.kind != "all_to_all" else int(self.hosts > 1)
+
+
+@dataclass(frozen=True)
+class Choice:
+    """How the engine runs a collective: every path carries `wire_per_path` bytes at no more than
+    `cap` bytes/s (a tree's paths between hosts `net_wire_per_path`), delivered `latency_s` after its
+    bytes; `seconds` is the time with nothing else on the network."""
+
+    algorithm: str
+    protocol: str
+    latency_s: float
+    wire_per_path: float
+    cap: float
+    seconds: float
+    tuner_seconds: float  # NCCL's own estimate, which leaves the pipeline's fill out: what it picks by
+    net_wire_per_path: float = 0.0  # a tree's bytes on each path between hosts (others: wire_per_path)
+
+
+def predict(shape: Shape, fabric: Fabric, algorithm: str, protocol: str) -> Choice | None:
+    """The cost of running `shape` with `algorithm` and `protocol`; None where NCCL cannot."""
+    if not supported(algorithm, protocol) or not _applies(shape, algorithm):
+        return None
+    if shape.kind == "all_to_all":  # NCCL runs it as point-to-point sends (Simple), not through its tuner
+        if protocol != "simple" or algorithm != "ring":
+            return None
+    lat = LATENCY_US[(algorithm, protocol)]
+    n, p, hosts = shape.nbytes, shape.ranks, shape.hosts
+    factor = bandwidth_factor(algorithm, protocol, hosts)
+    if algorithm == "tree":
+        factor *= tree_correction(protocol, n)
+    cap = fabric.ll_max(hosts) / factor if protocol == "ll" else math.inf  # LL's ceiling is on the payload
+    intra = lat.hop("nvlink" if fabric.ring_gbs else "pci")  # GPUs without NVLink talk over PCIe
+    # one GPU per host: NCCL prices every network step as a tree's
+    net = (LATENCY_US[("tree", protocol)].net if shape.ranks_per_host == 1 else lat.net) + shape.network_s * 1e6
+    net_steps = 0.0
+    if algorithm == "nvls":
+        rate = cap = min(cap, shape.nvls_rate)
+        # every GPU sends n to the switch and gets n back; a slice crosses the switch twice in each
+        # of the two phases (reduce, then multicast)
+        depth, payload, net_payload, intra_steps = 4, n, 0.0, 1.0
+    elif algorithm == "nvls_tree":
+        # NVLS inside every host (n into and out of each GPU), a tree of hosts over the NICs (n each
+        # way between two hosts, 2n deeper); NCCL caps its bus bandwidth per NVLS channel
+        levels = int(math.log2(hosts))
+        bus_cap = fabric.nvls_tree_bus_gbs[0 if hosts == 2 else 1] * 1e9
+        rate = cap = min(cap, shape.nvls_rate, bus_cap * p / (2 * (p - 1)))
+        depth, payload, net_payload, intra_steps, net_steps = (
+            4 + 2 * levels,
+            n,
+            (n if hosts == 2 else 2 * n),
+            1.0,
+            2.0 * levels,
+        )
+    elif algorithm == "tree":
+        rate = shape.bus_rate
+        levels = int(math.log2(hosts))
+        depth = 2 * (shape.ranks_per_host - 1 + levels)
+        # up the tree and down again: a GPU's link carries 2n each way (its chain sends n to its parent,
+        # then n to its child); a host's NICs n between two hosts, 2n in a deeper double binary tree
+        payload, net_payload = 2 * n, (n if hosts == 2 else 2 * n)
+        intra_steps, net_steps = 2.0 * (shape.ranks_per_host - 1), 2.0 * levels
+    else:
+        rate = shape.bus_rate
+        depth = shape.steps
+        hop_bytes = depth * n / p  # all-to-all: a pair's share, the bus rate being a pair's
+        # across hosts NCCL rotates its channels' rings, so that every GPU's NVLink carries the ring's
+        # NVLink hops in turn: (p - crossings) / p of a hop's bytes each; the NICs a whole hop's
+        rotated = hop_bytes * (p - shape.crossings) / p if shape.kind != "all_to_all" else hop_bytes
+        payload, net_payload = rotated, hop_bytes
+        if hosts > 1:  # a step inside a host waits on the proxy thread that drives the network
+            intra = max(intra, NET_OVERHEAD_US * (3 if protocol == "simple" else 1))
+        net_steps = float(shape.inter_steps)
+        intra_steps = depth - net_steps
+        if hosts > 1 and protocol == "simple" and shape.kind == "all_reduce" and n >= 64 * p * fabric.channels:
+            intra, net = intra * RING_PLATEAU, net * RING_PLATEAU
+    wire, net_wire = payload / factor, net_payload / factor
+    if hosts > 1 and shape.kind != "all_to_all":
+        transfer = max(wire / min(shape.host_rate, cap), net_wire / min(shape.net_rate, cap))
+    else:
+        net_wire = wire
+        transfer = wire / min(rate, cap) if wire else 0.0
+    # the pipeline's fill: every step waits for a slice, or for the rank's whole chunk if smaller
+    slices = fabric.slices
+    fill = (depth - net_steps) * min(slices.of(algorithm, protocol) * 1e3, n / p) / (min(rate, cap) * factor)
+    if net_steps:  # a network step waits for its own slice, at the NICs' rate
+        fill += net_steps * min(slices.network * 1e3, n / p) / (min(shape.net_rate, cap) * factor)
+    hops = intra_steps * intra * slices.step_scale + net_steps * net * slices.network_scale
+    latency = (fabric.slices.launch + lat.base + hops) * 1e-6 + fill
+    estimate = (lat.base + intra_steps * intra + net_steps * net) * 1e-6 + transfer  # NCCL's own tables
+    return Choice(algorithm, protocol, latency, wire, cap, latency + transfer, estimate, net_wire)
+
+
+def _applies(shape: Shape, algorithm: str) -> bool:
+    if algorithm == "tree":  # NCCL's trees span hosts; inside one host a ring is as fast
+        return shape.kind == "all_reduce" and shape.hosts > 1
+    if algorithm == "nvls":
+        return shape.kind == "all_reduce" and shape.hosts == 1 and shape.nvls_rate > 0
+    if algorithm == "nvls_tree":  # NVLS across hosts needs SHARP switches (CollNet): a tree instead
+        return shape.kind == "all_reduce" and shape.hosts > 1 and shape.nvls_rate > 0
+    return True
+
+
+def choose(shape: Shape, fabric: Fabric, algorithm: str = "auto", protocol: str = "auto") -> Choice:
+    """The (algorithm, protocol) NCCL's tuner would pick among those allowed: the fastest by its own
+    estimate (`Choice.tuner_seconds`). A forced algorithm that cannot run `shape` falls back to the
+    ring (as NCCL does when NCCL_ALGO names one it cannot use)."""
+    algorithms = ALGORITHMS if algorithm == "auto" else (algorithm,)
+    protocols = PROTOCOLS if protocol == "auto" else (protocol,)
+    options = [c for a in algorithms for p in protocols if (c := predict(shape, fabric, a, p)) is not None]
+    if not options:
+        fallback = [c for p in protocols if (c := predict(shape, fabric, "ring", p)) is not None]
+        options = fallback or [c for p in PROTOCOLS if (c := predict(shape, fabric, "ring", p)) is not None]
+    return min(options, key=lambda c: c.tuner_seconds)
