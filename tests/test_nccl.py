@@ -18,8 +18,8 @@ from sim.engine.worker import _shared_compute
 from sim.errors import ConfigError
 from sim.experiments.fidelity import fidelity_table, row_config, simulate
 from sim.nccl import fit as nccl_fit
-from sim.nccl.fabrics import fabric_of
-from sim.nccl.published import Published, row_shape, rows
+from sim.nccl.fabrics import CONSTANT_KEYS, fabric_of, with_constants
+from sim.nccl.published import Published, read_table, row_shape, rows
 from sim.nccl.tuner import Shape, choose, predict
 
 MiB, GiB = 2**20, 2**30
@@ -205,3 +205,59 @@ def test_nics_per_host_add_up_to_the_hosts_network_bandwidth() -> None:
     config = parse_config(row_config(figure(nodes=2, nics_per_node=8, nic_gbps=200.0)))
     cluster = build_cluster(config.cluster)
     assert cluster.view.hosts["h0"].nic_bytes_per_s == pytest.approx(8 * 200e9 / 8)
+
+
+def test_a_clusters_own_table_fits_constants_that_reproduce_it(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A cluster whose collectives pay 40 us more each than the A100's constants say: its table, fitted,
+    gives constants the config takes, and the simulator then reproduces the table."""
+    slower = dataclasses.replace(fabric_of("A100"), slices=dataclasses.replace(fabric_of("A100").slices, launch=40.0))
+    sizes = [2**k for k in range(20, 34, 2)]
+    measured = [nccl_fit.predict(figure(nbytes=n), slower)[0] for n in sizes]
+    table = tmp_path / "mine.csv"
+    table.write_text(
+        "collective,gpu,nodes,gpus_per_node,size_bytes,busbw_gbs\n"
+        + "".join(f"all_reduce,A100,1,8,{n},{b}\n" for n, b in zip(sizes, measured))
+    )
+    (slices,) = nccl_fit.fit(rows(frame=read_table(table)), networks=None).values()
+    constants = {key: getattr(slices, name) for key, name in CONSTANT_KEYS.items()}
+    for n, expected in zip(sizes, measured):
+        config = row_config(figure(nbytes=n))
+        config["simulation"]["nccl"]["constants"] = constants
+        assert parse_config(config).simulation.nccl.constants.launch_us == constants["launch_us"]
+        fitted = with_constants(fabric_of("A100"), constants)
+        assert nccl_fit.predict(figure(nbytes=n), fitted)[0] == pytest.approx(expected, rel=0.05)
+
+
+def test_the_configs_constants_reach_the_engine() -> None:
+    def seconds(launch_us: float | None) -> float:
+        config = row_config(figure(nbytes=MiB))
+        config["simulation"]["nccl"]["constants"] = {"launch_us": launch_us}
+        cluster = build_cluster(parse_config(config).cluster)
+        router = Router(cluster)
+        capacity = nccl_capacity(cluster, fabric_of("A100"))
+        planner = planner_for(cluster, parse_config(config).simulation, router, capacity)
+        ring = tuple(router.path(cluster.rank_gpus[i], cluster.rank_gpus[(i + 1) % 8]) for i in range(8))
+        return planner.plan(AllReduce(Group.of(range(8)), MiB), ring).choice.seconds
+
+    assert seconds(1000.0) - seconds(None) == pytest.approx(1e-3 - fabric_of("A100").slices.launch * 1e-6, rel=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("collective,gpu\nall_reduce,A100\n", "missing columns nodes, gpus_per_node, size_bytes, busbw_gbs"),
+        (
+            "collective,gpu,nodes,gpus_per_node,size_bytes,busbw_gbs\nbroadcast,A100,1,8,1024,1\n",
+            "collective 'broadcast'; allowed: all_reduce, all_gather, reduce_scatter, alltoall",
+        ),
+        (
+            "collective,gpu,nodes,gpus_per_node,size_bytes,busbw_gbs\nall_reduce,A100,2,8,1024,1\n",
+            "row 2: nic_gbps is required for a row across hosts",
+        ),
+    ],
+)
+def test_an_own_table_names_what_is_wrong(tmp_path, text: str, message: str) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "mine.csv"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=message):
+        read_table(path)

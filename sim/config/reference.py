@@ -22,6 +22,7 @@ from sim.config.schema import (
     CustomCluster,
     CustomLink,
     CustomNode,
+    NcclConstants,
     NcclSettings,
     PolicyEntry,
     SimulationConfig,
@@ -113,6 +114,7 @@ def render() -> str:
     parts += ["", "Each entry of `nodes`:", "", table(CustomNode), "", "Each entry of `links`:", "", table(CustomLink)]
     parts += ["", "## `workload`", "", table(WorkloadConfig), "", "## `simulation`", "", table(SimulationConfig)]
     parts += ["", "### `simulation.nccl`", "", NcclSettings.__doc__ or "", "", table(NcclSettings)]
+    parts += ["", "### `simulation.nccl.constants`", "", NcclConstants.__doc__ or "", "", table(NcclConstants)]
     parts += [
         "",
         "## `faults`",

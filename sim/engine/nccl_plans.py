@@ -23,7 +23,7 @@ from policies.ops import AllGather, AllReduce, AllToAll, Barrier, Collective, Gr
 from sim.cluster.routing import Path, Router
 from sim.cluster.topology import Cluster
 from sim.config import SimulationConfig
-from sim.nccl.fabrics import Fabric, fabric_of
+from sim.nccl.fabrics import Fabric, fabric_of, with_constants
 from sim.nccl.tuner import Choice, Shape, choose
 
 PLAN_CACHE_LIMIT = 200_000  # plans, group layouts and choices kept (groups may change every step)
@@ -198,7 +198,7 @@ def planner_for(cluster: Cluster, simulation: SimulationConfig, router: Router, 
         capacity,
         cluster.latency,
         np.array([link.kind != "intra" for link in cluster.links], dtype=float),
-        fabric_of(cluster.gpu.name),
+        with_constants(fabric_of(cluster.gpu.name), simulation.nccl.constants.model_dump()),
         path,
         host_paths,
         simulation.nccl.algorithm,

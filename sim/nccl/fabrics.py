@@ -10,6 +10,8 @@ each protocol takes on its channel, fitted to published nccl-tests results (`sim
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from sim.catalog.gpus import get_gpu
@@ -84,6 +86,25 @@ _FABRICS: dict[str, Fabric] = {
     "H100": Fabric("hopper", 370.8, 275.0, _HOPPER_NVLS_TREE, ll_max_gbs=_HOPPER_LL, slices=_SLICES["hopper"]),
     "H200": Fabric("hopper", 370.8, 275.0, _HOPPER_NVLS_TREE, ll_max_gbs=_HOPPER_LL, slices=_SLICES["hopper"]),
 }
+
+
+# config keys of `simulation.nccl.constants` -> Slices fields
+CONSTANT_KEYS: dict[str, str] = {
+    "ll_kb": "ll",
+    "ll128_kb": "ll128",
+    "simple_kb": "simple",
+    "nvls_kb": "nvls",
+    "launch_us": "launch",
+    "step_scale": "step_scale",
+    "network_kb": "network",
+    "network_scale": "network_scale",
+}
+
+
+def with_constants(fabric: Fabric, constants: Mapping[str, float | None]) -> Fabric:
+    """`fabric` with the set ones of `constants` (config keys, CONSTANT_KEYS) in place of its own."""
+    given = {CONSTANT_KEYS[k]: float(v) for k, v in constants.items() if v is not None}
+    return dataclasses.replace(fabric, slices=dataclasses.replace(fabric.slices, **given)) if given else fabric
 
 
 def fabric_of(gpu: str) -> Fabric:

@@ -6,21 +6,23 @@ each step waits for a slice. That is one number per protocol (and for NVLS) per 
 fitted here by minimising the squared log error of the bus bandwidth over the architecture's
 published rows (bug reports excluded).
 
-    python -m sim.nccl.fit        # the fitted slices per architecture, and each row's error
+    python -m sim.nccl.fit                  # the fitted slices per architecture, and each row's error
+    python -m sim.nccl.fit --table mine.csv # constants for one's own cluster, as config keys
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
 
 from sim.catalog.gpus import get_gpu
-from sim.nccl.fabrics import Fabric, Slices, fabric_of
-from sim.nccl.published import Published, row_shape, rows
+from sim.nccl.fabrics import CONSTANT_KEYS, Fabric, Slices, fabric_of
+from sim.nccl.published import Published, read_table, row_shape, rows
 from sim.nccl.tuner import choose
 
 NAMES = ("ll", "ll128", "simple", "nvls", "launch", "step_scale")
@@ -63,19 +65,20 @@ def score(figures: Sequence[Published], fabrics: dict[str, Fabric] | None = None
     return pd.DataFrame(out)
 
 
-def fit(figures: Sequence[Published]) -> dict[str, Slices]:
+def fit(figures: Sequence[Published], networks: Sequence[str] | None = FITTED_NETWORKS) -> dict[str, Slices]:
     """Per architecture with rows, the slices minimising the squared log error of its rows (a global
     search within the bounds, seeded: the tuner's choices make the loss piecewise, with local minima).
 
     First the NVLink constants on one-host rows; then, those fixed, the network's two on the rows
-    across hosts of InfiniBand and RoCE fabrics (other transports are scored, not fitted)."""
+    across hosts of `networks` (None: every row; by default InfiniBand and RoCE, other transports
+    being scored, not fitted)."""
     from scipy.optimize import differential_evolution
 
     fitted = {}
     for arch in sorted({fabric_of(r.gpu).arch for r in figures if r.sized}):
         own = [r for r in figures if r.sized and fabric_of(r.gpu).arch == arch]
         inside = [r for r in own if r.nodes == 1]
-        across = [r for r in own if r.nodes > 1 and r.network in FITTED_NETWORKS]
+        across = [r for r in own if r.nodes > 1 and (networks is None or r.network in networks)]
         slices = fabric_of(own[0].gpu).slices
         if inside:
             best = differential_evolution(_loss, BOUNDS, args=(inside, slices, NAMES), seed=0, tol=1e-8, polish=True)
@@ -98,7 +101,14 @@ def _loss(x: np.ndarray, figures: Sequence[Published], slices: Slices, names: Se
     return float(np.mean(np.square(errors)))
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m sim.nccl.fit", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--table", help="your own nccl-tests results (CSV in the bundled table's columns)")
+    args = parser.parse_args(argv)
+    if args.table:
+        return _fit_own(args.table)
     figures = rows()
     fitted = fit(figures)
     for arch, slices in fitted.items():
@@ -111,7 +121,32 @@ def main() -> None:
     with pd.option_context("display.width", 200, "display.max_rows", 500):
         print(scored.drop(columns=["source"]).round(3).to_string(index=False))
     print(f"median |error| {scored['error'].abs().median():.1%}, worst {scored['error'].abs().max():.1%}")
+    return 0
+
+
+def _fit_own(path: str) -> int:
+    """Fit one's own cluster's table and print the `simulation.nccl.constants` that reproduce it."""
+    try:
+        figures = rows(frame=read_table(path))
+        fitted = fit(figures, networks=None)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for arch, slices in fitted.items():
+        gpus = sorted({r.gpu for r in figures if fabric_of(r.gpu).arch == arch})
+        mine = [r for r in figures if r.gpu in gpus]
+        scored = score(mine, {g: dataclasses.replace(fabric_of(g), slices=slices) for g in gpus})
+        errors = scored["error"].abs()
+        print(f"# {', '.join(gpus)}: {len(mine)} rows, median |error| {errors.median():.1%}, worst {errors.max():.1%}")
+        fitted_names = (NAMES if any(r.nodes == 1 for r in mine) else ()) + (
+            NETWORK_NAMES if any(r.nodes > 1 for r in mine) else ()
+        )
+        print("simulation:\n  nccl:\n    constants:")
+        for key, name in CONSTANT_KEYS.items():
+            if name in fitted_names:  # the others would be the GPU's own: no rows to fit them to
+                print(f"      {key}: {getattr(slices, name)}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -66,11 +67,51 @@ def table() -> pd.DataFrame:
         return pd.read_csv(f, dtype={"nccl_version": str})
 
 
-def rows(include_bug_reports: bool = False) -> list[Published]:
-    """The table's rows as `Published` figures (bug reports only if asked), less those across hosts
-    whose NICs the source does not state (`unstated`)."""
+REQUIRED = ("collective", "gpu", "nodes", "gpus_per_node", "size_bytes", "busbw_gbs")
+OPTIONAL: dict[str, object] = {
+    "kind": "",
+    "nics_per_node": 1,
+    "nic_gbps": float("nan"),
+    "network": "infiniband",
+    "algorithm": float("nan"),
+    "bug_report": "no",
+    "source": "",
+    "system": "",
+}
+
+
+def read_table(path: str | Path) -> pd.DataFrame:
+    """A table of one's own nccl-tests results in the bundled table's columns: REQUIRED ones, and any
+    of OPTIONAL (defaults: one NIC, InfiniBand, NCCL's own algorithm choice)."""
+    try:
+        frame = pd.read_csv(path)
+    except (OSError, pd.errors.ParserError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path}: not a readable CSV table ({exc})") from None
+    missing = [c for c in REQUIRED if c not in frame.columns]
+    if missing:
+        raise ValueError(f"{path}: missing columns {', '.join(missing)}; required: {', '.join(REQUIRED)}")
+    unknown = sorted(set(frame["collective"]) - set(KINDS))
+    if unknown:
+        raise ValueError(f"{path}: collective {unknown[0]!r}; allowed: {', '.join(KINDS)}")
+    for column, default in OPTIONAL.items():
+        if column not in frame.columns:
+            frame[column] = default
+    across = frame[(frame["nodes"] > 1) & frame["nic_gbps"].isna()]
+    if len(across):
+        raise ValueError(f"{path}: row {across.index[0] + 2}: nic_gbps is required for a row across hosts")
+    frame["kind"] = frame["kind"].where(frame["kind"].astype(bool), frame["nodes"].map(_kind))
+    return frame
+
+
+def _kind(nodes: int) -> str:
+    return "intra_node" if nodes == 1 else "inter_node"
+
+
+def rows(include_bug_reports: bool = False, frame: pd.DataFrame | None = None) -> list[Published]:
+    """The rows of `frame` (default: the bundled table) as `Published` figures (bug reports only if
+    asked), less those across hosts whose NICs the source does not state (`unstated`)."""
     out = []
-    for r in table().itertuples():
+    for r in (table() if frame is None else frame).itertuples():
         if _unstated(r):
             continue
         sized = not pd.isna(r.size_bytes)
