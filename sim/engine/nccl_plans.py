@@ -23,7 +23,7 @@ from policies.ops import AllGather, AllReduce, AllToAll, Barrier, Collective, Gr
 from sim.cluster.routing import Path, Router
 from sim.cluster.topology import Cluster
 from sim.config import SimulationConfig
-from sim.nccl.fabrics import Fabric, fabric_of, with_constants
+from sim.nccl.fabrics import NIC_EFFICIENCY, Fabric, fabric_of, with_constants
 from sim.nccl.tuner import Choice, Shape, choose
 
 PLAN_CACHE_LIMIT = 200_000  # plans, group layouts and choices kept (groups may change every step)
@@ -172,11 +172,12 @@ def _alone_rate(paths: Sequence[Path], capacity: np.ndarray) -> float:
 
 def nccl_capacity(cluster: Cluster, fabric: Fabric) -> np.ndarray:
     """Link capacities as NCCL reaches them: a GPU's NVLink at what NCCL's rings sustain (never above
-    the configured link); every other link as configured."""
+    the configured link); a network link at NIC_EFFICIENCY of its line rate (headers and acks)."""
     capacity = cluster.capacity
+    intra = np.array([link.kind == "intra" for link in cluster.links])
     if fabric.ring_gbs:
-        intra = np.array([link.kind == "intra" for link in cluster.links])
         capacity[intra] = np.minimum(capacity[intra], fabric.ring_gbs * 1e9)
+    capacity[~intra] *= NIC_EFFICIENCY
     return capacity
 
 

@@ -73,8 +73,8 @@ _HOPPER_NVLS_TREE = (8 * 57.7, 8 * 45.5)
 # Fitted by sim/nccl/fit.py to sim/catalog/published_collectives.csv; tests/test_nccl_fit.py refits them.
 # Volta has no rows: it borrows Ampere's (its NVLink and NCCL's figures for it are alike).
 _SLICES: dict[str, Slices] = {
-    "ampere": Slices(97.12, 1596.52, 3017.1, 630.78, 1.64, 0.71, network=65.54, network_scale=1.32),
-    "hopper": Slices(0.0, 0.0, 566.75, 3180.98, 18.91, 0.4, network=14807.5, network_scale=1.5),
+    "ampere": Slices(97.12, 1596.52, 3017.1, 630.78, 1.64, 0.71, network=65.54, network_scale=1.27),
+    "hopper": Slices(0.0, 0.0, 566.75, 3180.98, 18.91, 0.4, network=7900.75, network_scale=1.49),
 }
 _SLICES["volta"] = _SLICES["ampere"]
 
@@ -87,6 +87,10 @@ _FABRICS: dict[str, Fabric] = {
     "H200": Fabric("hopper", 370.8, 275.0, _HOPPER_NVLS_TREE, ll_max_gbs=_HOPPER_LL, slices=_SLICES["hopper"]),
 }
 
+
+# the share of a network link's line rate NCCL moves: 46-48 of NDR InfiniBand's 50 GB/s, as an NCCL
+# maintainer states it (NVIDIA/nccl-tests issue 290)
+NIC_EFFICIENCY = 0.94
 
 # config keys of `simulation.nccl.constants` -> Slices fields
 CONSTANT_KEYS: dict[str, str] = {

@@ -17,7 +17,7 @@ from typing import Any
 
 import pandas as pd
 
-from sim.nccl.fabrics import Fabric
+from sim.nccl.fabrics import NIC_EFFICIENCY, Fabric
 from sim.nccl.tuner import Shape
 
 KINDS = {
@@ -151,7 +151,7 @@ def row_shape(row: Published, fabric: Fabric, intra_gbs: float) -> Shape:
     row's hosts (ranks numbered host by host; `intra_gbs`: the GPU's configured NVLink per direction)."""
     g, hosts = row.gpus_per_node, row.nodes
     nvlink = (min(fabric.ring_gbs, intra_gbs) if fabric.ring_gbs else intra_gbs) * 1e9
-    nic = row.nics_per_node * row.nic_gbps * 1e9 / 8 if hosts > 1 else math.inf
+    nic = row.nics_per_node * row.nic_gbps * 1e9 / 8 * NIC_EFFICIENCY if hosts > 1 else math.inf
     p = row.ranks
     if row.collective == "all_to_all":  # pairs at one common rate: the GPU link carries p-1, a host's NICs g(p-g)
         rate = min(nvlink / (p - 1), nic / (g * (p - g)) if hosts > 1 else math.inf)
