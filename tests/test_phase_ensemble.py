@@ -13,7 +13,8 @@ NIC_GBPS, UPLINK_GBPS, GRADIENT_MB, COMPUTE_MS, BATCH = 0.2, 0.1, 1.2, 5.0, 16
 
 
 def two_racks() -> dict:
-    """2 racks x 2 hosts, 2:1 uplinks, ASP with a shard in each rack (docs/validation.md's 2x2)."""
+    """2 racks x 2 hosts, 2:1 uplinks, ASP with a shard in each rack (docs/validation.md's 2x2), on
+    the ideal network."""
     return {
         "seed": 0,
         "iterations": 30,
@@ -22,6 +23,7 @@ def two_racks() -> dict:
         "workload": {"model": "synthetic", "gradient_mb": GRADIENT_MB, "compute_ms": COMPUTE_MS,
                      "synthetic_layers": 2, "bucket_mb": 0.6, "batch_size": BATCH},
         "policies": [{"name": "ring"}, {"name": "asp", "hosts": ["h0", "h2"]}],
+        "simulation": {"network_model": "ideal"},  # links at their line rate, as the arithmetic below
     }  # fmt: skip
 
 
