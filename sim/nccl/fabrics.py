@@ -1,11 +1,13 @@
-"""What NCCL reaches on each GPU generation's NVLink: not the datasheet's figure, but the bus bandwidth
-its rings (and NVLS) sustain, LL's ceiling, and how long a pipeline slice takes.
+"""What NCCL reaches on each GPU generation: not the datasheet's NVLink figure but the bus bandwidth its
+rings (and NVLS) sustain, LL's ceiling, its channels, and the pipeline constants fitted to published
+nccl-tests results.
 
 `ring_gbs` is NCCL's own estimate of a GPU's usable NVLink bandwidth (its per-link figure for the
 architecture times the GPU's NVLink count; `src/graph/topo.h` of NVIDIA/nccl); `nvls_gbs` is the
-per-GPU rate into and out of the NVSwitch with NVLink SHARP, and `slice_us` the time one slice of
-each protocol takes on its channel, fitted to published nccl-tests results (`sim/nccl/fit.py`,
-`sim/catalog/published_collectives.csv`, docs/fidelity.md).
+per-GPU rate into and out of the NVSwitch with NVLink SHARP; `Slices` holds the constants
+`sim/nccl/fit.py` fits to `sim/catalog/published_collectives.csv` (docs/fidelity.md): the slice
+each step waits for per protocol, a fixed cost per collective, and scales on NCCL's per-step
+latencies inside and between hosts.
 """
 
 from __future__ import annotations

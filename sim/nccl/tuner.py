@@ -1,15 +1,15 @@
-"""Predict a collective's time under each NCCL algorithm and protocol, and pick the fastest (NCCL's tuner).
+"""Predict a collective's time under each NCCL algorithm and protocol, and pick one as NCCL's tuner does.
 
-A collective's time is a latency (a fixed cost, a cost per step by the link the step crosses, the
-physical latency of the hops, and the pipeline's fill) plus its bytes over the bandwidth its protocol
+A collective's time is a latency (a fixed cost, NCCL's cost per step by the link the step crosses, the
+network links' own latency, and the pipeline's fill) plus its bytes over the bandwidth its protocol
 reaches. The fill: a ring moves each chunk in slices, and a step can forward a slice only once it has
-arrived, so every step waits for one slice: a slice's time (`Fabric.slice_us`) once the data per rank
-fills whole slices, less for small messages (the slice is then the rank's whole chunk). That is why
-16 MiB reaches half of the bus bandwidth 8 GiB does.
+arrived, so every step waits for one slice (`Slices`, in KB: the whole per-rank chunk when that is
+smaller). That is why 16 MiB reaches half of the bus bandwidth 8 GiB does. NCCL picks by its own
+tables, without the fill (`Choice.tuner_seconds`); the time the engine runs adds it (`seconds`).
 
 `Shape` is what the engine knows of a collective (its members' placement, its ring's uncontended
-rate); `choose` returns the `Choice` the engine runs as flows: the bytes to put on every path per
-payload byte, a rate cap, and the latency delivered after the bytes.
+rates); `choose` returns the `Choice` the engine runs as flows: the bytes to put on every path, a rate
+cap, and the latency delivered after the bytes.
 """
 
 from __future__ import annotations
@@ -37,12 +37,12 @@ class Shape:
     """A collective as NCCL's tuner sees it.
 
     `bus_rate`: bytes/s one ring hop gets with the ring alone on the network (its slowest link's
-    capacity over the ring hops that share it; for all-to-all, one pair's); `host_rate` and `net_rate`:
-    the same for the ring's hops inside hosts and between hosts alone (a tree loads them differently);
-    `crossings`: ring hops that leave a host; `network_s`:
-    the latency of the network links (cables and switches) of the slowest hop between hosts, paid on
-    top of NCCL's per-step figure (which covers a hop's NVLink, PCIe and NICs); `nvls_rate`: bytes/s
-    each GPU reaches into and out of the NVSwitch with NVLS (0: the members cannot use NVLS)."""
+    capacity over the ring hops that share it; for all-to-all, one pair's). `host_rate`, `net_rate`:
+    the same for the ring's hops inside hosts and between hosts alone (algorithms load them
+    differently). `crossings`: ring hops that leave a host. `network_s`: the latency of the network
+    links (cables and switches) of the slowest hop between hosts, paid on top of NCCL's per-step
+    figure (which covers a hop's NVLink, PCIe and NICs). `nvls_rate`: bytes/s each GPU reaches into
+    and out of its NVSwitch with NVLS (0: the members cannot use NVLS)."""
 
     kind: str
     nbytes: float
