@@ -262,3 +262,17 @@ def test_an_own_table_names_what_is_wrong(tmp_path, text: str, message: str) -> 
     path.write_text(text)
     with pytest.raises(ValueError, match=message):
         read_table(path)
+
+
+def test_held_out_scores_each_source_by_a_fit_to_the_others() -> None:
+    """Two sources measuring the same (model-made) A100 host: each is predicted from the other's fit."""
+    sizes = [2**k for k in range(20, 34, 3)]
+    made = {n: nccl_fit.predict(figure(nbytes=n), fabric_of("A100"))[0] for n in sizes}
+    figures = [
+        figure(nbytes=n, busbw_gbs=made[n], source=f"{owner}/repo@{'0' * 40}:results.md")
+        for owner in ("one", "two")
+        for n in sizes
+    ]
+    scored = nccl_fit.held_out(figures)
+    assert sorted(set(scored["held_out"])) == ["one/repo", "two/repo"] and len(scored) == 2 * len(sizes)
+    assert scored["error"].abs().max() < 0.05

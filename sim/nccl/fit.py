@@ -8,6 +8,7 @@ published rows (bug reports excluded).
 
     python -m sim.nccl.fit                  # the fitted slices per architecture, and each row's error
     python -m sim.nccl.fit --table mine.csv # constants for one's own cluster, as config keys
+    python -m sim.nccl.fit --held-out       # each source's rows scored by a fit to the other sources
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ def score(figures: Sequence[Published], fabrics: dict[str, Fabric] | None = None
         out.append(
             {
                 "kind": row.kind,
+                "network": row.network,
                 "collective": row.collective,
                 "gpu": row.gpu,
                 "nodes": row.nodes,
@@ -92,6 +94,29 @@ def fit(figures: Sequence[Published], networks: Sequence[str] | None = FITTED_NE
     return fitted
 
 
+def source_of(row: Published) -> str:
+    """Where a row comes from, coarsely: its repository, or its issue thread or page."""
+    return row.source.split("@")[0] if "@" in row.source else row.source
+
+
+def held_out(figures: Sequence[Published]) -> pd.DataFrame:
+    """Every sized row scored with constants fitted to the rows of the *other* sources (repositories,
+    threads, pages): how the model does on measurements it was not fitted to."""
+    sized = [r for r in figures if r.sized]
+    out = []
+    for source in sorted({source_of(r) for r in sized}):
+        fitted = fit([r for r in sized if source_of(r) != source])
+        own = [r for r in sized if source_of(r) == source]
+        fabrics = {
+            r.gpu: dataclasses.replace(
+                fabric_of(r.gpu), slices=fitted.get(fabric_of(r.gpu).arch, fabric_of(r.gpu).slices)
+            )
+            for r in own
+        }
+        out.append(score(own, fabrics).assign(held_out=source))
+    return pd.concat(out, ignore_index=True)
+
+
 def _loss(x: np.ndarray, figures: Sequence[Published], slices: Slices, names: Sequence[str]) -> float:
     """Mean squared log error of `figures` with `slices` whose constants `names` are `x`."""
     trial = dataclasses.replace(slices, **dict(zip(names, x)))
@@ -106,9 +131,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m sim.nccl.fit", description=__doc__.split("\n\n")[0])
     parser.add_argument("--table", help="your own nccl-tests results (CSV in the bundled table's columns)")
+    parser.add_argument("--held-out", action="store_true", help="score each source fitted without it (minutes)")
     args = parser.parse_args(argv)
     if args.table:
         return _fit_own(args.table)
+    if args.held_out:
+        scored = held_out(rows()).assign(abs_error=lambda t: t["error"].abs())
+        kind = scored["kind"].where(scored["kind"] == "intra_node", "inter_node:" + scored["network"])
+        table = scored.assign(kind=kind).groupby(["kind", "collective"])["abs_error"].agg(["size", "median", "max"])
+        print(table.to_string(float_format=lambda v: f"{v:.1%}"))
+        return 0
     figures = rows()
     fitted = fit(figures)
     for arch, slices in fitted.items():
