@@ -171,16 +171,16 @@ def _cmd_fidelity(args: argparse.Namespace) -> int:
         atomic_write(out / "collectives.csv", collectives.to_csv(index=False))
         atomic_write(out / "scaling.csv", scaling.to_csv(index=False))
 
-    def shown(table: pd.DataFrame) -> str:
-        table = table.drop(columns=[c for c in ("source", "system", "framework") if c in table and c != "system"])
+    def shown(table: pd.DataFrame, hidden: tuple[str, ...]) -> str:
+        table = table.drop(columns=list(hidden))
         return table.assign(error=table["error"].map(lambda v: f"{v:+.1%}")).to_string(index=False)
 
     with pd.option_context("display.width", 200, "display.max_rows", None):
-        print(shown(collectives.drop(columns=["system"])))
+        print(shown(collectives, ("source", "system")))
         print()
         print(summary(collectives).to_string(float_format=lambda v: f"{v:.1%}"))
         print("\n1-to-8-GPU training scaling (PyTorch DDP, one DGX host):")
-        print(shown(scaling))
+        print(shown(scaling, ("source", "framework")))
         errors = scaling["error"].abs()
         print(f"\n{len(scaling)} pairs: median |error| {errors.median():.1%}, worst {errors.max():.1%}")
     return 0

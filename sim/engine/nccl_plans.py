@@ -1,12 +1,13 @@
 """Collectives under the NCCL model: what each group's collective looks like to NCCL's tuner, and the
 flows that carry the algorithm it picks (sim/nccl, docs/fidelity.md).
 
-A ring or tree runs on the group's ring paths (member i to i+1); a tree's traffic is the ring's hops
-carrying 2n each, as a double binary tree's hosts send and receive 2n (inside a host its chain carries
-less, but across hosts, where a tree is chosen, the NICs set the pace). NVLS runs on each member's
-links to and from its NVSwitch (the host node), n each way. All-to-all is one flow per ordered pair.
-Plans are remembered per (op type, group, size), group layouts per (op type, group), and the tuner's
-choices per shape: groups repeat, so do bucket sizes, and many groups (every host's) share a shape.
+A ring runs on the group's ring paths (member i to i+1); across hosts as two transfers, its hops
+inside hosts and its hops between them (their network links only: GPUDirect RDMA), each carrying what
+the tuner says (`Choice.wire_per_path`, `net_wire_per_path`). A tree uses the same two sets of paths
+with its own loads; NVLS each member's links to and from its NVSwitch (the host node), and NVLS-tree
+those plus the hops between hosts. All-to-all is one flow per ordered pair. Plans are remembered per
+(op type, group, size), group layouts per (op type, group), and the tuner's choices per shape: groups
+repeat, so do bucket sizes, and many groups (every host's) share a shape.
 """
 
 from __future__ import annotations
@@ -81,7 +82,7 @@ class NcclPlanner:
         protocol: str = "auto",
     ) -> None:
         self.rank_host = [graph.nodes[node]["host"] for node in rank_nodes]
-        self.capacity, self.latency, self.network, self.fabric = capacity, latency, network, fabric
+        self.capacity, self.network, self.fabric = capacity, network, fabric
         self.path, self.host_paths = path, host_paths
         self.algorithm, self.protocol = algorithm, protocol
         self._network_latency = latency * network  # a link's latency if it is a network link, else 0
@@ -91,17 +92,16 @@ class NcclPlanner:
 
     def known(self, op: Collective) -> Plan | None:
         """The plan of `op` if one was made already."""
-        return self._plans.get((type(op), op.group, 0.0 if isinstance(op, Barrier) else float(op.nbytes)))
+        return self._plans.get(_key(op))
 
     def plan(self, op: Collective, ring: tuple[Path, ...]) -> Plan:
         """The choice for `op` and the paths it runs on (`ring`: the group's ring paths)."""
-        nbytes = 0.0 if isinstance(op, Barrier) else float(op.nbytes)
-        key = (type(op), op.group, nbytes)
+        key = _key(op)
         found = self._plans.get(key)
         if found is None:
             if len(self._plans) >= PLAN_CACHE_LIMIT:
                 self._plans.clear()
-            found = self._plans[key] = self._make(op, ring, nbytes)
+            found = self._plans[key] = self._make(op, ring, key[2])
         return found
 
     def _make(self, op: Collective, ring: tuple[Path, ...], nbytes: float) -> Plan:
@@ -160,6 +160,10 @@ class NcclPlanner:
             return 0.0
         links = [link for r in ranks for p in self.host_paths(r) for link in p]
         return min(self.fabric.nvls_gbs * 1e9, float(self.capacity[links].min()))
+
+
+def _key(op: Collective) -> tuple[type, Group, float]:
+    return type(op), op.group, 0.0 if isinstance(op, Barrier) else float(op.nbytes)
 
 
 def _alone_rate(paths: Sequence[Path], capacity: np.ndarray) -> float:
