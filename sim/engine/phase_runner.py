@@ -43,6 +43,7 @@ class PhaseRunner:
     evaluator: Any = None  # numerics mode: sim.numerics.evaluation.Evaluator
     overlap_slowdown: float = 1.0  # compute under a running collective (sim.engine.worker)
     busy_until: Any = None  # per rank, when its launched collectives end (sim.engine.collectives)
+    inputs: Any = None  # per rank, its host's input pipeline (sim.engine.input_pipeline)
     workers: list[simpy.Process] = field(default_factory=list)  # the running phase's worker processes
 
     def process(self) -> Generator[simpy.Event, Any, None]:
@@ -95,6 +96,7 @@ class PhaseRunner:
             progress.phases,
             self.overlap_slowdown,
             self.busy_until,
+            self.inputs,
         )
         self.workers[:] = [env.process(worker(ctx, rank)) for rank in range(world)]
         return budget

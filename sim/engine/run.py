@@ -31,6 +31,7 @@ from sim.engine.collectives import CollectiveRunner, Launched
 from sim.engine.communicators import Communicators
 from sim.engine.executor import Executor
 from sim.engine.faults import FaultContext, LinkEffects, background, straggler
+from sim.engine.input_pipeline import host_inputs
 from sim.engine.nccl_plans import nccl_capacity, planner_for
 from sim.engine.phase_runner import PhaseRunner
 from sim.engine.servers import Shard
@@ -149,6 +150,9 @@ def run_policy(
         progress["last"] = env.now
         run.ops.append((step, rank, kind, -1, 1, shard, count, nbytes, start, start, end, nbytes, float("nan")))
 
+    def on_batch_ready() -> None:
+        progress["last"] = env.now
+
     def on_iteration() -> None:
         progress["last"] = env.now
         if on_progress is not None:
@@ -200,6 +204,14 @@ def run_policy(
         evaluator,
         slowdown,
         runner.busy_until if slowdown != 1.0 else None,
+        host_inputs(
+            env,
+            cluster.view.rank_hosts,
+            config.workload.input_samples_s,
+            plan.batch_size,
+            config.workload.input_prefetch_batches,
+            on_batch_ready,
+        ),
     )
     workers = phases.workers
     done = env.process(phases.process())

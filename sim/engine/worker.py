@@ -36,6 +36,7 @@ from sim.compute.durations import ComputeModel
 from sim.compute.workload import ComputePlan
 from sim.engine.clocks import ClockBoard
 from sim.engine.executor import Executor
+from sim.engine.input_pipeline import HostInput
 from sim.engine.phase_budget import PhaseBudget
 from sim.kernel.environment import AllDone
 
@@ -133,6 +134,7 @@ class WorkerContext:
     phase: int = 0  # the phase's index in the run
     overlap_slowdown: float = 1.0  # compute runs this many times slower while the rank's collectives run
     busy_until: Optional[list[float]] = None  # per rank, when its running collectives end (None: no contention)
+    inputs: Optional[list[HostInput]] = None  # per rank, its host's input pipeline (None: data never waits)
     timers: SharedTimeouts = field(init=False)
 
     def __post_init__(self) -> None:
@@ -158,6 +160,10 @@ def worker(ctx: WorkerContext, rank: int) -> Generator[simpy.Event, Any, None]:
         if not allowed:
             break
         computing: list[tuple[float, float]] = []
+        if ctx.inputs is not None:  # the batch from the host's loaders
+            ready = env.now
+            yield ctx.inputs[rank].take()
+            ctx.blocked.add(rank, step, ready, env.now)
         yield executor.run(rank, step, policy.begin_step(rank, step))
         begin_end = env.now
         factor = compute.iteration_factor(rank)

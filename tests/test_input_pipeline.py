@@ -1,0 +1,87 @@
+"""A host's input pipeline (`workload.input_samples_s`): closed-form throughput when the loaders are
+the bottleneck, no effect when they keep up, and the published DGX scaling it explains."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from sim.api import simulate
+from sim.config import parse_config
+from sim.errors import ConfigError
+from sim.experiments.scaling import ScalingPair, loader_rate, scaling_table
+from sim.results.tables import steady_figures
+
+BATCH, COMPUTE_MS, GPUS = 32, 100.0, 4
+
+
+def config(input_samples_s: float | None, hosts: int = 1, iterations: int = 60) -> dict[str, Any]:
+    return {
+        "iterations": iterations,
+        "cluster": {"topology": "star", "hosts": hosts, "gpus_per_host": GPUS},
+        "workload": {
+            "model": "synthetic",
+            "gradient_mb": 0.001,
+            "compute_ms": COMPUTE_MS,
+            "batch_size": BATCH,
+            "input_samples_s": input_samples_s,
+        },
+        "policies": [{"name": "no_sync"}],
+        "simulation": {"trace": False, "network_model": "ideal"},
+    }
+
+
+def steady(cfg: dict[str, Any]) -> dict[str, float]:
+    result = simulate(cfg)
+    return steady_figures(result.iterations, warmup=5)["no_sync"]
+
+
+def test_loaders_slower_than_the_gpus_set_each_hosts_throughput() -> None:
+    demand = GPUS * BATCH / (COMPUTE_MS / 1e3)  # 1,280 samples/s a host's GPUs would take
+    rate = demand / 2
+    for hosts in (1, 2):
+        figures = steady(config(rate, hosts))
+        assert figures["throughput_samples_s"] == pytest.approx(hosts * rate, rel=0.02)
+        assert figures["mean_iteration_s"] == pytest.approx(GPUS * BATCH / rate, rel=0.02)
+
+
+def test_loaders_that_keep_up_change_nothing_after_the_first_batch() -> None:
+    unlimited = simulate(config(None)).iterations
+    fast = simulate(config(1e6)).iterations
+    first = fast[fast["iteration"] == 0]["iteration_s"].to_numpy()
+    later = fast[fast["iteration"] > 0]
+    # the loaders start with the run: the last of the host's first batches is ready after all four
+    delay = first - unlimited[unlimited["iteration"] == 0]["iteration_s"].to_numpy()
+    assert delay.max() == pytest.approx(GPUS * BATCH / 1e6)
+    assert later["iteration_s"].to_numpy() == pytest.approx(unlimited[unlimited["iteration"] > 0]["iteration_s"])
+
+
+def test_waiting_for_data_is_reported_as_wait() -> None:
+    summary = simulate(config(300.0)).summary.iloc[0]
+    assert summary["mean_wait_s"] > 0.2 and summary["mean_compute_s"] == pytest.approx(COMPUTE_MS / 1e3)
+
+
+@pytest.mark.parametrize(("field", "value"), [("input_samples_s", 0), ("input_prefetch_batches", 0)])
+def test_bad_input_pipeline_settings_name_the_field(field: str, value: float) -> None:
+    cfg = config(None)
+    cfg["workload"][field] = value
+    with pytest.raises(ConfigError, match=field):
+        parse_config(cfg)
+
+
+def test_a_pairs_loader_rate_comes_from_the_other_systems() -> None:
+    a100 = ScalingPair("resnet50", "A100", "DGX A100 80GB", "fp16", 256, 2470.0, 16621.0, "PyTorch", "")
+    v100 = ScalingPair("resnet50", "V100", "DGX-1 16GB", "fp16", 256, 1200.0, 8322.0, "PyTorch", "")
+    bert = ScalingPair("bert_large", "A100", "DGX A100 80GB", "fp16", 256, 100.0, 790.0, "PyTorch", "")
+    assert loader_rate(a100, [a100, v100]) == pytest.approx(16 * 8 * 8322.0 / (8 * 8))
+    assert loader_rate(v100, [a100, v100]) == pytest.approx(8 * 8 * 16621.0 / (16 * 8))
+    assert loader_rate(a100, [a100]) is None  # its own 8-GPU figure is never used
+    assert loader_rate(bert, [a100, v100]) is None  # tokens are not decoded on the host's CPUs
+
+
+def test_published_one_to_eight_gpu_scaling_within_ten_percent() -> None:
+    """Issue 29's acceptance: every published PyTorch 1-to-8-GPU pair on a DGX within 10%."""
+    table = scaling_table()
+    assert len(table) >= 8 and set(table["model"]) >= {"resnet50", "bert_large"}
+    assert table["error"].abs().max() < 0.10
