@@ -1,5 +1,6 @@
 """A calibrated syncsim config: the base config with the report's `cluster:` and `workload:`, on the
-ideal network (`simulation.network_model: ideal`: the measured figures are the collectives' own).
+ideal network (`simulation.network_model: ideal`: the measured figures are the collectives' own) or,
+calibrated over NCCL, on the NCCL model with the constants fitted to the measured collectives.
 
 When the calibration profiled the workload's zoo model, the workload keeps its model and settings,
 and `workload.profile` names the measured profile, written beside the config (`efficiency`, which
@@ -22,7 +23,7 @@ from sim.config import Config, parse_config
 from sim.files import atomic_write
 
 # base settings calibration does not measure, kept when the topology changes
-KEEP_CLUSTER = ("gpu", "intra_host_gbps", "intra_host_latency_us", "placement")
+KEEP_CLUSTER = ("gpu", "intra_host_gbps", "intra_host_latency_us", "placement", "nics_per_host")
 KEEP_WORKLOAD = ("bucket_mb", "synthetic_layers")
 REPLACED_BY_PROFILE = ("efficiency", "profile")
 
@@ -49,9 +50,14 @@ def calibrated_config(
         data["workload"] = {k: base_workload[k] for k in KEEP_WORKLOAD if k in base_workload} | report.workload
     elif "workload" not in data:
         raise ValueError("base_config.workload: required when the calibration measured no model")
-    # the measured latency and bandwidths are what this cluster's collectives reach end to end: the
-    # alpha-beta network takes them as they are (the NCCL model would apply NCCL's own on top)
-    data["simulation"] = dict(data.get("simulation") or {}) | {"network_model": "ideal"}
+    # gloo: the measured latency and bandwidths are what this cluster's collectives reach end to end,
+    # and the alpha-beta network takes them as they are (the NCCL model would apply NCCL's on top);
+    # NCCL: the NCCL model, with constants fitted to the measured collectives
+    simulation = dict(data.get("simulation") or {})
+    nccl = report.simulation.get("nccl")
+    if nccl is not None:
+        simulation["nccl"] = dict(simulation.get("nccl") or {}) | nccl
+    data["simulation"] = simulation | {"network_model": report.simulation["network_model"]}
     parse_config(data)
     return data
 

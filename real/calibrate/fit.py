@@ -43,8 +43,11 @@ from real.calibrate.figures import (
     robust,
     split_pairs,
 )
+from real.calibrate.nccl_constants import NcclFit, fit_nccl, line_rate_gbps
 from real.calibrate.report import CalibrationReport, CollectiveFit, Figure, UplinkFit
 from real.calibrate.rows import Measurements, rack_members
+from sim.nccl.fabrics import NIC_EFFICIENCY
+from sim.nccl.published import LINK_US
 
 GBIT = 1e9 / 8  # bytes per second in one Gbit/s
 NOISY = 0.2  # a figure whose samples disagree by more than this gets a note
@@ -57,8 +60,14 @@ def fit_report(
     fold_efficiency: bool = True,
     rack_gap: float = RACK_GAP,
     clearly_below: float = CLEARLY_BELOW,
+    nccl_gpu: Optional[str] = None,
+    nics_per_host: int = 1,
 ) -> CalibrationReport:
-    """Fit every figure in `m` and build the calibrated config sections (see the module docstring)."""
+    """Fit every figure in `m` and build the calibrated config sections (see the module docstring).
+
+    `nccl_gpu`: the cluster's GPU when the measurements ran over NCCL; the config then keeps the NCCL
+    model with constants fitted to the measured collectives (`real.calibrate.nccl_constants`), the
+    NICs at their line rate (`nics_per_host` of them), instead of the ideal network."""
     hosts = m.hosts
     if len(hosts) < 2:
         raise CalibrationError(f"rank_hosts: one host ({hosts[0] if hosts else 'none'}); need two to measure a network")
@@ -118,13 +127,26 @@ def fit_report(
         scale, alpha_fit, hops = collective.bandwidth_efficiency, collective.step_latency_s, 4 if ring_crosses else 2
     else:
         scale, alpha_fit, hops = 1.0, latency.value, 2 if same else 4
-    link_us = (alpha_fit * 1e6 - 2 * intra_host_latency_us) / hops
-    if link_us < 0:
+    nccl: Optional[NcclFit] = None
+    if nccl_gpu is not None:
+        if not m.collectives:
+            raise CalibrationError("collectives: none measured; the NCCL model's constants are fitted to them")
+        nccl = fit_nccl(m.collectives, nccl_gpu, len(hosts), nics_per_host, line_rate_gbps(nic.value))
+        # the model's NCCL moves NIC_EFFICIENCY of a link's line rate; its own per-step latencies cover
+        # the software stack, so the cables keep the latency the constants were fitted with
+        scale, link_us = 1.0 / NIC_EFFICIENCY, LINK_US
         notes.append(
-            f"latency {alpha_fit * 1e6:.2f} us is below 2 x intra_host_latency_us ({intra_host_latency_us} us); "
-            "link_latency_us set to 0"
+            f"NCCL model: constants {nccl.constants} reproduce the measured collectives within "
+            f"{nccl.median_error:.1%} median, {nccl.worst_error:.1%} worst"
         )
-        link_us = 0.0
+    else:
+        link_us = (alpha_fit * 1e6 - 2 * intra_host_latency_us) / hops
+        if link_us < 0:
+            notes.append(
+                f"latency {alpha_fit * 1e6:.2f} us is below 2 x intra_host_latency_us ({intra_host_latency_us} us); "
+                "link_latency_us set to 0"
+            )
+            link_us = 0.0
     cluster = cluster_section(
         racks, m.rank_hosts, nic.value * scale, None if up_bps is None else up_bps * scale, link_us
     )
@@ -148,6 +170,7 @@ def fit_report(
         workload=workload,
         notes=tuple(notes),
         measurements=m,
+        simulation=nccl.simulation() if nccl is not None else {"network_model": "ideal"},
     )
 
 

@@ -112,6 +112,8 @@ class CalibrationReport:
     workload: Optional[dict[str, Any]]
     notes: tuple[str, ...] = field(default=())
     measurements: Optional[Measurements] = None  # the raw rows behind every figure
+    # the calibrated config's network model: ideal, or NCCL's with fitted constants (nccl_constants)
+    simulation: dict[str, Any] = field(default_factory=lambda: {"network_model": "ideal"})
 
     @property
     def profile(self) -> Optional[ComputeProfile]:

@@ -41,6 +41,8 @@ def calibrate(
     bandwidth_factor: float = DEFAULTS.bandwidth_factor,
     profile: Optional[profiled.ProfileSpec] = None,
     compute_device: Any = None,
+    nccl_gpu: Optional[str] = None,
+    nics_per_host: int = 1,
 ) -> Optional[CalibrationReport]:
     """Measure and fit; call on every rank after `init_process_group`, with the same arguments.
 
@@ -53,7 +55,8 @@ def calibrate(
     are detected from the pair bandwidths on rank 0 and broadcast before the egress test. `batch`
     defaults to the numerics per-worker batch (global_batch / world). `statistic`: "median",
     "mean" or "min" over repeats ("min" is robust on shared machines, where interference only adds
-    time). Returns the report on rank 0, None elsewhere.
+    time). `nccl_gpu`, `nics_per_host`: see `fit_report` (measurements over NCCL). Returns the report on
+    rank 0, None elsewhere.
     """
     if not (dist.is_available() and dist.is_initialized()):
         raise RuntimeError("calibrate: no default process group; call torch.distributed.init_process_group first")
@@ -115,7 +118,13 @@ def calibrate(
         batch=batch if task_or_none is not None or profile is not None else None,
         profile=measured_profile,
     )
-    return fit_report(m, intra_host_latency_us=intra_host_latency_us, fold_efficiency=fold_efficiency)
+    return fit_report(
+        m,
+        intra_host_latency_us=intra_host_latency_us,
+        fold_efficiency=fold_efficiency,
+        nccl_gpu=nccl_gpu,
+        nics_per_host=nics_per_host,
+    )
 
 
 def _detected_racks(rank_hosts: Sequence[str], pairs: Optional[list[Any]]) -> Union[dict[str, str], str]:

@@ -68,6 +68,9 @@ def main(config: Config, path: Path, timeout_s: float, backend: str = "auto") ->
         # raw figures: folding the all-reduce's efficiency into the links slowed every prediction by the
         # collective's small-message overhead (ring +17% on the 2x2 emulation; docs/validation.md)
         fold_efficiency=False,
+        # over NCCL the calibrated config keeps the NCCL model, its constants fitted to the measurements
+        nccl_gpu=config.cluster.gpu if backend == "nccl" else None,
+        nics_per_host=config.cluster.nics_per_host,
     )
     if report is not None:
         write_calibrated_config(report, config, path)
