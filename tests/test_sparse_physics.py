@@ -125,3 +125,33 @@ def test_ring_closed_form_is_the_dense_reference() -> None:
     result = simulate(parse_config(synthetic(star(n), [{"name": "ring"}], gradient_mb=rows * 4 / 1e6)))
     assert result.summary.mean_comm_s[0] == pytest.approx(ring_time(n, rows, ALPHA, B), rel=1e-9)
     assert math.isclose(crossover_density(n, 1.0, scheme="zen"), 0.5, rel_tol=1e-6)
+
+
+@pytest.mark.parametrize("op", ["AllToAll", "AllGather"])
+def test_under_the_nccl_model_a_sparse_exchange_pays_nccls_latency(op: str) -> None:
+    """Zen's phases run as NCCL's all-to-all and all-gather of their largest member: their flows at 94%
+    of the NICs' rate, delivered after that dense collective's NCCL latency (not the cables')."""
+    from policies.ops import AllGather, AllToAll, Group
+    from sim.cluster.routing import Router
+    from sim.cluster.topology import build_cluster
+    from sim.engine.nccl_plans import nccl_capacity, planner_for
+    from sim.nccl.fabrics import NIC_EFFICIENCY, fabric_of
+
+    n, d = 4, 0.01
+    raw = sparse_config(n, d, [{"name": "zen"}], iterations=2)
+    raw["simulation"]["network_model"] = "nccl"
+    config = parse_config(raw)
+    shape = SparseShape(n, ROWS_PER_WORKER / d, d, topk_aggregated_density(d, n, 0.0), index_format="auto")
+    a2a, gather = zen_bytes(shape)
+    nbytes = {"AllToAll": a2a, "AllGather": gather}[op]
+    cluster = build_cluster(config.cluster)
+    router = Router(cluster)
+    capacity = nccl_capacity(cluster, fabric_of(cluster.gpu.name))
+    planner = planner_for(cluster, config.simulation, router, capacity)
+    gpus = cluster.rank_gpus
+    ring = tuple(router.path(gpus[i], gpus[(i + 1) % n]) for i in range(n))
+    dense = {"AllToAll": AllToAll, "AllGather": AllGather}[op](Group.of(range(n)), nbytes)
+    latency = planner.plan(dense, ring).choice.latency_s
+    assert latency > 2 * ALPHA  # NCCL's fixed costs, well above the cables'
+    for measured in durations(simulate(config), "zen", op):
+        assert measured == pytest.approx(latency + nbytes / (B * NIC_EFFICIENCY), rel=TOLERANCE)

@@ -20,7 +20,8 @@ a sparse all-to-all is one flow per ordered pair of members with that pair's byt
 all-gather one flow from every member to every other carrying the member's rows (all-gather-v by
 direct sends, which reaches the receive-bandwidth bound however unequal the members are). In the
 pipelined model a member's copies to the others are one coupled transfer (the fine model, one flow
-each, is compared with it in tests).
+each, is compared with it in tests). Under the NCCL model the flows are delivered after the NCCL
+latency of the dense all-to-all or all-gather that moves their largest member's bytes.
 """
 
 from __future__ import annotations
@@ -161,9 +162,12 @@ class CollectiveRunner:
             sizes = np.repeat(sent[:, None], p, axis=1)
             np.fill_diagonal(sizes, 0.0)
             if self.model == "pipelined":  # a member's copies to everyone as one coupled transfer
+                lat = self._sparse_latency(op, sizes)
                 return self._sparse_launch(
                     [
-                        self.net.transfer([self._path(ranks[i], ranks[j]) for j in range(p) if j != i], float(sent[i]))
+                        self.net.transfer(
+                            [self._path(ranks[i], ranks[j]) for j in range(p) if j != i], float(sent[i]), latency=lat
+                        )
                         for i in range(p)
                         if sent[i] > 0
                     ],
@@ -171,13 +175,26 @@ class CollectiveRunner:
                 )
         else:
             raise PolicyError(f"{op!r}: only AllToAll and AllGather have a sparse form")
+        lat = self._sparse_latency(op, sizes)
         events = [
-            self.net.transfer([self._path(ranks[i], ranks[j])], float(sizes[i, j]))
+            self.net.transfer([self._path(ranks[i], ranks[j])], float(sizes[i, j]), latency=lat)
             for i in range(p)
             for j in range(p)
             if sizes[i, j] > 0
         ]
         return self._sparse_launch(events, sizes)
+
+    def _sparse_latency(self, op: Collective, sizes: np.ndarray) -> Optional[float]:
+        """Under the NCCL model, a sparse exchange's flows are delivered after the latency of the
+        dense collective it runs as, at the size of its largest member (NCCL moves equal counts: an
+        all-gather pads to the largest, an all-to-all's sends wait for the largest). None when ideal:
+        the paths' own latency."""
+        if self.planner is None:
+            return None
+        p = len(op.group.ranks)
+        largest = float(sizes.sum(axis=1).max()) * p / (p - 1)  # the dense op moving its largest member's bytes
+        dense = AllToAll(op.group, largest) if isinstance(op, AllToAll) else AllGather(op.group, largest)
+        return self._plan(dense, self.planner).choice.latency_s
 
     def _sparse_launch(self, events: list[simpy.Event], sizes: np.ndarray) -> Launched:
         """`sizes[i, j]`: bytes member i sends member j, in flows whose deliveries are `events`."""
