@@ -85,3 +85,11 @@ def test_published_one_to_eight_gpu_scaling_within_ten_percent() -> None:
     table = scaling_table()
     assert len(table) >= 8 and set(table["model"]) >= {"resnet50", "bert_large"}
     assert table["error"].abs().max() < 0.10
+
+
+def test_a_loader_slower_than_the_stall_timeout_is_not_a_deadlock() -> None:
+    cfg = config(1e-3, iterations=2)  # a batch every 32,000 s, past the 3,600 s stall timeout
+    result = simulate(cfg)
+    assert result.summary.iloc[0]["status"] == "ok"
+    second = result.iterations[result.iterations["iteration"] == 1]["iteration_s"]
+    assert second.to_numpy() == pytest.approx(GPUS * BATCH / 1e-3, rel=1e-6)  # the host's four batches

@@ -142,7 +142,7 @@ class WorkloadConfig(Strict):
         1, description="synthetic only: equal layers the gradient is split into"
     )
     sparsity: SparsityConfig = Field(SparsityConfig(), description="which gradients are sparse (docs/sparse.md)")
-    input_samples_s: Optional[Annotated[float, Field(gt=0, le=1e9)]] = Field(
+    input_samples_s: Optional[Annotated[float, Field(ge=1e-3, le=1e9)]] = Field(
         None,
         description="samples/s one host's CPUs read, decode and augment for all its GPUs together; an iteration "
         "waits for its batch (docs/fidelity.md). default: unlimited (data on the GPU, or loaders that keep up)",

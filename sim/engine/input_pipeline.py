@@ -26,6 +26,7 @@ class HostInput:
     ) -> None:
         self.env, self.batch, self.period, self.on_ready = env, batch, batch / samples_s, on_ready
         self.ready = simpy.Container(env, capacity=depth * batch, init=0)
+        self.preparing = False  # a batch is being prepared (not waiting for room in the queue)
         env.process(self._prepare())
 
     def take(self) -> simpy.Event:
@@ -35,9 +36,17 @@ class HostInput:
     def _prepare(self) -> Generator[simpy.Event, Any, None]:
         # blocks on a full queue once the workers stop taking: the run then ends with nothing scheduled
         while True:
+            self.preparing = True
             yield self.env.timeout(self.period)
+            self.preparing = False
             yield self.ready.put(self.batch)
-            self.on_ready()  # progress for the stall detector: a slow loader is not a deadlock
+            self.on_ready()
+
+
+def preparing(inputs: list[HostInput] | None) -> bool:
+    """Whether some host is preparing a batch: progress, for the stall detector (a slow loader is
+    not a deadlock)."""
+    return inputs is not None and any(host.preparing for host in inputs)
 
 
 def host_inputs(
