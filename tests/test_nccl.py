@@ -132,8 +132,9 @@ def test_the_published_table_is_scored_within_the_documented_bounds() -> None:
     abs_error = table["error"].abs()
     one_host = table[table["kind"] == "intra_node"].assign(abs_error=abs_error)
     errors = one_host.groupby("collective")["abs_error"]
-    assert errors.median()["all_reduce"] < 0.03 and errors.max()["all_reduce"] < 0.20
-    assert errors.max()[["all_gather", "reduce_scatter"]].max() < 0.25
+    # issue 29's acceptance: every one-host all-reduce within 15%, all-gather and reduce-scatter within 20%
+    assert errors.median()["all_reduce"] < 0.03 and errors.max()["all_reduce"] < 0.15
+    assert errors.max()[["all_gather", "reduce_scatter"]].max() < 0.20
     large = one_host[(one_host["collective"] == "all_reduce") & one_host["size"].str.contains("GiB|peak")]
     assert large["abs_error"].max() < 0.05
     fabric = table[table["network"].isin(["infiniband", "roce"])].assign(abs_error=abs_error)

@@ -29,7 +29,7 @@ class Slices:
     simple: float = 0.0
     nvls: float = 0.0
     launch: float = 0.0  # a fixed cost per collective: the kernel's launch and the proxy's start
-    step_scale: float = 1.0  # NCCL's per-step NVLink latencies are older GPUs' figures: this GPU's, relative
+    step_scale: float = 1.0  # NCCL's base and per-step NVLink latencies are older GPUs' figures: this GPU's, relative
     network: float = 0.0  # the slice a step between hosts waits for (KB)
     network_scale: float = 1.0  # NCCL's per-step network latencies: what this generation's hosts reach, relative
 
@@ -75,8 +75,8 @@ _HOPPER_NVLS_TREE = (8 * 57.7, 8 * 45.5)
 # Fitted by sim/nccl/fit.py to sim/catalog/published_collectives.csv; tests/test_nccl_fit.py refits them.
 # Volta has no rows: it borrows Ampere's (its NVLink and NCCL's figures for it are alike).
 _SLICES: dict[str, Slices] = {
-    "ampere": Slices(97.12, 1596.52, 3017.1, 630.78, 1.64, 0.71, network=65.54, network_scale=1.27),
-    "hopper": Slices(0.0, 0.0, 566.75, 3180.98, 18.91, 0.4, network=7900.75, network_scale=1.49),
+    "ampere": Slices(101.88, 1596.53, 2959.82, 3256.28, 1.09, 0.83, network=65.54, network_scale=1.31),
+    "hopper": Slices(21.66, 0.0, 693.61, 2933.31, 32.63, 0.0, network=8073.9, network_scale=1.73),
 }
 _SLICES["volta"] = _SLICES["ampere"]
 

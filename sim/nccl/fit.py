@@ -27,7 +27,7 @@ from sim.nccl.published import Published, read_table, row_shape, rows
 from sim.nccl.tuner import choose
 
 NAMES = ("ll", "ll128", "simple", "nvls", "launch", "step_scale")
-BOUNDS = [(0.0, 4000.0)] * 4 + [(0.0, 100.0), (0.2, 2.0)]  # slices in KB; launch in us; latency scale
+BOUNDS = [(0.0, 4000.0)] * 4 + [(0.0, 100.0), (0.0, 2.0)]  # slices in KB; launch in us; latency scale
 NETWORK_NAMES = ("network", "network_scale")
 NETWORK_BOUNDS = [(0.0, 16000.0), (0.2, 5.0)]
 FITTED_NETWORKS = ("infiniband", "roce")

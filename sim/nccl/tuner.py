@@ -5,7 +5,8 @@ network links' own latency, and the pipeline's fill) plus its bytes over the ban
 reaches. The fill: a ring moves each chunk in slices, and a step can forward a slice only once it has
 arrived, so every step waits for one slice (`Slices`, in KB: the whole per-rank chunk when that is
 smaller). That is why 16 MiB reaches half of the bus bandwidth 8 GiB does. NCCL picks by its own
-tables, without the fill (`Choice.tuner_seconds`); the time the engine runs adds it (`seconds`).
+tables, without the fill and with its own share of the bandwidth for a ring's LL (a quarter, or a
+third: `Choice.tuner_seconds`); the time the engine runs adds the fill and uses LL's half (`seconds`).
 
 `Shape` is what the engine knows of a collective (its members' placement, its ring's uncontended
 rates); `choose` returns the `Choice` the engine runs as flows: the bytes to put on every path, a rate
@@ -161,9 +162,22 @@ def predict(shape: Shape, fabric: Fabric, algorithm: str, protocol: str) -> Choi
     if net_steps:  # a network step waits for its own slice, at the NICs' rate
         fill += net_steps * min(slices.network * 1e3, n / p) / (min(shape.net_rate, cap) * factor)
     hops = intra_steps * intra * slices.step_scale + net_steps * net * slices.network_scale
-    latency = (fabric.slices.launch + lat.base + hops) * 1e-6 + fill
-    estimate = (lat.base + intra_steps * intra + net_steps * net) * 1e-6 + transfer  # NCCL's own tables
+    latency = (fabric.slices.launch + lat.base * slices.step_scale + hops) * 1e-6 + fill
+    estimate = (lat.base + intra_steps * intra + net_steps * net) * 1e-6 + _tables_transfer(
+        shape, fabric, algorithm, protocol, transfer
+    )
     return Choice(algorithm, protocol, latency, wire, cap, latency + transfer, estimate, net_wire)
+
+
+def _tables_transfer(shape: Shape, fabric: Fabric, algorithm: str, protocol: str, transfer: float) -> float:
+    """The transfer time NCCL's own tables give: a ring's LL at a quarter of the links' bandwidth (a
+    third for one host's all-gather and reduce-scatter), where the time uses LL's half."""
+    if algorithm != "ring" or protocol != "ll" or shape.kind == "all_to_all":
+        return transfer
+    tables = 0.25 if shape.hosts > 1 or shape.kind == "all_reduce" else 1 / 3
+    rate = min(shape.bus_rate, shape.host_rate, shape.net_rate)
+    ceiling = fabric.ll_max(shape.hosts)
+    return transfer * min(0.5 * rate, ceiling) / min(tables * rate, ceiling)
 
 
 def _applies(shape: Shape, algorithm: str) -> bool:
