@@ -128,3 +128,27 @@ def test_the_documented_error_table_is_what_the_fit_gives(scored: pd.DataFrame) 
     assert float(quoted.group(1)) == pytest.approx(100 * errors.median(), abs=0.05)
     assert float(quoted.group(2)) == pytest.approx(100 * errors.max(), abs=0.05)
     assert math.isfinite(errors.max())
+
+
+def test_the_measured_steps_are_zoo_models_on_catalog_gpus_with_their_provenance() -> None:
+    table = compute_fit.measured()
+    assert len(table) >= 32 and set(table["implementation"]) == {"eager_pytorch"}
+    assert table["source"].str.len().min() > 0 and table["measured"].str.match(r"\d{4}-\d\d-\d\d").all()
+    rows = compute_fit.measured_rows()
+    for row in rows:
+        get_model(row.model), get_gpu(row.gpu)  # known names (raise otherwise)
+        assert row.training and row.seconds > 0 and row.precision in ("fp32", "fp16")
+
+
+def test_the_documented_measured_table_is_what_the_shipped_constants_give() -> None:
+    """docs/compute_model.md's table of the shipped constants on the measured steps (not fitted to them)."""
+    scored = compute_fit.shipped(compute_fit.measured_rows())
+    text = DOC.read_text()
+    for line in compute_fit.markdown(compute_fit.summary(scored)).splitlines()[2:]:
+        assert line in text, line
+    errors = scored["error"].abs()
+    quoted = re.search(r"(\d+) measured rows, median \|error\| ([\d.]+)%, max ([\d.]+)%", text)
+    assert quoted, "docs/compute_model.md quotes the measured rows' median and max"
+    assert int(quoted.group(1)) == len(scored)
+    assert float(quoted.group(2)) == pytest.approx(100 * errors.median(), abs=0.05)
+    assert float(quoted.group(3)) == pytest.approx(100 * errors.max(), abs=0.05)

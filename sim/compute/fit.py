@@ -11,6 +11,11 @@ a GPU without it) stay finite. Held out by model: for each model, fit on the oth
 and predict its own.
 
     python -m sim.compute.fit            # the held-out error table, and the constants fitted on all rows
+    python -m sim.compute.fit --measured # the shipped constants against this project's measured steps
+
+The measured steps (sim/catalog/zoo/measured_steps.csv) are this project's own: eager PyTorch steps
+of the zoo's torch.nn modules, what `syncsim real` runs. They are not fitted (yet); the shipped
+constants, fitted to published figures only, are scored against them.
 """
 
 from __future__ import annotations
@@ -84,6 +89,25 @@ def usable(table: pd.DataFrame) -> list[Row]:
         precision = _precision(r)
         rows.append(Row(model, r.gpu, precision, batch, r.phase == "training", seconds, str(r.source), seq_len))
     return rows
+
+
+def measured() -> pd.DataFrame:
+    """The bundled table of this project's measured training steps, as written."""
+    with resources.files("sim.catalog.zoo").joinpath("measured_steps.csv").open() as f:
+        return pd.read_csv(f, comment="#")
+
+
+def measured_rows() -> list[Row]:
+    """The measured steps as rows (forward + backward of one step, eager PyTorch)."""
+    return [
+        Row(r.model, r.gpu, r.precision, int(r.batch_per_gpu), True, float(r.step_s), f"{r.source}, {r.measured}")
+        for r in measured().itertuples(index=False)
+    ]
+
+
+def shipped(rows: Sequence[Row]) -> pd.DataFrame:
+    """Every row predicted with the shipped constants of its GPU (sim.catalog.gpus)."""
+    return pd.DataFrame([_outcome(r, predict(r, get_gpu(r.gpu).costs)) for r in rows])
 
 
 def _matches(model: str, r: Any) -> bool:
@@ -233,7 +257,18 @@ def markdown(table: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m sim.compute.fit", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--measured", action="store_true", help="score the shipped constants on the measured steps")
+    if parser.parse_args(argv).measured:
+        scored = shipped(measured_rows())
+        print(markdown(summary(scored)))
+        errors = scored["error"].abs()
+        median, worst = errors.median(), errors.max()
+        print(f"shipped constants: {len(scored)} measured rows, median |error| {median:.1%}, max {worst:.1%}")
+        return
     rows = training_rows()
     table = held_out(rows)
     print(markdown(summary(table)))
