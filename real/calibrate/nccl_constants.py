@@ -15,15 +15,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import pandas as pd
-
 from real.calibrate.errors import CalibrationError
 from real.calibrate.rows import CollectiveSample
 from sim.nccl import fit as nccl_fit
 from sim.nccl.fabrics import CONSTANT_KEYS, NIC_EFFICIENCY, fabric_of
-from sim.nccl.published import rows
+from sim.nccl.published import Published
 
-NAMES = {"all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_scatter": "reduce_scatter"}
+OPS = ("all_reduce", "all_gather", "reduce_scatter")  # the measured collectives the fit reads
 
 
 @dataclass(frozen=True)
@@ -44,44 +42,42 @@ def line_rate_gbps(measured_bytes_per_s: float) -> float:
     return measured_bytes_per_s * 8 / 1e9 / NIC_EFFICIENCY
 
 
-def measured_table(
+def measured_rows(
     samples: Sequence[CollectiveSample], gpu: str, hosts: int, nics_per_host: int, nic_gbps: float
-) -> pd.DataFrame:
-    """The measured collectives as a table in `sim.nccl.published`'s columns (one row per op and size)."""
+) -> list[Published]:
+    """The measured collectives as nccl-tests figures of this cluster (one per op and size)."""
     out = []
     for s in samples:
-        if s.op not in NAMES or s.ranks % hosts:
+        if s.op not in OPS or s.ranks % hosts:
             continue
-        factor = 2 * (s.ranks - 1) / s.ranks if s.op == "all_reduce" else (s.ranks - 1) / s.ranks
-        out.append(
-            {
-                "kind": "inter_node",
-                "collective": NAMES[s.op],
-                "gpu": gpu,
-                "nodes": hosts,
-                "gpus_per_node": s.ranks // hosts,
-                "nics_per_node": nics_per_host,
-                "nic_gbps": nic_gbps,
-                "network": "measured",
-                "size_bytes": float(s.nbytes),
-                "busbw_gbs": factor * s.nbytes / s.seconds / 1e9,
-                "algorithm": float("nan"),
-                "bug_report": "no",
-                "source": "syncsim calibrate",
-                "system": "",
-            }
+        row = Published(
+            "inter_node",
+            s.op,
+            gpu,
+            hosts,
+            s.ranks // hosts,
+            nics_per_host,
+            nic_gbps,
+            "measured",
+            float(s.nbytes),
+            0.0,
+            "auto",
+            False,
+            True,
+            "syncsim calibrate",
+            "",
         )
-    return pd.DataFrame(out)
+        out.append(dataclasses.replace(row, busbw_gbs=row.bus_factor() * s.nbytes / s.seconds / 1e9))
+    return out
 
 
 def fit_nccl(samples: Sequence[CollectiveSample], gpu: str, hosts: int, nics_per_host: int, nic_gbps: float) -> NcclFit:
     """Fit the network constants of GPU `gpu`'s NCCL model to the measured collectives."""
-    frame = measured_table(samples, gpu, hosts, nics_per_host, nic_gbps)
-    if len(frame) < 2:
+    figures = measured_rows(samples, gpu, hosts, nics_per_host, nic_gbps)
+    if len(figures) < 2:
         raise CalibrationError(
-            f"collectives: {len(frame)} measured size(s) across {hosts} hosts; the NCCL constants need two or more"
+            f"collectives: {len(figures)} measured size(s) across {hosts} hosts; the NCCL constants need two or more"
         )
-    figures = rows(frame=frame)
     fitted = nccl_fit.fit(figures, networks=None)[fabric_of(gpu).arch]
     names = set(nccl_fit.NETWORK_NAMES)
     constants = {key: float(getattr(fitted, name)) for key, name in CONSTANT_KEYS.items() if name in names}

@@ -257,6 +257,11 @@ def markdown(table: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+def _errors(name: str, scored: pd.DataFrame, rows: str) -> str:
+    errors = scored["error"].abs()
+    return f"{name}: {len(scored)} {rows}, median |error| {errors.median():.1%}, max {errors.max():.1%}"
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     import argparse
 
@@ -265,17 +270,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     if parser.parse_args(argv).measured:
         scored = shipped(measured_rows())
         print(markdown(summary(scored)))
-        errors = scored["error"].abs()
-        median, worst = errors.median(), errors.max()
-        print(f"shipped constants: {len(scored)} measured rows, median |error| {median:.1%}, max {worst:.1%}")
+        print(_errors("shipped constants", scored, "measured rows"))
         return
     rows = training_rows()
     table = held_out(rows)
     print(markdown(summary(table)))
     for name, scored in (("roofline", table), ("FLOPs only", flops_only_held_out(rows))):
-        errors = scored["error"].abs()
-        median, worst = errors.median(), errors.max()
-        print(f"{name}: {len(scored)} rows held out by model, median |error| {median:.1%}, max {worst:.1%}")
+        print(_errors(name, scored, "rows held out by model"))
     for gpu, costs in fit(rows).items():
         values = ", ".join(f"{getattr(costs, name):.3g}" for name in NAMES)
         print(f'"{gpu}": KernelCosts({values}, source="{costs.source}"),')

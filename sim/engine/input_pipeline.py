@@ -11,7 +11,7 @@ loaders start with the run (nothing prepared before iteration 0).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
+from collections.abc import Generator
 from typing import Any
 
 import simpy
@@ -21,10 +21,8 @@ class HostInput:
     """One host's loaders: `batch` samples every `batch / samples_s` seconds, at most `depth` batches
     ahead of the workers that take them."""
 
-    def __init__(
-        self, env: simpy.Environment, samples_s: float, batch: int, depth: int, on_ready: Callable[[], None]
-    ) -> None:
-        self.env, self.batch, self.period, self.on_ready = env, batch, batch / samples_s, on_ready
+    def __init__(self, env: simpy.Environment, samples_s: float, batch: int, depth: int) -> None:
+        self.env, self.batch, self.period = env, batch, batch / samples_s
         self.ready = simpy.Container(env, capacity=depth * batch, init=0)
         self.preparing = False  # a batch is being prepared (not waiting for room in the queue)
         env.process(self._prepare())
@@ -40,7 +38,6 @@ class HostInput:
             yield self.env.timeout(self.period)
             self.preparing = False
             yield self.ready.put(self.batch)
-            self.on_ready()
 
 
 def preparing(inputs: list[HostInput] | None) -> bool:
@@ -55,7 +52,6 @@ def host_inputs(
     samples_s: float | None,
     batch: int,
     prefetch_batches: int,
-    on_ready: Callable[[], None],
 ) -> list[HostInput] | None:
     """Per rank, its host's input pipeline (None: unlimited input, iterations never wait for data)."""
     if samples_s is None:
@@ -63,5 +59,5 @@ def host_inputs(
     gpus: dict[str, int] = {}
     for host in rank_hosts:
         gpus[host] = gpus.get(host, 0) + 1
-    hosts = {h: HostInput(env, samples_s, batch, prefetch_batches * n, on_ready) for h, n in gpus.items()}
+    hosts = {h: HostInput(env, samples_s, batch, prefetch_batches * n) for h, n in gpus.items()}
     return [hosts[h] for h in rank_hosts]

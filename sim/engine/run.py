@@ -150,9 +150,6 @@ def run_policy(
         progress["last"] = env.now
         run.ops.append((step, rank, kind, -1, 1, shard, count, nbytes, start, start, end, nbytes, float("nan")))
 
-    def on_batch_ready() -> None:
-        progress["last"] = env.now
-
     def on_iteration() -> None:
         progress["last"] = env.now
         if on_progress is not None:
@@ -195,7 +192,6 @@ def run_policy(
         config.workload.input_samples_s,
         plan.batch_size,
         config.workload.input_prefetch_batches,
-        on_batch_ready,
     )
     phases = PhaseRunner(
         env,
