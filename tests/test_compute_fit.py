@@ -1,4 +1,4 @@
-"""The default compute model's fit to published throughputs (sim/compute/fit.py)."""
+"""The default compute model's fit to published throughputs and measured steps (sim/compute/fit.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from sim.catalog.gpus import FITTED_GPUS, SAME_DIE, get_gpu
 from sim.catalog.zoo import get_model
 from sim.compute import fit as compute_fit
-from sim.compute.fit import Row, fit, flops_only_held_out, held_out, predict, training_rows, usable
+from sim.compute.fit import Row, fit, fitted_rows, flops_only_held_out, held_out, predict, training_rows, usable
 from sim.compute.roofline import model_seconds
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "compute_model.md"
@@ -20,7 +20,7 @@ DOC = Path(__file__).resolve().parents[1] / "docs" / "compute_model.md"
 
 @pytest.fixture(scope="module")
 def rows() -> list[Row]:
-    return training_rows()
+    return fitted_rows()
 
 
 @pytest.fixture(scope="module")
@@ -89,20 +89,39 @@ def test_ngc_pytorch_fp32_on_ampere_is_tf32_and_transformers_keep_their_length()
     assert bert.seq_len == 384 and ampere.seq_len == 0
 
 
-def test_a_prediction_is_the_roofline_of_the_zoo_model(rows: list[Row]) -> None:
+def test_a_prediction_is_the_roofline_of_the_zoo_model_as_its_implementation_issued_it() -> None:
     gpu = get_gpu("V100")
-    row = Row("vgg16", "V100", "fp16", 32, True, 1.0, "x")
-    forward, backward = model_seconds(gpu, gpu.costs, get_model("vgg16").layers, 32, "fp16")
-    assert predict(row, gpu.costs) == pytest.approx(sum(forward) + sum(backward))
-    inference = Row("vgg16", "V100", "fp16", 32, False, 1.0, "x")
-    assert predict(inference, gpu.costs) == pytest.approx(sum(forward))
+    layers = get_model("vgg16").layers
+    for implementation in ("eager", "tuned", "fused"):
+        row = Row("vgg16", "V100", "fp16", 4, True, 1.0, "x", implementation=implementation)
+        forward, backward = model_seconds(gpu, gpu.costs, layers, 4, "fp16", implementation)
+        assert predict(row, gpu.costs) == pytest.approx(sum(forward) + sum(backward)), implementation
+    eager = predict(Row("vgg16", "V100", "fp16", 4, True, 1.0, "x", implementation="eager"), gpu.costs)
+    assert eager > predict(Row("vgg16", "V100", "fp16", 4, True, 1.0, "x"), gpu.costs)  # the CPU binds batch 4
+    forward, _ = model_seconds(gpu, gpu.costs, layers, 32, "fp16", "tuned")
+    assert predict(Row("vgg16", "V100", "fp16", 32, False, 1.0, "x"), gpu.costs) == pytest.approx(sum(forward))
+
+
+def test_each_published_row_is_timed_as_its_code_ran() -> None:
+    frameworks = {
+        "PyTorch (NGC container, Lambda benchmark v1)": "eager",
+        "PyTorch 2.0 nightly (Dec 2022), torch.compile": "tuned",
+        "TensorFlow 1.15 (20.06-py3 NGC)": "tuned",
+        "MXNet (mxnet-20.12-py3 NGC)": "fused",  # batch norm with its add and ReLU (BatchNormAddRelu)
+        "PaddlePaddle (NGC container)": "fused",  # fuse_bn_act_ops, fuse_bn_add_act_ops
+    }
+    table = pd.DataFrame([_row(framework=f) for f in frameworks])
+    assert [r.implementation for r in usable(table)] == list(frameworks.values())
+    bert = usable(pd.DataFrame([_row(model="bert_large", seq_len=384, image_size=float("nan"))]))[0]
+    assert bert.reference and not usable(pd.DataFrame([_row()]))[0].reference
 
 
 def test_every_gpu_gets_constants_even_without_rows(rows: list[Row]) -> None:
     only_v100 = [r for r in rows if r.gpu == "V100"]
     costs = fit(only_v100)
     assert set(costs) == set(FITTED_GPUS)
-    assert costs["H100"].source == "0 published rows"
+    assert costs["H100"].source == "0 published + 0 measured rows"
+    assert costs["V100"].source == f"{len(only_v100)} published + 0 measured rows"
 
 
 def test_a_gpu_of_the_same_die_ships_its_siblings_constants() -> None:
@@ -112,10 +131,10 @@ def test_a_gpu_of_the_same_die_ships_its_siblings_constants() -> None:
 
 def test_held_out_error_beats_the_flops_only_model_it_replaced(rows: list[Row], scored: pd.DataFrame) -> None:
     assert set(scored["model"]) == {r.model for r in rows}
-    baseline = flops_only_held_out(rows)["error"].abs()
-    errors = scored["error"].abs()
-    assert errors.median() < 0.5 * baseline.median()
-    assert errors.max() < 0.5 * baseline.max()
+    published = scored[scored["kind"] == "published"]["error"].abs()
+    baseline = flops_only_held_out(training_rows())["error"].abs()
+    assert published.median() < 0.5 * baseline.median()
+    assert published.max() < 0.5 * baseline.max()
 
 
 def assert_documented(scored: pd.DataFrame, lead: str) -> None:
@@ -131,21 +150,25 @@ def assert_documented(scored: pd.DataFrame, lead: str) -> None:
     assert math.isfinite(errors.max())
 
 
-def test_the_documented_error_table_is_what_the_fit_gives(scored: pd.DataFrame) -> None:
-    assert_documented(scored, r"\*\*")
+@pytest.mark.parametrize("kind", ["measured", "published"])
+def test_the_documented_error_tables_are_what_the_fit_gives(scored: pd.DataFrame, kind: str) -> None:
+    rows = scored[scored["kind"] == kind]
+    assert_documented(rows, rf"all {len(rows)} {kind} rows, held out by model: \*\*")
+
+
+def test_held_out_by_model_the_measured_steps_meet_the_issue_bounds(scored: pd.DataFrame) -> None:
+    """Issue 30's acceptance: held out by model, median |error| <= 15% and worst <= 35% on the
+    measured steps (documented in docs/compute_model.md, so a refit that misses them fails here)."""
+    errors = scored[scored["kind"] == "measured"]["error"].abs()
+    assert errors.median() <= 0.15 and errors.max() <= 0.35
 
 
 def test_the_measured_steps_are_zoo_models_on_catalog_gpus_with_their_provenance() -> None:
     table = compute_fit.measured()
-    assert len(table) >= 32 and set(table["implementation"]) == {"eager_pytorch"}
+    assert len(table) >= 32 and set(table["implementation"]) == {"eager"}
     assert table["source"].str.len().min() > 0 and table["measured"].str.match(r"\d{4}-\d\d-\d\d").all()
     rows = compute_fit.measured_rows()
     for row in rows:
         get_model(row.model), get_gpu(row.gpu)  # known names (raise otherwise)
         assert row.training and row.seconds > 0 and row.precision in ("fp32", "fp16")
-
-
-def test_the_documented_measured_table_is_what_the_shipped_constants_give() -> None:
-    """docs/compute_model.md's table of the shipped constants on the measured steps (not fitted to them)."""
-    scored = compute_fit.shipped(compute_fit.measured_rows())
-    assert_documented(scored, f"all {len(scored)} measured rows, ")
+        assert row.kind == "measured" and row.implementation == "eager" and not row.reference

@@ -98,6 +98,14 @@ def test_policy_settings_pass_through_and_label() -> None:
             lambda c: c.update(simulation={"collective_model": "fine"}),
             "simulation.collective_model: Input should be 'pipelined' or 'stepwise'",
         ),
+        (
+            lambda c: c["workload"].update(implementation="compiled"),
+            "workload.implementation: Input should be 'eager', 'tuned' or 'fused'",
+        ),
+        (
+            lambda c: c["workload"].update(implementation="tuned", efficiency=0.5),
+            "workload.implementation: applies only to the default compute model of a zoo model; remove it",
+        ),
         (lambda c: c["workload"].update(model="synthetic"), "workload.gradient_mb: required when model is 'synthetic'"),
         (lambda c: c["workload"].update(gradient_mb=5), "workload.gradient_mb: applies only to model 'synthetic'"),
         (lambda c: c.pop("workload"), "workload: required"),

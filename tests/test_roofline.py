@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
-from sim.catalog.gpus import KernelCosts, get_gpu
+from sim.catalog.gpus import SHARPNESS_MAX, KernelCosts, get_gpu
 from sim.catalog.zoo import MODEL_NAMES, get_model
 from sim.catalog.zoo.spec import Layer, Op
 from sim.compute.roofline import arithmetic_unit, model_seconds, op_table
@@ -100,3 +102,90 @@ def test_bf16_on_a_gpu_without_it_is_a_config_error_naming_the_field() -> None:
         parse_config(raw)
     raw["cluster"]["gpu"] = "A100"
     assert parse_config(raw).workload.precision == "bf16"
+
+
+def test_the_smooth_maximum_runs_from_the_sum_to_the_longer_of_the_two() -> None:
+    op = Op("matmul", flops=1e9, moved=1e8)
+    arithmetic = 1e9 / (A100.fp32_tflops * 1e12 * 0.5)
+    memory = 1e8 * 4 / (A100.memory_bandwidth_gbs * 1e9 * 0.8)
+    summed = replace(COSTS, sharpness=1.0, launch_us=0.0)
+    assert model_seconds(A100, summed, [single(op)], 1, "fp32")[0][0] == pytest.approx(arithmetic + memory)
+    sharp = replace(summed, sharpness=SHARPNESS_MAX)
+    assert model_seconds(A100, sharp, [single(op)], 1, "fp32")[0][0] == pytest.approx(max(arithmetic, memory), rel=0.03)
+
+
+def test_an_unaligned_product_is_slower_on_tensor_cores_only() -> None:
+    aligned, unaligned = Op("matmul", 1e9, 1.0), Op("matmul", 1e9, 1.0, aligned=False)
+    costs = replace(COSTS, unaligned=0.25, launch_us=0.0)
+    for precision, factor in (("fp16", 4.0), ("tf32", 4.0), ("fp32", 1.0)):
+        fast = model_seconds(A100, costs, [single(aligned)], 8, precision)[0][0]
+        slow = model_seconds(A100, costs, [single(unaligned)], 8, precision)[0][0]
+        assert slow == pytest.approx(factor * fast, rel=1e-6), precision
+
+
+def test_autocast_keeps_full_precision_ops_in_fp32_after_a_cast() -> None:
+    op = Op("elementwise", 0.0, 1e6, full_precision=True)
+    costs = replace(COSTS, launch_us=1.0)
+    bandwidth = A100.memory_bandwidth_gbs * 1e9 * 0.8
+    fp32 = model_seconds(A100, costs, [single(op)], 1, "fp32")[0][0]
+    assert fp32 == pytest.approx(4e6 / bandwidth + 1e-6)
+    fp16 = model_seconds(A100, costs, [single(op)], 1, "fp16")[0][0]
+    # values at 4 bytes, and half of them (the input) read at 2 and written at 4 by the cast kernel
+    assert fp16 == pytest.approx((4e6 + 0.5e6 * 6) / bandwidth + 2e-6)
+
+
+def test_autocast_casts_the_weights_and_bias_of_products_but_not_of_norms() -> None:
+    costs = replace(COSTS, launch_us=1.0)
+    linear = Layer("fc", 1_000_000 + 1000, 0.0, ops=(Op("matmul", 0.0, 0.0),), bias=True)
+    norm = Layer("ln", 2000, 0.0, ops=(Op("elementwise", 0.0, 0.0),))
+    bandwidth = A100.memory_bandwidth_gbs * 1e9 * 0.8
+    forward, backward = model_seconds(A100, costs, [linear, norm], 1, "fp16")
+    assert forward[0] == pytest.approx(1_001_000 * 10 / bandwidth + 3e-6)  # the product, two casts
+    assert forward[1] == pytest.approx(2000 * 4 / bandwidth + 1e-6)  # FP32 parameters read as they are
+    assert backward[0] == pytest.approx(1_001_000 * 20 / bandwidth + 4e-6)  # the gradients cast back
+
+
+def test_eager_issue_binds_small_batches_and_vanishes_at_large_ones() -> None:
+    layers = get_model("resnet50").layers
+    costs = replace(COSTS, dispatch_us=40.0)
+    table = op_table(A100, layers, 1, "fp16")
+    forward_kernels = table.kernels[~table.backward].sum()
+    tiny = table.seconds(costs, "eager")
+    # the CPU issues the forward one kernel at a time; the GPU cannot finish before the last one
+    assert tiny.sum() > forward_kernels * 40e-6
+    assert tiny.sum() > 1.5 * table.seconds(costs, "tuned").sum()
+    large = op_table(A100, layers, 512, "fp16")
+    assert large.seconds(costs, "eager").sum() == pytest.approx(large.seconds(costs, "tuned").sum(), rel=0.01)
+
+
+def test_eager_issue_follows_the_queue_recurrence() -> None:
+    """Op i finishes at max(op i-1 finished, its last kernel issued) + its GPU time."""
+    layers = get_model("vgg16").layers
+    costs = replace(COSTS, dispatch_us=25.0)
+    table = op_table(A100, layers, 4, "fp16")
+    gpu = table.gpu_seconds(costs)
+    finish = issued = 0.0
+    for i in table.order:
+        if not table.backward[i]:  # backward kernels come from autograd's engine, not Python
+            issued += table.kernels[i] * 25e-6
+        finish = max(finish, issued) + gpu[i]
+    assert table.seconds(costs, "eager").sum() == pytest.approx(finish, rel=1e-9)
+
+
+def test_the_gpu_runs_the_forward_in_layer_order_then_the_backward_in_reverse() -> None:
+    table = op_table(A100, get_model("resnet32").layers, 8, "fp32")
+    order = table.order
+    forward = [table.layer[i] for i in order if not table.backward[i]]
+    backward = [table.layer[i] for i in order if table.backward[i]]
+    assert forward == sorted(forward) and backward == sorted(backward, reverse=True)
+    assert not table.backward[order[: len(forward)]].any()
+
+
+def test_fused_implementations_drop_the_epilogues_of_batch_norm() -> None:
+    layers = get_model("resnet50").layers
+    table = op_table(A100, layers, 64, "fp16")
+    tuned, fused = table.seconds(COSTS, "tuned"), table.seconds(COSTS, "fused")
+    assert table.epilogue.any() and (fused[table.epilogue] == 0).all()
+    assert fused[~table.epilogue] == pytest.approx(tuned[~table.epilogue])
+    with pytest.raises(ValueError, match="implementation must be one of: eager, tuned, fused"):
+        table.seconds(COSTS, "compiled")

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from sim.catalog.zoo import MODEL_NAMES, Layer, ModelSpec, get_model
 from sim.catalog.zoo.builders import (
+    attention_core,
     attention_core_flops,
     conv2d,
     conv_output_size,
@@ -147,8 +148,8 @@ def megatron_forward_flops(seq: int, layers: int, hidden: int, vocab: int = 0) -
 @pytest.mark.parametrize(
     ("name", "seq", "layers", "hidden", "vocab"),
     [
-        ("bert_base", 128, 12, 768, 0),
-        ("bert_large", 128, 24, 1024, 0),
+        ("bert_base", 128, 12, 768, 30522),  # the masked-LM decoder over every token
+        ("bert_large", 128, 24, 1024, 30522),
         ("gpt2", 1024, 12, 768, 50257),
     ],
 )
@@ -184,6 +185,47 @@ def test_bert_depends_on_sequence_length_but_not_its_parameters() -> None:
 def test_gpt2_head_is_tied_and_counted_once() -> None:
     names = [layer.name for layer in get_model("gpt2").layers]
     assert "lm_head" not in names and names.count("wte") == 1
+
+
+def _moved(layers: tuple[Layer, ...]) -> float:
+    return sum(op.moved for layer in layers for op in layer.ops)
+
+
+def test_fused_attention_never_moves_the_scores_and_the_reference_does() -> None:
+    seq, d, heads = 512, 64, 4
+    fused = attention_core(linear("qkv", d, 3 * d, tokens=seq), seq, d, heads, "fused")
+    explicit = attention_core(linear("qkv", d, 3 * d, tokens=seq), seq, d, heads, "explicit")
+    assert fused.forward_flops == pytest.approx(explicit.forward_flops)  # the same arithmetic
+    scores = heads * seq * seq
+    assert _moved((explicit,)) - _moved((fused,)) > 10 * scores  # written, softmaxed, read back
+    assert _moved((fused,)) < scores  # Q, K, V in, the context out
+    with pytest.raises(ValueError, match="attention 'flash'; allowed: fused, explicit"):
+        attention_core(linear("qkv", d, 3 * d, tokens=seq), seq, d, heads, "flash")
+
+
+def test_the_zoo_bert_trains_through_its_tied_decoder_and_the_reference_through_its_pooler() -> None:
+    zoo = bert_layers(n_layers=2, d_model=64, n_heads=4)
+    reference = bert_layers(n_layers=2, d_model=64, n_heads=4, reference=True)
+    assert [x.params for x in zoo] == [x.params for x in reference]  # the same parameters
+    decoder, pooler = zoo[-1], reference[-1]
+    assert decoder.name == pooler.name == "pooler"
+    assert decoder.ops[0].flops == 2 * 64 * 30522 * 128 and not decoder.ops[0].aligned  # 30,522 tokens
+    assert decoder.ops[-1].full_precision  # the loss over the vocabulary runs in FP32
+    assert pooler.forward_flops < 1e6 and all(op.aligned for x in reference for op in x.ops)
+
+
+def test_autocast_keeps_the_zoo_layer_norms_in_fp32_but_not_the_references() -> None:
+    zoo = [x for x in gpt2_layers(n_layers=1) if x.name.endswith(("ln1", "ln2"))]
+    reference = [x for x in gpt2_layers(n_layers=1, reference=True) if x.name.endswith(("ln1", "ln2"))]
+    assert all(op.full_precision for x in zoo for op in x.ops)
+    assert not any(op.full_precision for x in reference for op in x.ops)
+
+
+def test_a_convolution_with_bias_adds_it_in_a_pass_of_its_own() -> None:
+    plain = conv2d("c", 64, 64, 3, 56)
+    biased = conv2d("c", 64, 64, 3, 56, bias=True)
+    assert len(plain.ops) == 1 and len(biased.ops) == 2 and biased.bias and not plain.bias
+    assert biased.ops[1].moved == 2 * 64 * 56 * 56 and biased.forward_flops == plain.forward_flops + 64 * 56 * 56
 
 
 @pytest.mark.parametrize("name", MODEL_NAMES)

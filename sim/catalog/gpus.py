@@ -1,8 +1,8 @@
 """GPU specifications: vendor peak figures plus the constants of the default compute model.
 
 Peaks are from NVIDIA's datasheets (docs/zoo.md). The constants (what fraction of each peak and of
-memory bandwidth real training reaches, and what a kernel launch costs) are fitted to published
-throughputs (sim/compute/fit.py, docs/compute_model.md).
+memory bandwidth real training reaches, what a kernel launch and an eager dispatch cost) are fitted
+to published throughputs and this project's measured steps (sim/compute/fit.py, docs/compute_model.md).
 """
 
 from __future__ import annotations
@@ -21,8 +21,11 @@ _POSITIVE_FIELDS = (
 )
 
 
-# Winograd F(2x2, 3x3) does a 3x3 convolution with 2.25x fewer multiplications.
-WINOGRAD_MAX = 2.25
+# Winograd F(4x4, 3x3) does a 3x3 convolution with 4x fewer multiplications (Lavin & Gray 2016,
+# arXiv:1509.09308; cuDNN's non-fused Winograd algorithm uses it for FP32).
+WINOGRAD_MAX = 4.0
+# A smooth maximum (a^p + b^p)^(1/p) at p = 32 is within 2.2% of max(a, b).
+SHARPNESS_MAX = 32.0
 
 
 def check_precision(precision: str) -> str:
@@ -40,24 +43,35 @@ def _check_efficiency(name: str, field: str, value: float) -> None:
 class KernelCosts:
     """A GPU's fitted constants for the default compute model (sim/compute/roofline.py): the fraction of
     peak each arithmetic unit reaches (FP32 cores, TF32 and FP16/BF16 tensor cores), the fraction of
-    memory bandwidth, the time one kernel costs beyond its work (launch and eager dispatch), and
-    how much faster than their FLOPs say 3x3 convolutions run on FP32 cores (cuDNN's Winograd)."""
+    memory bandwidth, the GPU time one kernel costs beyond its work, how much faster than their
+    FLOPs say 3x3 convolutions run on FP32 cores (cuDNN's Winograd), how sharply an op's time turns
+    from its memory traffic to its arithmetic, and the host CPU's time to issue one kernel from
+    eager PyTorch."""
 
     fp32: float
     tf32: float
     tensor: float
     memory: float
     launch_us: float
-    winograd: float = 1.0  # speed-up of 3x3 stride-1 convolutions on FP32 cores, 1 to 2.25
+    winograd: float = 1.0  # speed-up of 3x3 stride-1 convolutions on FP32 cores, 1 to WINOGRAD_MAX
+    # exponent of the smooth maximum of arithmetic and memory time, 1 (their sum) to SHARPNESS_MAX
+    # (practically the larger of the two)
+    sharpness: float = SHARPNESS_MAX
+    dispatch_us: float = 0.0  # eager PyTorch: CPU time to issue one kernel (0: issued ahead)
+    unaligned: float = 1.0  # tensor cores' speed on a product with a dimension not a multiple of 8
     source: str = ""  # where the figures were fitted (sim/compute/fit.py)
 
     def __post_init__(self) -> None:
-        for name in ("fp32", "tf32", "tensor", "memory"):
+        for name in ("fp32", "tf32", "tensor", "memory", "unaligned"):
             _check_efficiency("kernel costs", name, getattr(self, name))
         if self.launch_us < 0:
             raise ValueError(f"kernel costs: launch_us must be >= 0, got {self.launch_us}")
         if not 1.0 <= self.winograd <= WINOGRAD_MAX:
             raise ValueError(f"kernel costs: winograd must be in [1, {WINOGRAD_MAX}], got {self.winograd}")
+        if not 1.0 <= self.sharpness <= SHARPNESS_MAX:
+            raise ValueError(f"kernel costs: sharpness must be in [1, {SHARPNESS_MAX}], got {self.sharpness}")
+        if self.dispatch_us < 0:
+            raise ValueError(f"kernel costs: dispatch_us must be >= 0, got {self.dispatch_us}")
 
     def efficiency(self, unit: str) -> float:
         """The fitted fraction of peak of `unit` (fp32, tf32 or tensor)."""
@@ -111,14 +125,23 @@ class GpuSpec:
         return flops / (self.peak_flops(precision) * efficiency)
 
 
-# Fitted by sim/compute/fit.py to sim/catalog/zoo/published_throughput.csv (docs/compute_model.md);
+# Fitted by sim/compute/fit.py to sim/catalog/zoo/published_throughput.csv and measured_steps.csv
+# (docs/compute_model.md);
 # tests/test_compute_fit.py refits them and checks these figures.
 _FITTED: dict[str, KernelCosts] = {
-    "K80": KernelCosts(0.372, 0.657, 0.614, 0.534, 27.7, 2.25, source="12 published rows"),
-    "P100": KernelCosts(0.669, 0.657, 0.614, 0.69, 27.5, 2.25, source="8 published rows"),
-    "V100": KernelCosts(0.689, 0.657, 0.558, 1, 29, 2.25, source="36 published rows"),
-    "A100": KernelCosts(0.625, 0.65, 0.64, 0.704, 28.2, 2.19, source="26 published rows"),
-    "H100": KernelCosts(0.623, 0.711, 0.828, 0.691, 24.7, 2.19, source="38 published rows"),
+    "K80": KernelCosts(
+        0.328, 0.547, 0.563, 0.604, 19.4, 2.81, 3.27, 35.4, 0.317, source="12 published + 0 measured rows"
+    ),
+    "P100": KernelCosts(
+        0.62, 0.547, 0.563, 0.698, 19.4, 2.81, 3.27, 35.4, 0.317, source="8 published + 0 measured rows"
+    ),
+    "V100": KernelCosts(0.639, 0.547, 0.496, 1, 19.4, 2.81, 3.27, 35.4, 0.317, source="36 published + 0 measured rows"),
+    "A100": KernelCosts(
+        0.634, 0.531, 0.606, 0.72, 19.4, 2.81, 3.27, 35.4, 0.317, source="26 published + 0 measured rows"
+    ),
+    "H100": KernelCosts(
+        0.742, 0.569, 0.614, 0.721, 19.4, 2.81, 3.27, 35.4, 0.317, source="36 published + 32 measured rows"
+    ),
 }
 
 _GPUS: dict[str, GpuSpec] = {

@@ -1,11 +1,19 @@
-"""The default compute model: each op of a layer takes the longer of its arithmetic and its memory
-traffic, plus the cost of launching its kernels (docs/compute_model.md).
+"""The default compute model: each op of a layer takes about the longer of its arithmetic and its
+memory traffic, plus the cost of launching its kernels, and under eager PyTorch it cannot start
+before the host CPU has issued it (docs/compute_model.md).
 
 Per op, for a batch of B samples at a precision (sim.catalog.gpus.PRECISIONS):
 
-    time = max(B * flops / (peak * e_compute), bytes / (bandwidth * e_memory)) + kernels * launch_s
+    arithmetic = B * flops / (peak * e_compute),  memory = bytes / (bandwidth * e_memory)
+    gpu = (arithmetic^p + memory^p)^(1/p) + kernels * launch_s
 
-(a 3x3 convolution on FP32 cores divides its arithmetic time by a fitted Winograd speed-up).
+a smooth maximum of sharpness p (an op near the ridge point pays for both; a 3x3 convolution on
+FP32 cores divides its arithmetic by a fitted Winograd speed-up). The GPU runs the ops in order:
+forward layer by layer, then backward from the last layer to the first. Under the `eager`
+implementation (what `syncsim real` runs) the CPU issues the kernels one after another at
+dispatch_s each, so op i finishes at max(finish of op i-1, when its last kernel is issued) + gpu_i:
+a small batch is bound by the CPU, a large one by the GPU. `tuned` implementations (fused kernels,
+CUDA graphs, what published benchmarks run) issue ahead, and the step is the sum of the GPU times.
 
 The peak follows what PyTorch runs: convolutions on TF32 tensor cores under `fp32` where the GPU
 has them (cuDNN's default), matrix products in FP32 unless the precision is `tf32`, both on FP16/BF16
@@ -33,6 +41,14 @@ MASTER_BYTES = 4  # FP32 master weights and their gradients
 CAST_BYTES = 6  # autocast reads an FP32 weight and writes its half-precision copy
 BACKWARD_FACTOR = 2.0  # input and weight gradients: twice the forward's FLOPs, bytes and kernels
 UNITS = ("fp32", "tf32", "tensor")  # arithmetic units, each with its own fitted efficiency
+# how the training step is issued: eager PyTorch (kernel by kernel from the CPU) or tuned (ahead)
+IMPLEMENTATIONS = ("eager", "tuned", "fused")
+
+
+def check_implementation(implementation: str) -> str:
+    if implementation not in IMPLEMENTATIONS:
+        raise ValueError(f"implementation must be one of: {', '.join(IMPLEMENTATIONS)} (got {implementation!r})")
+    return implementation
 
 
 def arithmetic_unit(gpu: GpuSpec, kind: str, precision: str) -> str:
@@ -65,17 +81,44 @@ class OpTable:
     kernels: np.ndarray
     winograd: np.ndarray  # bool: a 3x3 convolution on FP32 cores (cuDNN's Winograd applies)
     layers: int
+    order: np.ndarray  # the ops' indices in the order the GPU runs them
+    unaligned: np.ndarray  # bool: a matrix product on tensor cores with a dimension not a multiple of 8
+    epilogue: np.ndarray  # bool: fused into the op before it by tuned implementations
 
-    def seconds(self, costs: KernelCosts) -> np.ndarray:
-        """Each op's time under `costs`."""
+    def gpu_seconds(self, costs: KernelCosts) -> np.ndarray:
+        """Each op's time on the GPU under `costs`."""
         efficiency = np.array([costs.efficiency(unit) for unit in UNITS])[self.unit]
         efficiency = np.where(self.winograd, efficiency * costs.winograd, efficiency)
-        busy = np.maximum(self.compute_s / efficiency, self.memory_s / costs.memory)
+        efficiency = np.where(self.unaligned, efficiency * costs.unaligned, efficiency)
+        p = costs.sharpness
+        arithmetic, memory = self.compute_s / efficiency, self.memory_s / costs.memory
+        longer = np.maximum(arithmetic, memory)
+        with np.errstate(divide="ignore", invalid="ignore"):  # ops that move and compute nothing
+            busy = np.where(longer > 0, longer * ((arithmetic / longer) ** p + (memory / longer) ** p) ** (1 / p), 0.0)
         return busy + self.kernels * costs.launch_us * 1e-6
 
-    def layer_seconds(self, costs: KernelCosts) -> tuple[np.ndarray, np.ndarray]:
+    def seconds(self, costs: KernelCosts, implementation: str = "eager") -> np.ndarray:
+        """Each op's share of the step under `costs`: its GPU time, plus under `eager` the time
+        the GPU idles before the CPU has issued it (they sum to the step)."""
+        gpu = self.gpu_seconds(costs)
+        if check_implementation(implementation) == "fused":
+            return np.where(self.epilogue, 0.0, gpu)
+        if implementation == "tuned":
+            return gpu
+        if not costs.dispatch_us:
+            return gpu
+        ordered = gpu[self.order]
+        python = np.where(self.backward, 0.0, self.kernels)[self.order]  # backward: autograd's C++ engine
+        issued = np.cumsum(python) * costs.dispatch_us * 1e-6  # its last kernel issued
+        before = np.cumsum(ordered) - ordered  # GPU work queued ahead of each op
+        finish = np.cumsum(ordered) + np.maximum(0.0, np.maximum.accumulate(issued - before))
+        shares = np.empty_like(gpu)
+        shares[self.order] = np.diff(finish, prepend=0.0)
+        return shares
+
+    def layer_seconds(self, costs: KernelCosts, implementation: str = "eager") -> tuple[np.ndarray, np.ndarray]:
         """Per-layer (forward, backward) seconds under `costs`."""
-        times = self.seconds(costs)
+        times = self.seconds(costs, implementation)
         forward = np.bincount(self.layer[~self.backward], times[~self.backward], minlength=self.layers)
         backward = np.bincount(self.layer[self.backward], times[self.backward], minlength=self.layers)
         return forward, backward
@@ -86,7 +129,7 @@ def op_table(gpu: GpuSpec, layers: Sequence[Layer], batch: int, precision: str) 
     first op; autocast's weight cast as a kernel of its own)."""
     bandwidth = gpu.memory_bandwidth_gbs * 1e9
     width = ACTIVATION_BYTES[check_precision(precision)]
-    rows: list[tuple[int, bool, int, float, float, float, bool]] = []
+    rows: list[tuple[int, bool, int, float, float, float, bool, bool, bool]] = []
     for index, layer in enumerate(layers):
         weights = weight_bytes(layer, precision)
         # backward reads the weights and writes their gradient; a table's dense gradient (PyTorch's
@@ -96,14 +139,41 @@ def op_table(gpu: GpuSpec, layers: Sequence[Layer], batch: int, precision: str) 
             for i, op in enumerate(layer_ops(layer)):
                 unit = arithmetic_unit(gpu, op.kind, precision)
                 compute = factor * batch * op.flops / peak_flops(gpu, unit, precision)
-                moved = factor * batch * op.moved * width + (extra if i == 0 else 0.0)
+                values = factor * batch * op.moved
+                kernels = factor * op.kernels
+                if op.full_precision and precision in AUTOCAST:  # cast the input (half the values) up
+                    moved = values * MASTER_BYTES + values / 2 * (width + MASTER_BYTES)
+                    kernels += factor
+                else:
+                    moved = values * width
+                moved += extra if i == 0 else 0.0
                 winograd = op.winograd and unit == "fp32"
+                unaligned = not op.aligned and unit != "fp32"
                 rows.append(
-                    (index, backward, UNITS.index(unit), compute, moved / bandwidth, factor * op.kernels, winograd)
+                    (
+                        index,
+                        backward,
+                        UNITS.index(unit),
+                        compute,
+                        moved / bandwidth,
+                        kernels,
+                        winograd,
+                        unaligned,
+                        op.epilogue,
+                    )
                 )
-        if weights and precision in AUTOCAST:
-            rows.append((index, False, 0, 0.0, 0.0, 1.0, False))  # the weight's cast kernel (bytes above)
+        if weights and casts_weights(layer, precision):
+            # a cast kernel per tensor (weight, bias), and in backward their gradients' casts back
+            # to FP32 (bytes above)
+            casts = 2.0 if layer.bias else 1.0
+            rows += [(index, backward, 0, 0.0, 0.0, casts, False, False, False) for backward in (False, True)]
     columns = list(zip(*rows))
+    backward = np.array(columns[1], dtype=bool)
+    layer = np.array(columns[0], dtype=np.int64)
+    # forward layer by layer, then backward from the last layer (each layer's ops in reverse)
+    order = np.lexsort(
+        (np.where(backward, -np.arange(len(rows)), np.arange(len(rows))), np.where(backward, -layer, layer), backward)
+    )
     return OpTable(
         np.array(columns[0], dtype=np.int64),
         np.array(columns[1], dtype=bool),
@@ -113,6 +183,9 @@ def op_table(gpu: GpuSpec, layers: Sequence[Layer], batch: int, precision: str) 
         np.array(columns[5]),
         np.array(columns[6], dtype=bool),
         len(layers),
+        order,
+        np.array(columns[7], dtype=bool),
+        np.array(columns[8], dtype=bool),
     )
 
 
@@ -125,13 +198,24 @@ def weight_bytes(layer: Layer, precision: str) -> float:
     """Weights a forward pass reads once per batch (plus autocast's cast of them)."""
     if not layer.params or layer.rows:  # a table: only the looked-up rows move (counted on its op)
         return 0.0
-    per_value = MASTER_BYTES + (CAST_BYTES if precision in AUTOCAST else 0)
+    per_value = MASTER_BYTES + (CAST_BYTES if casts_weights(layer, precision) else 0)
     return layer.params * per_value
 
 
+def casts_weights(layer: Layer, precision: str) -> bool:
+    """Whether autocast casts the layer's weights to half precision: those of convolutions and
+    matrix products (normalisations run on their FP32 parameters, tables are not cast)."""
+    return precision in AUTOCAST and not layer.rows and layer_ops(layer)[0].kind in ("conv", "matmul")
+
+
 def model_seconds(
-    gpu: GpuSpec, costs: KernelCosts, layers: Sequence[Layer], batch: int, precision: str
+    gpu: GpuSpec,
+    costs: KernelCosts,
+    layers: Sequence[Layer],
+    batch: int,
+    precision: str,
+    implementation: str = "eager",
 ) -> tuple[list[float], list[float]]:
     """Per-layer forward and backward seconds of a model for `batch` samples."""
-    forward, backward = op_table(gpu, layers, batch, precision).layer_seconds(costs)
+    forward, backward = op_table(gpu, layers, batch, precision).layer_seconds(costs, implementation)
     return forward.tolist(), backward.tolist()

@@ -1,8 +1,8 @@
 """From a model and a GPU to one iteration's compute timeline and gradient buckets (cut as
 `sim.compute.buckets` says), with each sparse bucket's row layout (`sim.compute.sparsity`). Backward
-time comes from the default compute model (sim/compute/roofline.py: per op, the longer of arithmetic and
-memory traffic, plus kernel launches), or from FLOPs at a given fraction of peak
-(`workload.efficiency`, backward twice the forward), or from a measured profile
+time comes from the default compute model (sim/compute/roofline.py: per op, about the longer of
+arithmetic and memory traffic, plus kernel launches, issued as `workload.implementation` says), or
+from FLOPs at a given fraction of peak (`workload.efficiency`, backward twice the forward), or from a measured profile
 (`workload.profile`, sim.compute.profile) that gives every layer's forward and backward seconds.
 """
 
@@ -57,7 +57,7 @@ def layer_seconds(cfg: WorkloadConfig, spec: ModelSpec, gpu: GpuSpec) -> tuple[f
             scale = cfg.batch_size * gpu.compute_seconds(1.0, cfg.precision, cfg.efficiency)
         forward = [layer.forward_flops * scale for layer in spec.layers]
         return spec.forward_flops * scale, forward, [2.0 * f for f in forward]
-    forward, backward = model_seconds(gpu, gpu.costs, spec.layers, cfg.batch_size, cfg.precision)
+    forward, backward = model_seconds(gpu, gpu.costs, spec.layers, cfg.batch_size, cfg.precision, cfg.implementation)
     return sum(forward), forward, backward
 
 

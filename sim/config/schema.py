@@ -132,6 +132,13 @@ class WorkloadConfig(Strict):
         description="a measured compute profile (`syncsim profile`, docs/profiles.md) whose per-layer times replace "
         "the estimate from FLOPs; a relative path is relative to the config file",
     )
+    implementation: Literal["eager", "tuned", "fused"] = Field(
+        "eager",
+        description="how the default compute model issues the step (docs/compute_model.md): eager: PyTorch "
+        "without compilation, what `syncsim real` runs (Python issues each forward kernel, which binds small "
+        "batches); tuned: issued ahead of the GPU (CUDA graphs, torch.compile, graph frameworks); fused: tuned "
+        "with batch norm, its residual add and ReLU in one pass (NVIDIA's MXNet and PaddlePaddle ResNet-50)",
+    )
     bucket_mb: Megabytes = Field(25.0, description="gradient bucket size (DDP's bucket_cap_mb)")
     compute_jitter: Annotated[float, Field(ge=0, le=10)] = Field(
         0.0, description="coefficient of variation of each iteration's compute time"
@@ -175,6 +182,13 @@ class WorkloadConfig(Strict):
             raise ValueError("profile: applies only to zoo models (a synthetic workload's compute_ms sets its time)")
         if self.profile is not None and self.efficiency is not None:
             raise ValueError("efficiency: not used when a profile gives the measured times; remove one of the two")
+        if self.implementation != "eager" and (
+            self.model == "synthetic" or self.profile is not None or self.efficiency is not None
+        ):
+            raise ValueError(
+                "implementation: applies only to the default compute model of a zoo model; "
+                "remove it, or remove efficiency/profile"
+            )
         return self
 
 

@@ -49,10 +49,22 @@ def conv_output_size(size: int, kernel: int, stride: int = 1, padding: int = 0) 
     return (size + 2 * padding - kernel) // stride + 1
 
 
-def plus_flops(layer: Layer, flops: float, *, moved: float, kernels: int = 1, kind: str = "elementwise") -> Layer:
+def plus_flops(
+    layer: Layer,
+    flops: float,
+    *,
+    moved: float,
+    kernels: int = 1,
+    kind: str = "elementwise",
+    aligned: bool = True,
+    full_precision: bool = False,
+    epilogue: bool = False,
+) -> Layer:
     """The same layer with a parameter-free neighbour folded in: its FLOPs, the activation values
     it reads plus writes, and the kernels it launches (sim/compute/roofline.py times each op on its own)."""
-    op = Op(kind, float(flops), float(moved), kernels)
+    op = Op(
+        kind, float(flops), float(moved), kernels, aligned=aligned, full_precision=full_precision, epilogue=epilogue
+    )
     return replace(layer, forward_flops=layer.forward_flops + flops, ops=layer.ops + (op,))
 
 
@@ -75,8 +87,10 @@ def conv2d(
     outputs = out_channels * _area(out_size)
     flops = 2.0 * weights * _area(out_size) + (outputs if bias else 0)
     moved = in_channels * _area(out_size) * stride * stride + outputs
-    op = Op("conv", flops, moved, winograd=kernel == 3 and stride == 1 and groups == 1)
-    return Layer(name, weights + (out_channels if bias else 0), flops, ops=(op,))
+    op = Op("conv", flops - (outputs if bias else 0), moved, winograd=kernel == 3 and stride == 1 and groups == 1)
+    # PyTorch adds a convolution's bias in a pass of its own over the output (a read, a write)
+    ops = (op, Op("elementwise", float(outputs), 2.0 * outputs)) if bias else (op,)
+    return Layer(name, weights + (out_channels if bias else 0), flops, ops=ops, bias=bias)
 
 
 def batch_norm(name: str, channels: int, size: Size, *, relu: bool = False) -> Layer:
@@ -86,7 +100,7 @@ def batch_norm(name: str, channels: int, size: Size, *, relu: bool = False) -> L
     # the ReLU is a kernel of its own that reads and writes the map again
     ops = (Op("elementwise", float(BATCH_NORM_FLOPS * elements), 3.0 * elements, 2),)
     if relu:
-        ops += (Op("elementwise", float(RELU_FLOPS * elements), 2.0 * elements),)
+        ops += (Op("elementwise", float(RELU_FLOPS * elements), 2.0 * elements, epilogue=True),)
     return Layer(name, 2 * channels, sum(op.flops for op in ops), ops=ops)
 
 
@@ -102,7 +116,13 @@ def linear(
     weights = in_features * out_features
     flops = tokens * (2.0 * weights + (out_features if bias else 0))
     moved = float(tokens * (in_features + out_features))
-    return Layer(name, weights + (out_features if bias else 0), flops, ops=(Op("matmul", flops, moved),))
+    op = Op("matmul", flops, moved, aligned=aligned(in_features, out_features))
+    return Layer(name, weights + (out_features if bias else 0), flops, ops=(op,), bias=bias)
+
+
+def aligned(*dimensions: int) -> bool:
+    """Whether a matrix product of these dimensions suits tensor cores (each a multiple of 8)."""
+    return all(d % 8 == 0 for d in dimensions)
 
 
 def embedding(
@@ -116,10 +136,12 @@ def embedding(
     return Layer(name, num_embeddings * dim, 0.0, rows=num_embeddings, lookup=lookup, ops=(op,))
 
 
-def layer_norm(name: str, dim: int, tokens: int) -> Layer:
-    """A layer norm (with gain and bias) over `tokens` vectors of width `dim`."""
+def layer_norm(name: str, dim: int, tokens: int, *, full_precision: bool = True) -> Layer:
+    """A layer norm (with gain and bias) over `tokens` vectors of width `dim`; `full_precision`:
+    in FP32 under autocast (PyTorch's `nn.LayerNorm`; fused implementations keep half precision)."""
     flops = float(LAYER_NORM_FLOPS * dim * tokens)
-    return Layer(name, 2 * dim, flops, ops=(Op("elementwise", flops, 2.0 * dim * tokens),))
+    op = Op("elementwise", flops, 2.0 * dim * tokens, full_precision=full_precision)
+    return Layer(name, 2 * dim, flops, ops=(op,))
 
 
 def attention_core_flops(seq_len: int, d_model: int, n_heads: int) -> float:
@@ -133,19 +155,41 @@ def attention_core_flops(seq_len: int, d_model: int, n_heads: int) -> float:
     return products + SOFTMAX_FLOPS * n_heads * seq_len * seq_len
 
 
-def attention_core(qkv: Layer, seq_len: int, d_model: int, n_heads: int) -> Layer:
-    """The QKV projection with scaled dot-product attention folded in, op by op as eager PyTorch
-    runs it: the heads split out (three copies), scores Q·K^T, scale, mask, softmax, dropout,
-    context P·V, and the heads merged back (one copy)."""
+ATTENTION = ("fused", "explicit")
+
+
+def attention_core(qkv: Layer, seq_len: int, d_model: int, n_heads: int, attention: str = "fused") -> Layer:
+    """The QKV projection with scaled dot-product attention folded in, op by op.
+
+    `fused` is PyTorch's `scaled_dot_product_attention` (what the zoo's torch.nn modules call): one
+    kernel reads Q, K and V straight from the projection's output and writes the context and each
+    row's softmax statistics, never the seq_len^2 scores; then the heads are merged (one copy).
+    `explicit` is how Hugging Face's and NVIDIA's BERT ran it: the heads split out (three copies),
+    scores Q·K^T written out, scale, mask, softmax and dropout over them, context P·V, heads merged.
+    """
+    if attention not in ATTENTION:
+        raise ValueError(f"attention {attention!r}; allowed: {', '.join(ATTENTION)}")
     scores = float(n_heads * seq_len * seq_len)
     width = float(seq_len * d_model)
     products = 2.0 * seq_len * seq_len * d_model  # each of Q·K^T and P·V
     softmax = attention_core_flops(seq_len, d_model, n_heads) - 2 * products
+    if attention == "fused":
+        layer = plus_flops(qkv, 2 * products + softmax, moved=4 * width + n_heads * seq_len, kind="matmul")
+        return plus_flops(layer, 0.0, moved=2 * width)  # merge heads
     layer = plus_flops(qkv, 0.0, moved=6 * width, kernels=3)  # split heads: q, k, v made contiguous
     layer = plus_flops(layer, products, moved=2 * width + scores, kind="matmul")  # Q·K^T
     layer = plus_flops(layer, softmax, moved=8 * scores, kernels=4)  # scale, mask, softmax, dropout
     layer = plus_flops(layer, products, moved=scores + 2 * width, kind="matmul")  # P·V
     return plus_flops(layer, 0.0, moved=2 * width)  # merge heads
+
+
+def cross_entropy(layer: Layer, classes: int, tokens: int) -> Layer:
+    """`layer` with the loss over its `classes` logits per token folded in: log-softmax reads the
+    logits and writes their log-probabilities, the loss gathers one per token (its backward writes
+    the logits' gradient). Memory-bound work a FLOP count misses when the classes are a vocabulary."""
+    logits = float(classes * tokens)
+    # not counted in FLOPs (above)
+    return plus_flops(layer, 0.0, moved=2 * logits + 2 * tokens, kernels=2, full_precision=True)
 
 
 def transformer_block(
@@ -156,30 +200,33 @@ def transformer_block(
     d_ff: int,
     seq_len: int,
     pre_norm: bool,
+    reference: bool = False,
 ) -> tuple[Layer, ...]:
     """One encoder/decoder block: attention then a GELU MLP, each with a residual and a layer norm.
 
     Q, K and V are one fused projection (3 * d_model outputs); the attention core is folded into
     it, the GELU into the MLP's first linear, and each residual add into the linear before it.
     `pre_norm` orders the layer norms as GPT-2 does (before each sub-block) instead of as BERT
-    does (after each residual).
+    does (after each residual). The block runs as the zoo's torch.nn modules run it (fused
+    attention, no dropout, layer norms in FP32 under autocast), or with `reference` as the
+    published implementations did (explicit attention, dropout before each residual add, layer
+    norms fused in half precision).
     """
     if d_model % n_heads:
         raise ValueError(f"block {prefix!r}: d_model={d_model} not divisible by n_heads={n_heads}")
     tokens = seq_len
     residual = float(tokens * d_model)
-    qkv = attention_core(linear(f"{prefix}.attn.qkv", d_model, 3 * d_model, tokens=tokens), seq_len, d_model, n_heads)
-    attn_out = plus_flops(
-        linear(f"{prefix}.attn.out", d_model, d_model, tokens=tokens), residual, moved=5 * residual, kernels=2
-    )  # dropout (read, write), residual add (two reads, a write)
-    ln1 = layer_norm(f"{prefix}.ln1", d_model, tokens)
+    qkv = linear(f"{prefix}.attn.qkv", d_model, 3 * d_model, tokens=tokens)
+    qkv = attention_core(qkv, seq_len, d_model, n_heads, "explicit" if reference else "fused")
+    # residual add (two reads, a write), after a dropout (a read, a write)
+    add = {"moved": 5 * residual, "kernels": 2} if reference else {"moved": 3 * residual, "kernels": 1}
+    attn_out = plus_flops(linear(f"{prefix}.attn.out", d_model, d_model, tokens=tokens), residual, **add)
+    ln1 = layer_norm(f"{prefix}.ln1", d_model, tokens, full_precision=not reference)
     fc = plus_flops(
         linear(f"{prefix}.mlp.fc", d_model, d_ff, tokens=tokens), GELU_FLOPS * tokens * d_ff, moved=2.0 * tokens * d_ff
     )
-    proj = plus_flops(
-        linear(f"{prefix}.mlp.proj", d_ff, d_model, tokens=tokens), residual, moved=5 * residual, kernels=2
-    )
-    ln2 = layer_norm(f"{prefix}.ln2", d_model, tokens)
+    proj = plus_flops(linear(f"{prefix}.mlp.proj", d_ff, d_model, tokens=tokens), residual, **add)
+    ln2 = layer_norm(f"{prefix}.ln2", d_model, tokens, full_precision=not reference)
     if pre_norm:
         return (ln1, qkv, attn_out, ln2, fc, proj)
     return (qkv, attn_out, ln1, fc, proj, ln2)

@@ -43,7 +43,7 @@ def _bottleneck(
         batch_norm(f"{prefix}.bn3", out_ch, out_size, relu=True),
     ]
     residual = out_ch * out_size * out_size
-    layers[-1] = plus_flops(layers[-1], residual, moved=3 * residual)
+    layers[-1] = plus_flops(layers[-1], residual, moved=3 * residual, epilogue=True)
     if stride != 1 or in_ch != out_ch:
         layers += [
             conv2d(f"{prefix}.downsample.0", in_ch, out_ch, 1, out_size, stride=stride),

@@ -20,7 +20,11 @@ class Op:
     `moved` counts activation values read plus written (weights are counted once per batch, on the
     layer); `kernels` the kernels the eager framework launches for it. `winograd` marks a 3x3
     stride-1 convolution, which cuDNN can run on FP32 cores by Winograd's minimal filtering (fewer
-    multiplications than its FLOPs count).
+    multiplications than its FLOPs count). `aligned` is false for a matrix product with a dimension
+    that is not a multiple of 8 (a vocabulary of 50,257 tokens), which tensor cores run at a
+    fraction of their aligned speed (NVIDIA's matrix-multiplication performance guide).
+    `full_precision` marks the ops autocast keeps in FP32 (PyTorch's autocast op reference): under
+    autocast their values move at 4 bytes, after a kernel that casts their half-precision input.
     """
 
     kind: str
@@ -28,6 +32,9 @@ class Op:
     moved: float
     kernels: int = 1
     winograd: bool = False
+    aligned: bool = True
+    full_precision: bool = False  # autocast runs it in FP32 (layer norm, softmax, the loss)
+    epilogue: bool = False  # tuned implementations fuse it into the op before it
 
     def __post_init__(self) -> None:
         if self.kind not in OP_KINDS:
@@ -74,6 +81,7 @@ class Layer:
     # the forward pass as the GPU runs it (its flops sum to `forward_flops`); empty: one matrix
     # product of `forward_flops` that moves no activations (synthetic layers)
     ops: tuple[Op, ...] = ()
+    bias: bool = False  # a convolution's or matrix product's bias: a second tensor for autocast to cast
 
     def __post_init__(self) -> None:
         if self.params < 0 or self.forward_flops < 0:

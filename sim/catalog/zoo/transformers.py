@@ -2,18 +2,29 @@
 
 A sample is one sequence. BERT is taken at 128 tokens, the length of the first (and longest) phase
 of its pre-training (Devlin et al. 2019, section A.2); GPT-2 at its full 1,024-token context.
+
+The zoo's layers run as this project's torch.nn modules do (sim.numerics.zoo_nets, what `syncsim
+real` trains): fused attention (`scaled_dot_product_attention`), no dropout, BERT trained as a
+masked language model through its tied word embedding, GPT-2 through its tied head, each with the
+cross-entropy over the vocabulary. `reference=True` builds them as the published figures ran them
+(Hugging Face's and NVIDIA's BERT fine-tuning, nanoGPT's first GPT-2): explicit attention and
+dropout, and BERT with its pooler instead of a vocabulary head.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from sim.catalog.zoo.builders import (
+    aligned,
+    cross_entropy,
     embedding,
     layer_norm,
     linear,
     plus_flops,
     transformer_block,
 )
-from sim.catalog.zoo.spec import Layer, Lookup, ModelSpec
+from sim.catalog.zoo.spec import Layer, Lookup, ModelSpec, Op
 
 BERT_VOCAB = 30522
 BERT_POSITIONS = 512
@@ -31,8 +42,13 @@ GPT2_SEQ_LEN = 1024
 SEQUENCE_LENGTHS = {"bert_base": BERT_SEQ_LEN, "bert_large": BERT_SEQ_LEN, "gpt2": GPT2_SEQ_LEN}
 
 
-def bert_layers(*, n_layers: int, d_model: int, n_heads: int, seq_len: int = BERT_SEQ_LEN) -> tuple[Layer, ...]:
-    """BERT's embeddings, encoder and pooler (Hugging Face `BertModel`, no pre-training heads)."""
+def bert_layers(
+    *, n_layers: int, d_model: int, n_heads: int, seq_len: int = BERT_SEQ_LEN, reference: bool = False
+) -> tuple[Layer, ...]:
+    """BERT's embeddings, encoder and pooler (Hugging Face `BertModel`'s parameters). The zoo's
+    module ends in the masked-LM decoder tied to the word embedding (logits over the vocabulary for
+    every token, then the loss), in the pooler's place, which it leaves unused; `reference`: as
+    Hugging Face's and NVIDIA's fine-tuning code runs it (explicit attention, dropout, the pooler)."""
     tokens = seq_len
     words = Lookup(per_sample=seq_len, zipf_s=TOKEN_ZIPF_S, hot_rows="first", source=f"{seq_len} tokens per sequence")
     positions = Lookup(per_sample=seq_len, space=seq_len, source=f"positions 0..{seq_len - 1} of every sequence")
@@ -41,14 +57,17 @@ def bert_layers(*, n_layers: int, d_model: int, n_heads: int, seq_len: int = BER
         embedding("embeddings.word", BERT_VOCAB, d_model, words),
         embedding("embeddings.position", BERT_POSITIONS, d_model, positions),
         embedding("embeddings.token_type", BERT_TOKEN_TYPES, d_model, reads=seq_len),
-        # Summing the three embeddings (2 adds per element) is folded into the layer norm; the
-        # dropout after it is an op of its own.
+        # Summing the three embeddings (2 adds per element) is folded into the layer norm (the
+        # reference's dropout after it is an op of its own).
         plus_flops(
-            plus_flops(layer_norm("embeddings.ln", d_model, tokens), 2 * width, moved=6 * width, kernels=2),
-            0,
-            moved=2 * width,
+            layer_norm("embeddings.ln", d_model, tokens, full_precision=not reference),
+            2 * width,
+            moved=6 * width,
+            kernels=2,
         ),
     ]
+    if reference:
+        layers[-1] = plus_flops(layers[-1], 0, moved=2 * width)
     for i in range(n_layers):
         layers += transformer_block(
             f"encoder.{i}",
@@ -57,13 +76,23 @@ def bert_layers(*, n_layers: int, d_model: int, n_heads: int, seq_len: int = BER
             d_ff=4 * d_model,
             seq_len=seq_len,
             pre_norm=False,
+            reference=reference,
         )
-    # The pooler reads the first token only; its tanh is folded in.
-    layers.append(plus_flops(linear("pooler", d_model, d_model), d_model, moved=2 * d_model))
+    pooler = linear("pooler", d_model, d_model)
+    if reference:  # the pooler reads the first token only; its tanh is folded in
+        layers.append(plus_flops(pooler, d_model, moved=2 * d_model))
+    else:  # the decoder's logits (a d_model x vocab product per token) and the loss
+        flops = 2.0 * d_model * BERT_VOCAB * tokens
+        decoder = Op("matmul", flops, tokens * (d_model + BERT_VOCAB), aligned=aligned(d_model, BERT_VOCAB))
+        head = replace(pooler, forward_flops=decoder.flops, ops=(decoder,))
+        layers.append(cross_entropy(head, BERT_VOCAB, tokens))
     return tuple(layers)
 
 
-_BERT_SOURCE = "Devlin et al. 2019 (arXiv:1810.04805), with pooler, as Hugging Face BertModel"
+_BERT_SOURCE = (
+    "Devlin et al. 2019 (arXiv:1810.04805), parameters as Hugging Face BertModel, trained as a masked LM"
+    " through the tied word embedding"
+)
 
 
 def bert_base() -> ModelSpec:
@@ -85,21 +114,21 @@ def bert_large() -> ModelSpec:
 
 
 def gpt2_layers(
-    *, n_layers: int = 12, d_model: int = 768, n_heads: int = 12, seq_len: int = GPT2_SEQ_LEN
+    *, n_layers: int = 12, d_model: int = 768, n_heads: int = 12, seq_len: int = GPT2_SEQ_LEN, reference: bool = False
 ) -> tuple[Layer, ...]:
-    """GPT-2: pre-norm decoder blocks, a final layer norm, an LM head tied to the token table."""
+    """GPT-2: pre-norm decoder blocks, a final layer norm, an LM head tied to the token table and
+    the loss over its logits (run as the zoo's module runs it: fused attention, no dropout).
+    `reference`: as nanoGPT's first version ran it (explicit attention, dropout)."""
     tokens = seq_len
     # `wte` is also the LM head, whose gradient touches every row: it is dense, not a lookup table.
     width = tokens * d_model
     layers = [
         embedding("wte", GPT2_VOCAB, d_model, reads=seq_len),
-        # Adding position to token embeddings (one add per element), then dropout.
-        plus_flops(
-            plus_flops(embedding("wpe", GPT2_POSITIONS, d_model, reads=seq_len), width, moved=3 * width),
-            0,
-            moved=2 * width,
-        ),
+        # Adding position to token embeddings (one add per element); the reference's dropout after it.
+        plus_flops(embedding("wpe", GPT2_POSITIONS, d_model, reads=seq_len), width, moved=3 * width),
     ]
+    if reference:
+        layers[-1] = plus_flops(layers[-1], 0, moved=2 * width)
     for i in range(n_layers):
         layers += transformer_block(
             f"h.{i}",
@@ -108,6 +137,7 @@ def gpt2_layers(
             d_ff=4 * d_model,
             seq_len=seq_len,
             pre_norm=True,
+            reference=reference,
         )
     # The LM head reuses `wte`'s weights, so it adds no parameters and is not a layer of its own;
     # its logits (a d_model x vocab product per token) are folded into the final layer norm,
@@ -115,9 +145,13 @@ def gpt2_layers(
     head_flops = 2.0 * d_model * GPT2_VOCAB * tokens
     # the head reads the table once per batch, which the per-sample count leaves out
     head = plus_flops(
-        layer_norm("ln_f", d_model, tokens), head_flops, moved=tokens * (d_model + GPT2_VOCAB), kind="matmul"
+        layer_norm("ln_f", d_model, tokens, full_precision=not reference),
+        head_flops,
+        moved=tokens * (d_model + GPT2_VOCAB),
+        kind="matmul",
+        aligned=aligned(d_model, GPT2_VOCAB),
     )
-    layers.append(head)
+    layers.append(cross_entropy(head, GPT2_VOCAB, tokens))
     return tuple(layers)
 
 
@@ -137,10 +171,11 @@ _SIZES = {
 }
 
 
-def layers_at_sequence_length(name: str, seq_len: int) -> tuple[Layer, ...]:
+def layers_at_sequence_length(name: str, seq_len: int, *, reference: bool = False) -> tuple[Layer, ...]:
     """The layers of the zoo transformer `name` for sequences of `seq_len` tokens (published
-    benchmarks use other lengths than the zoo's sample)."""
+    benchmarks use other lengths than the zoo's sample); `reference`: as the published code runs
+    it (`bert_layers`, `gpt2_layers`)."""
     if name not in _SIZES:
         raise ValueError(f"model {name!r} has no sequence length; transformers: {', '.join(_SIZES)}")
     build = gpt2_layers if name == "gpt2" else bert_layers
-    return build(**_SIZES[name], seq_len=seq_len)
+    return build(**_SIZES[name], seq_len=seq_len, reference=reference)
