@@ -33,6 +33,7 @@ from sim.catalog.gpus import FITTED_GPUS, SHARPNESS_MAX, WINOGRAD_MAX, KernelCos
 from sim.catalog.zoo import Layer, get_model
 from sim.catalog.zoo.transformers import SEQUENCE_LENGTHS, layers_at_sequence_length
 from sim.compute.roofline import BACKWARD_FACTOR, OpTable, check_implementation, op_table
+from sim.markdown import markdown_table
 
 NAMES = ("fp32", "tf32", "tensor", "memory", "launch_us", "winograd", "sharpness", "dispatch_us", "unaligned")
 # where the pull goes: typical fractions of peak, ~10 us per kernel, a modest Winograd speed-up, a
@@ -291,12 +292,7 @@ def summary(table: pd.DataFrame) -> pd.DataFrame:
 def markdown(table: pd.DataFrame) -> str:
     """`table` as a Markdown table, fractions as signed percentages (docs/compute_model.md)."""
 
-    def cell(value: Any) -> str:
-        return f"{value:+.0%}" if isinstance(value, float) else str(value)
-
-    lines = ["| " + " | ".join(table.columns) + " |", "|" + "---|" * len(table.columns)]
-    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in table.itertuples(index=False)]
-    return "\n".join(lines)
+    return markdown_table(table, lambda value: f"{value:+.0%}" if isinstance(value, float) else str(value))
 
 
 def _errors(name: str, scored: pd.DataFrame, rows: str) -> str:

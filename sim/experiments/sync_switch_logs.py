@@ -1,0 +1,150 @@
+"""The Sync-Switch authors' logged runs, one row per run (docs/sync_switch.md, "The authors' logs").
+
+The authors' repository (cake-lab/Sync-Switch) keeps, under `data/`, a TensorBoard export of every
+run's test accuracy: `acc.csv`, one line per evaluation with its wall clock (`Wall time`, Unix
+seconds), the global step and the accuracy. A run's wall time is its last evaluation's clock minus
+its first (the step-0 evaluation taken when training starts; none when a run kept only its final
+evaluation); its steps are the last evaluation's step, as TensorFlow's global step counts them
+(under ASP every worker's update is a step). Blank lines in an export are skipped.
+Directories name a configuration and, for repeated runs, a run number (`b5-a95-run3`, `12_88_2`,
+`bsp_4`); a directory without one is run 0.
+
+    python -m sim.experiments.sync_switch_logs --repo PATH   # rebuild the bundled table from a clone
+    python -m sim.experiments.sync_switch_logs               # the per-configuration summary (Markdown)
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import subprocess
+from collections.abc import Sequence
+from importlib import resources
+from pathlib import Path
+
+import pandas as pd
+
+from sim.files import atomic_write
+from sim.markdown import markdown_table
+
+REPOSITORY = "cake-lab/Sync-Switch"
+COMMIT = "09af0864c3d8745803a4b9c88ccf333eec4101b7"
+TABLE = "sync_switch_runs.csv"
+COLUMNS = (
+    "experiment",
+    "configuration",
+    "run",
+    "evaluations",
+    "steps",
+    "wall_min",
+    "final_accuracy",
+    "best_accuracy",
+    "source",
+)
+_RUN = re.compile(r"(?:[-_]run|_)(\d+)$")
+_SWITCH = re.compile(r"^([ab])(\d+)[-_]([ab])(\d+)$")  # b5-a95: 5% BSP, then 95% ASP (a first: ASP first)
+
+
+def configuration(name: str) -> tuple[str, int]:
+    """A run directory's name split into its configuration and run number (0: none given); the
+    switch experiments' two spellings (`b50-a50`, `b50_a50`) are one configuration."""
+    match = _RUN.search(name)
+    config, run = (name[: match.start()], int(match.group(1))) if match else (name, 0)
+    switch = _SWITCH.match(config)
+    if switch:
+        config = f"{switch.group(1)}{switch.group(2)}-{switch.group(3)}{switch.group(4)}"
+    return config, run
+
+
+def reduce_run(text: str) -> dict[str, float]:
+    """One run's `acc.csv` as its evaluations, steps, wall minutes, final and best accuracy."""
+    evaluations = pd.read_csv(io.StringIO(text))
+    missing = {"Wall time", "Step", "Value"} - set(evaluations.columns)
+    evaluations = evaluations.dropna(subset=["Wall time", "Step", "Value"]) if not missing else evaluations
+    if missing or evaluations.empty:
+        raise ValueError(f"not a TensorBoard accuracy export (missing {sorted(missing) or 'rows'})")
+    evaluations = evaluations.sort_values("Wall time")
+    wall = evaluations["Wall time"]
+    # one evaluation (a run exported at its end only) gives no duration
+    minutes = round(float(wall.iloc[-1] - wall.iloc[0]) / 60.0, 2) if len(evaluations) > 1 else float("nan")
+    return {
+        "evaluations": len(evaluations),
+        "steps": int(evaluations["Step"].max()),
+        "wall_min": minutes,
+        "final_accuracy": round(float(evaluations["Value"].iloc[-1]), 4),
+        "best_accuracy": round(float(evaluations["Value"].max()), 4),
+    }
+
+
+def read_repository(repo: Path, commit: str = COMMIT) -> pd.DataFrame:
+    """Every run under `data/` of a clone of the authors' repository at `commit`, one row each."""
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout
+
+    rows = []
+    for path in sorted(p for p in git("ls-tree", "-r", "--name-only", commit, "data").splitlines()):
+        if not path.endswith("/acc.csv"):
+            continue
+        parts = path.split("/")[1:-1]  # data/<experiment...>/<run dir>/acc.csv
+        config, run = configuration(parts[-1])
+        source = f"{REPOSITORY}@{commit}:{path}"
+        reduced = reduce_run(git("show", f"{commit}:{path}"))
+        rows.append(
+            {"experiment": "/".join(parts[:-1]), "configuration": config, "run": run, **reduced, "source": source}
+        )
+    return pd.DataFrame(rows, columns=list(COLUMNS))
+
+
+def bundled() -> pd.DataFrame:
+    """The bundled table (sim/catalog/sync_switch_runs.csv), one row per logged run."""
+    with resources.files("sim.catalog").joinpath(TABLE).open() as f:
+        return pd.read_csv(f, comment="#")
+
+
+def summary(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per experiment and configuration: runs, how many of them are timed, median/min/max wall
+    minutes over those, median steps and final accuracy."""
+    grouped = runs.groupby(["experiment", "configuration"], sort=True)
+    table = grouped.agg(
+        runs=("run", "size"),
+        timed=("wall_min", "count"),
+        median_min=("wall_min", "median"),
+        min_min=("wall_min", "min"),
+        max_min=("wall_min", "max"),
+        steps=("steps", "median"),
+        final_accuracy=("final_accuracy", "median"),
+    ).reset_index()
+    return table.round({"median_min": 1, "min_min": 1, "max_min": 1, "steps": 0, "final_accuracy": 4})
+
+
+def markdown(table: pd.DataFrame) -> str:
+    """`table` as a Markdown table (docs/sync_switch.md)."""
+
+    return markdown_table(table, lambda value: f"{value:g}" if isinstance(value, float) else str(value))
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m sim.experiments.sync_switch_logs", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--repo", type=Path, help="a clone of cake-lab/Sync-Switch: rebuild the bundled table from it")
+    args = parser.parse_args(argv)
+    if args.repo is not None:
+        runs = read_repository(args.repo)
+        target = Path(__file__).resolve().parents[1] / "catalog" / TABLE
+        header = (
+            f"# The Sync-Switch authors' logged runs, one row per data/**/acc.csv of {REPOSITORY}@{COMMIT}\n"
+            "# (python -m sim.experiments.sync_switch_logs --repo CLONE): wall_min = last evaluation's wall clock\n"
+            "# minus the first's; steps = last evaluated global step; accuracies = test accuracy as logged.\n"
+        )
+        atomic_write(target, header + runs.to_csv(index=False))
+        print(f"{len(runs)} runs -> {target}")
+        return
+    print(markdown(summary(bundled())))
+
+
+if __name__ == "__main__":
+    main()
