@@ -12,8 +12,9 @@ FP32 cores divides its arithmetic by a fitted Winograd speed-up). The GPU runs t
 forward layer by layer, then backward from the last layer to the first. Under the `eager`
 implementation (what `syncsim real` runs) the CPU issues the kernels one after another at
 dispatch_s each, so op i finishes at max(finish of op i-1, when its last kernel is issued) + gpu_i:
-a small batch is bound by the CPU, a large one by the GPU. `tuned` implementations (fused kernels,
-CUDA graphs, what published benchmarks run) issue ahead, and the step is the sum of the GPU times.
+a small batch is bound by the CPU, a large one by the GPU. `tuned` implementations (graph
+frameworks, CUDA graphs, torch.compile) issue ahead, and the step is the sum of the GPU times;
+`fused` ones also fold each batch norm's residual add and ReLU into it (ops marked `epilogue`).
 
 The peak follows what PyTorch runs: convolutions on TF32 tensor cores under `fp32` where the GPU
 has them (cuDNN's default), matrix products in FP32 unless the precision is `tf32`, both on FP16/BF16
@@ -41,7 +42,8 @@ MASTER_BYTES = 4  # FP32 master weights and their gradients
 CAST_BYTES = 6  # autocast reads an FP32 weight and writes its half-precision copy
 BACKWARD_FACTOR = 2.0  # input and weight gradients: twice the forward's FLOPs, bytes and kernels
 UNITS = ("fp32", "tf32", "tensor")  # arithmetic units, each with its own fitted efficiency
-# how the training step is issued: eager PyTorch (kernel by kernel from the CPU) or tuned (ahead)
+# how the training step is issued: eager PyTorch (kernel by kernel from the CPU), tuned (ahead), or
+# fused (ahead, batch norm's epilogues folded in)
 IMPLEMENTATIONS = ("eager", "tuned", "fused")
 
 
