@@ -82,6 +82,13 @@ class Policy:
     # updates, so fast workers do more (asynchronous schemes; Sync-Switch counts ASP steps this way).
     shared_budget: ClassVar[bool] = False
 
+    @property
+    def one_input_pipeline(self) -> bool:
+        """True when one client prepares every worker's batch (TensorFlow 1.x in-graph replication,
+        as Tensor2Tensor's `--sync` runs it): the workers then share one host's input pipeline
+        (`workload.input_samples_s`) instead of each host feeding its own GPUs."""
+        return False
+
     def __init__(self, settings: BaseModel | None = None, **kwargs: Any) -> None:
         if settings is not None and kwargs:
             raise TypeError("pass either a Settings object or keyword settings, not both")

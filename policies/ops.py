@@ -52,11 +52,18 @@ class SparseCoding:
     `none` (the op moves a member's whole sparse tensor). `index_format`: ids as a `list` of
     `index_bytes`-wide integers, a `bitmap` with one bit per row of the owner's share, or `auto`,
     whichever of the two is smaller for each message.
+
+    `block`: None, the units are the tensor's rows (an embedding row, else one value); k, the units
+    are fixed blocks of k consecutive values of the bucket, and a block holding any non-zero moves
+    whole with one id (OmniReduce). `dense_switch`: a message that would be larger as (id, value)
+    pairs than its owner's whole share of values moves as those values, without ids (SparCML).
     """
 
     partition: str = "hash"
     index_format: str = "list"
     index_bytes: int = 4
+    block: Optional[int] = None
+    dense_switch: bool = False
 
     def __post_init__(self) -> None:
         if self.partition not in PARTITIONS:
@@ -65,6 +72,12 @@ class SparseCoding:
             raise ValueError(f"index_format {self.index_format!r}; allowed: {', '.join(INDEX_FORMATS)}")
         if self.index_bytes not in INDEX_BYTES:
             raise ValueError(f"index_bytes {self.index_bytes!r}; allowed: 4, 8")
+        if self.block is not None and (
+            isinstance(self.block, bool) or not isinstance(self.block, int) or self.block < 1
+        ):
+            raise ValueError(f"block {self.block!r}; allowed: None (the tensor's rows) or an int >= 1")
+        if not isinstance(self.dense_switch, bool):
+            raise ValueError(f"dense_switch {self.dense_switch!r}; allowed: True, False")
 
 
 @dataclass(frozen=True)

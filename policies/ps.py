@@ -26,6 +26,12 @@ class PSSettings(PolicySettings):
     )
     hosts: Optional[list[str]] = Field(None, description="explicit server hosts; overrides placement")
     apply_ms_per_mb: float = Field(0.0, ge=0, le=1e4, description="server time to apply one MB of update")
+    replication: Literal["between_graph", "in_graph"] = Field(
+        "between_graph",
+        description="between_graph: every worker runs its own training client and input pipeline; in_graph "
+        "(BSP only): one client drives every worker as a tower and prepares all their batches with one "
+        "host's input pipeline (TensorFlow 1.x, Tensor2Tensor --sync)",
+    )
 
 
 class ShardedPolicy(Policy):
@@ -35,6 +41,11 @@ class ShardedPolicy(Policy):
 
     Placement: `colocated` puts shards on the worker hosts (one per host by default, as in
     Sync-Switch's setup), `dedicated` on the cluster's server-only hosts, `hosts` on named hosts.
+
+    Replication: `between_graph` (default) runs a client per worker; `in_graph` runs one client
+    whose graph holds every worker's tower, so one host's input pipeline prepares every batch (how
+    Sync-Switch's BSP ran: Tensor2Tensor's `--sync` places the towers on the parameter-server
+    tasks' GPUs, fed by the master process). Only a synchronous scheme can run in one graph.
     """
 
     Settings: ClassVar[type[BaseModel]] = PSSettings
@@ -57,9 +68,19 @@ class ShardedPolicy(Policy):
             candidates = view.server_hosts
         else:
             candidates = view.worker_hosts
+        if s.replication == "in_graph" and not self.sync:
+            raise SettingError(
+                "replication",
+                f"'in_graph' runs every worker in one synchronous step; {self.name!r} is "
+                "asynchronous; allowed here: between_graph",
+            )
         shards = len(candidates) if s.shards == "auto" else s.shards
         self.shard_hosts = tuple(candidates[i % len(candidates)] for i in range(shards))
         self._ops: dict[tuple, tuple] = {}
+
+    @property
+    def one_input_pipeline(self) -> bool:
+        return bool(self.settings.replication == "in_graph")
 
     def servers(self) -> Sequence[ServerSpec]:
         return tuple(

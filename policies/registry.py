@@ -28,6 +28,8 @@ BUILTIN: dict[str, str] = {
     "zen": "policies.zen:Zen",
     "sparse_allgather": "policies.sparse_allgather:SparseAllGather",
     "sparse_ps": "policies.sparse_ps:SparsePS",
+    "sparcml": "policies.sparcml:SparCML",
+    "omnireduce": "policies.omnireduce:OmniReduce",
 }
 
 

@@ -79,13 +79,20 @@ class Placement:
 
 
 def placement(config: Config) -> Placement:
-    """Shard s runs on the host the first policy declaring a shard s places it on."""
+    """Shard s runs on the host the first policy declaring a shard s places it on. A policy that needs
+    one client for every worker (in-graph replication) is refused: real workers are processes."""
     from sim.api import prepare
 
     cluster, plan = prepare(config)
     shard_hosts: list[str] = []
     for i, entry in enumerate(config.policies):
-        for spec in bind_policy(entry, i, cluster, plan).all_servers():
+        policy = bind_policy(entry, i, cluster, plan)
+        if any(phase.one_input_pipeline for phase in policy.phase_policies()):
+            raise ConfigError(
+                f"policies[{i}]: 'replication: in_graph' is the simulator's model of one client feeding every "
+                "worker; the real backend runs a process per worker with its own input; allowed here: between_graph"
+            )
+        for spec in policy.all_servers():
             if spec.shard >= len(shard_hosts):
                 shard_hosts.append(spec.host)
     return Placement(tuple(cluster.view.rank_hosts) + tuple(shard_hosts), cluster.world_size)

@@ -4,8 +4,9 @@
 Each op is one `PairExchange` on the op's process group: an `all_to_all_single` of int64 sizes
 (the float32 slots this member sends each member), then an `all_to_all_single` of the pairs with
 those per-member split sizes, so nothing is padded, and a member sends itself nothing. A message
-is `real.protocol.pack_pairs`: positions in the bucket range as `coding.index_bytes`-wide integers,
-then the values; ids always travel as a list (a bitmap `index_format` is priced by the simulator
+is laid out by `real.sparse_codec.Codec`: positions in the bucket range as `coding.index_bytes`-wide
+integers, then the values (or whole blocks with their ids, or an owner's dense share, as the
+coding says); ids always travel as a list (a bitmap `index_format` is priced by the simulator
 only). Received pairs are put back in the op's member order (`real.groups.group_order`) before
 they are reduced, in that order, as numerics mode reduces them.
 
@@ -26,7 +27,7 @@ import torch.distributed as dist
 
 from policies.ops import AllGather, AllToAll, Collective, Payload
 from real.groups import group_order
-from real.protocol import pack_pairs, unpack_pairs
+from real.sparse_codec import Codec
 from sim.errors import PolicyError
 from sim.numerics.replica import Replica
 from sim.numerics.sparse_rules import Pairs, reduce_pairs, scatter, split_by_owner
@@ -36,16 +37,27 @@ Shares = MutableMapping[Optional[int], Pairs]  # bucket -> the share a sparse Al
 
 class PairExchange:
     """Send `outgoing[i]` to op member i and receive every member's pairs for this one; `wait` runs
-    the two chained calls (sizes, then pairs) and leaves `received` in the op's member order."""
+    the two chained calls (sizes, then pairs) and leaves `received` in the op's member order.
+    `owner(i, sending)`: whose share the message to (from) member i holds, for the codec."""
 
-    def __init__(self, outgoing: Sequence[Pairs], me: int, order: Sequence[int], pg: Any, index_bytes: int) -> None:
-        self.me, self.order, self.pg, self.index_bytes = me, list(order), pg, index_bytes
+    def __init__(
+        self,
+        outgoing: Sequence[Pairs],
+        me: int,
+        order: Sequence[int],
+        pg: Any,
+        codec: Codec,
+        owner: Callable[[int, bool], Optional[int]],
+    ) -> None:
+        self.me, self.order, self.pg, self.codec, self.owner = me, list(order), pg, codec, owner
         self.received: list[Pairs] = list(outgoing)  # each slot but `me` is overwritten by `wait`
-        packed: dict[int, torch.Tensor] = {}  # an all-gather sends one batch to everyone: pack it once
+        packed: dict[tuple, torch.Tensor] = {}  # an all-gather sends one batch to everyone: pack it once
         self.device = outgoing[me].values.device if outgoing else torch.device("cpu")
         empty = torch.empty(0, dtype=torch.float32, device=self.device)
         self.chunks = [  # torch's member order
-            empty if i == me else packed.setdefault(id(outgoing[i]), pack_pairs(*_fields(outgoing[i]), index_bytes))
+            empty
+            if i == me
+            else packed.setdefault((id(outgoing[i]), owner(i, True)), codec.pack(outgoing[i], owner(i, True)))
             for i in self.order
         ]
         self.nbytes = sum(4 * c.numel() for c in self.chunks) + 8 * (len(self.order) - 1)  # pairs, then sizes
@@ -61,7 +73,7 @@ class PairExchange:
         dist.all_to_all_single(out, torch.cat(self.chunks), sizes, splits.tolist(), group=self.pg)
         for t, chunk in enumerate(out.split(sizes)):
             if self.order[t] != self.me:
-                self.received[self.order[t]] = Pairs(*unpack_pairs(chunk, self.index_bytes))
+                self.received[self.order[t]] = self.codec.unpack(chunk, self.owner(self.order[t], False))
         return True
 
 
@@ -79,14 +91,21 @@ def start_sparse(
     a, b = replica.range(bucket)
     size = b - a
     outgoing: Sequence[Pairs]
+    owner: Callable[[int, bool], Optional[int]]  # (member, sending) -> the share the message holds
     if isinstance(op, AllToAll):
         outgoing = split_by_owner(Pairs.of(data[a:b]), coding, p, size)
+
+        def owner(i: int, sending: bool) -> Optional[int]:
+            return i if sending else me
 
         def finish() -> None:
             shares[bucket] = reduce_pairs(exchange.received, size, p)
 
     elif isinstance(op, AllGather) and coding.partition == "none":
         outgoing = [Pairs.of(data[a:b])] * p
+
+        def owner(i: int, sending: bool) -> Optional[int]:
+            return None
 
         def finish() -> None:
             data[a:b] = scatter([reduce_pairs(exchange.received, size, p)], size, data.dtype)
@@ -100,6 +119,9 @@ def start_sparse(
             )
         outgoing = [share] * p
 
+        def owner(i: int, sending: bool) -> Optional[int]:
+            return me if sending else i
+
         def finish() -> None:
             data[a:b] = scatter(exchange.received, size, data.dtype)
 
@@ -108,9 +130,6 @@ def start_sparse(
             f"policy {replica.policy!r}: the real backend has no sparse rule for {type(op).__name__} ({op!r}); "
             "sparse ops are AllToAll and AllGather"
         )
-    exchange = PairExchange(outgoing, me, group_order(op.group) if pg is not None else [0], pg, coding.index_bytes)
+    order = group_order(op.group) if pg is not None else [0]
+    exchange = PairExchange(outgoing, me, order, pg, Codec(coding, 1 if coding.partition == "none" else p, size), owner)
     return (exchange if pg is not None else None), finish, exchange.nbytes, lambda: exchange.received_bytes
-
-
-def _fields(pairs: Pairs) -> tuple[torch.Tensor, torch.Tensor]:
-    return pairs.index, pairs.values

@@ -29,12 +29,17 @@ from hypothesis import strategies as st  # noqa: E402
 
 from sim.api import simulate  # noqa: E402
 from sim.cli import main  # noqa: E402
-from sim.config.yaml_io import read_yaml  # noqa: E402
+from sim.config.load import read_config  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = int(os.environ.get("SYNCSIM_FUZZ_EXAMPLES", "500"))
 # configs that train big zoo models or simulate thousands of flows take seconds each even at 2 iterations
-SLOW = {"real_zoo_resnet50.yaml", "zen_deepfm_8x8.yaml", "zen_gpt2_topk_16.yaml", "zen_deepfm_16.yaml"}
+SLOW = {
+    "real_zoo_resnet50.yaml",
+    "zen_deepfm_8x8.yaml",
+    "zen_deepfm_16.yaml",
+    "zen_code_opt_2_7b_16x1.yaml",
+}
 CONFIGS = sorted(
     p
     for p in [*ROOT.glob("configs/*.yaml"), *ROOT.glob("configs/papers/*.yaml")]
@@ -131,7 +136,7 @@ def assert_refused_by_field(code: int, lines: list[str], what: str) -> None:
 
 
 def run_small(path: Path, what: str) -> None:
-    data = read_yaml(path)  # as `check` read it (`1e3` is a number there, a string to plain PyYAML)
+    data = read_config(path)  # as `check` read it: `1e3` a number (a string to plain PyYAML), `extends:` merged
     data["iterations"] = min(data.get("iterations", 10), BUDGET)
     with _bounded(HANG_S):
         result = simulate(data)

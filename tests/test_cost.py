@@ -25,7 +25,7 @@ QUICKSTART = ROOT / "configs" / "quickstart.yaml"
 EVENTS_FACTOR = 3.0
 FLOWS_FACTOR = 1.5
 DENSE = ["ring", "hierarchical", "ps", "asp", "ssp", "no_sync", "ds_sync", "sync_switch"]
-SPARSE = ["zen", "sparse_allgather", "sparse_ps"]
+SPARSE = ["zen", "sparse_allgather", "sparse_ps", "sparcml", "omnireduce"]
 
 
 def small(policies: list[str], sparse: bool) -> dict[str, Any]:

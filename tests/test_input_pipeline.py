@@ -93,3 +93,30 @@ def test_a_loader_slower_than_the_stall_timeout_is_not_a_deadlock() -> None:
     assert result.summary.iloc[0]["status"] == "ok"
     second = result.iterations[result.iterations["iteration"] == 1]["iteration_s"]
     assert second.to_numpy() == pytest.approx(GPUS * BATCH / 1e-3, rel=1e-6)  # the host's four batches
+
+
+def ps_config(replication: str, rate: float, hosts: int = 4) -> dict[str, Any]:
+    cfg = config(rate, hosts)
+    cfg["cluster"]["gpus_per_host"] = 1
+    cfg["policies"] = [{"name": "ps", "replication": replication}]
+    return cfg
+
+
+def test_in_graph_replication_feeds_every_tower_from_one_pipeline() -> None:
+    """TensorFlow 1.x in-graph replication (Tensor2Tensor --sync): one client prepares all hosts'
+    batches, so a step takes hosts x batch / rate once the loader binds, where a client per worker
+    (between graph) is bound by its own host's batch / rate."""
+    hosts, rate = 4, 160.0  # one host's batch every 0.2 s, against 0.1 s of compute
+    steps = {}
+    for replication in ("between_graph", "in_graph"):
+        figures = steady_figures(simulate(ps_config(replication, rate, hosts)).iterations, warmup=5)["ps"]
+        steps[replication] = figures["mean_iteration_s"]
+    assert steps["between_graph"] == pytest.approx(BATCH / rate, rel=0.02)
+    assert steps["in_graph"] == pytest.approx(hosts * BATCH / rate, rel=0.02)
+
+
+def test_in_graph_replication_is_refused_for_asynchronous_schemes() -> None:
+    cfg = ps_config("in_graph", 1000.0)
+    cfg["policies"] = [{"name": "asp", "replication": "in_graph"}]
+    with pytest.raises(ConfigError, match=r"policies\[0\]\.replication: .*asynchronous.*allowed here: between_graph"):
+        simulate(cfg)

@@ -1,5 +1,6 @@
 """Numerics mode with real sparse gradients: DeepFM's embedding rows and top-k with error feedback
-flow through Zen and the sparse baselines, which must give dense all-reduce's parameters."""
+flow through Zen and the sparse baselines (SparCML, OmniReduce included), which must give dense
+all-reduce's parameters."""
 
 from __future__ import annotations
 
@@ -21,6 +22,9 @@ SPARSE_POLICIES = [
     {"name": "zen", "label": "zen_contiguous", "partition": "contiguous"},
     {"name": "sparse_allgather"},
     {"name": "sparse_ps"},
+    {"name": "sparcml"},
+    {"name": "omnireduce"},
+    {"name": "omnireduce", "label": "omnireduce_16", "block_size": 16},
 ]
 
 
@@ -45,12 +49,12 @@ def deepfm_config(policies: list[dict], momentum: float = 0.0, iterations: int =
 
 
 def test_sparse_schemes_give_dense_all_reduce_parameters_on_deepfm() -> None:
-    """20 iterations, 4 workers: every replica (Zen, all-gather) or the servers' model (sparse PS)
-    equals dense all-reduce's; the embedding buckets really were sparse."""
+    """20 iterations, 4 workers: every replica (Zen, all-gather, SparCML, OmniReduce) or the servers'
+    model (sparse PS) equals dense all-reduce's; the embedding buckets really were sparse."""
     result = simulate(parse_config(deepfm_config([{"name": "ring"}, {"name": "ps"}, *SPARSE_POLICIES])))
     runs = {run.label: run for run in result.runs}
     reference = runs["ring"].parameters
-    for label in ("zen", "zen_contiguous", "sparse_allgather"):
+    for label in ("zen", "zen_contiguous", "sparse_allgather", "sparcml", "omnireduce", "omnireduce_16"):
         np.testing.assert_allclose(runs[label].parameters, reference, rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(runs["sparse_ps"].consensus, runs["ring"].consensus, rtol=1e-5, atol=1e-7)
     ops = result.ops[result.ops["rank"] == -1]

@@ -1,7 +1,7 @@
 """Sparse ops on the real backend: the pair exchanges of `real/sparse_collectives.py` (in-process,
 with a stand-in for gloo's all_to_all_single), the sparse frames of `real/protocol.py`, a shard's
-sparse replies, and one gloo launch of zen, sparse_allgather and sparse_ps on DeepFM that must end
-where numerics mode does.
+sparse replies, SparCML's dense switch and OmniReduce's blocks, and one gloo launch of zen,
+sparse_allgather, sparse_ps, sparcml and omnireduce on DeepFM that must end where numerics mode does.
 """
 
 from __future__ import annotations
@@ -142,6 +142,41 @@ def test_zen_all_to_all_then_all_gather_is_numerics_rule_in_member_order(
         assert torch.equal(rep.grads[:10], before[r][:10]) and not rep.shares  # outside the bucket: untouched
 
 
+@pytest.mark.parametrize("coding", [SparseCoding("contiguous", "list", 4, dense_switch=True),
+                                    SparseCoding("contiguous", "list", 4, block=8)])  # fmt: skip
+def test_sparcml_and_omnireduce_codings_move_dense_ranges_or_blocks_and_give_the_mean(
+    coding: SparseCoding, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SparCML's switch: a message whose pairs take as many floats as its owner's range goes as the
+    range's values (the gathered union, 1 - 0.65^4 = 82% dense, always does). OmniReduce's blocks:
+    each non-zero block of 8 moves whole with its id. Either way the bucket ends as the mean."""
+    group = Group((2, 0, 3, 1))
+    replicas = _members(group.ranks, seed=2)
+    before = {r: rep.grads[10 : 10 + SIZE].clone() for r, rep in replicas.items()}
+    blocks = -(-SIZE // 8)
+    bounds = [-(-j * SIZE // 4) for j in range(5)] if coding.dense_switch else [-(-j * blocks // 4) for j in range(5)]
+    a2a_bytes = _run(AllToAll(group, 400.0, density=Density.SPARSE, coding=coding), replicas, monkeypatch)
+    gather_bytes = _run(AllGather(group, 400.0, density=Density.SPARSE, coding=coding), replicas, monkeypatch)
+    mean = torch.stack([before[r] for r in group.ranks]).mean(0)
+    union = torch.stack([before[r] != 0 for r in group.ranks]).any(0)
+    for j, r in enumerate(group.ranks):
+        torch.testing.assert_close(replicas[r].grads[10 : 10 + SIZE], mean)
+        nonzero = torch.nonzero(before[r]).flatten()
+        if coding.dense_switch:
+            span = [hi - lo for lo, hi in zip(bounds, bounds[1:])]
+            count = [int(((nonzero >= lo) & (nonzero < hi)).sum()) for lo, hi in zip(bounds, bounds[1:])]
+            assert a2a_bytes[r] == sum(4 * min(2 * c, s) for k, (c, s) in enumerate(zip(count, span)) if k != j) + 24
+            assert int(union[bounds[j] : bounds[j + 1]].sum()) * 2 >= span[j]  # the union's range went dense
+            assert gather_bytes[r] == 3 * 4 * span[j] + 24
+        else:
+            touched = torch.unique(nonzero // 8)
+            owned = [int(((touched >= lo) & (touched < hi)).sum()) for lo, hi in zip(bounds, bounds[1:])]
+            assert a2a_bytes[r] == sum(4 * 9 * c for k, c in enumerate(owned) if k != j) + 24
+            mine = torch.unique(torch.nonzero(union).flatten() // 8)
+            held = int(((mine >= bounds[j]) & (mine < bounds[j + 1])).sum())
+            assert gather_bytes[r] == 3 * 4 * 9 * held + 24
+
+
 def test_sparse_all_gather_without_partition_reduces_every_members_pairs(monkeypatch: pytest.MonkeyPatch) -> None:
     group = Group((1, 3, 0))
     coding = SparseCoding("none", "list", 8)
@@ -233,8 +268,8 @@ def test_a_shard_answers_a_sparse_pull_with_the_rows_its_round_touched() -> None
 # ----------------------------------------------------------------------------- on gloo
 def test_sparse_policies_on_gloo_end_with_numerics_modes_parameters(tmp_path: Path) -> None:
     """Acceptance: configs/real_zen_deepfm.yaml (DeepFM, top-k 5%) on 4 gloo workers + 2 shards: zen
-    (hashed and contiguous owners), sparse_allgather and sparse_ps end with the parameters numerics
-    mode computes, and their ops moved fewer bytes than ring's dense all-reduce."""
+    (hashed and contiguous owners), sparse_allgather, sparse_ps, sparcml and omnireduce end with the
+    parameters numerics mode computes, and their ops moved fewer bytes than ring's dense all-reduce."""
     out = tmp_path / "out"
     outcome = launch(CONFIG, out, nproc=4, timeout_s=60)
     assert outcome.ok, outcome.failed
@@ -242,12 +277,13 @@ def test_sparse_policies_on_gloo_end_with_numerics_modes_parameters(tmp_path: Pa
 
     sim = simulate(CONFIG)
     real = np.load(out / "parameters.npz")
-    assert [run.label for run in sim.runs] == ["ring", "zen", "zen_contiguous", "sparse_allgather", "sparse_ps"]
+    labels = ["ring", "zen", "zen_contiguous", "sparse_allgather", "sparse_ps", "sparcml", "omnireduce"]
+    assert [run.label for run in sim.runs] == labels
     for run in sim.runs:
         assert run.parameters is not None and run.consensus is not None
         np.testing.assert_allclose(real[f"{run.label}/workers"], run.parameters, rtol=1e-4, atol=1e-6)
         np.testing.assert_allclose(real[f"{run.label}/consensus"], run.consensus, rtol=1e-4, atol=1e-6)
-    for label in ("zen", "zen_contiguous", "sparse_allgather"):  # same pairs, same order of additions
+    for label in ("zen", "zen_contiguous", "sparse_allgather", "sparcml", "omnireduce"):  # same sums, same order
         np.testing.assert_array_equal(real[f"{label}/workers"], sim.runs[1].parameters)
     np.testing.assert_allclose(real["sparse_ps/consensus"], real["ring/consensus"], rtol=1e-4, atol=1e-6)
 
@@ -261,6 +297,8 @@ def test_sparse_policies_on_gloo_end_with_numerics_modes_parameters(tmp_path: Pa
     dense = sent[("ring", "AllReduce")]
     assert sent[("zen", "AllToAll")] + sent[("zen", "AllGather")] < dense / 2
     assert sent[("sparse_allgather", "AllGather")] < dense
+    for label in ("sparcml", "omnireduce"):  # pairs and dense ranges; whole blocks
+        assert sent[(label, "AllToAll")] + sent[(label, "AllGather")] < dense
     sparse = ops[(ops.policy == "zen") & (ops.kind == "AllToAll")]
     assert (sparse.wire_bytes > sparse["nbytes"]).all()  # every member's bytes, not the first's
     assert (sparse.imbalance >= 1).all() and np.isnan(ops[ops.policy == "ring"].wire_bytes).all()

@@ -251,3 +251,14 @@ def test_a_rank_whose_calibration_cannot_fit_says_so_in_one_line(
     assert capsys.readouterr().err == (
         "rank 0: CalibrationError: uplinks: rack egress no slower than a NIC; measure with a larger uplink_bytes\n"
     )
+
+
+def test_the_real_backend_refuses_in_graph_replication_by_name() -> None:
+    """One client feeding every worker is a simulator model; real workers are processes of their own."""
+    from real.session import placement
+    from sim.errors import ConfigError
+
+    raw = yaml.safe_load((Path(__file__).resolve().parents[1] / "configs" / "real_2x2_digits.yaml").read_text())
+    raw["policies"] = [{"name": "ring"}, {"name": "sync_switch", "first": {"name": "ps", "replication": "in_graph"}}]
+    with pytest.raises(ConfigError, match=r"policies\[1\]: 'replication: in_graph'.*allowed here: between_graph"):
+        placement(parse_config(raw))

@@ -83,6 +83,10 @@ def test_validator_rejects_malformed_sparse_ops() -> None:
         v.check(0, 0, AllToAll(WORLD, 1.0, density=Density.SPARSE, coding=SparseCoding("none")))
     with pytest.raises(PolicyError, match="partition hash or contiguous"):
         v.check(0, 0, Push(0, 1.0, coding=SparseCoding("none")))
+    with pytest.raises(PolicyError, match="block and dense_switch codings are for AllToAll and AllGather"):
+        v.check(0, 0, Push(0, 1.0, coding=SparseCoding("hash", block=256)))
+    with pytest.raises(ValueError, match="block 0; allowed"):
+        SparseCoding("hash", block=0)
     v.check(0, 0, AllToAll(WORLD, 1.0, density=Density.SPARSE, coding=coding))  # well formed
 
 

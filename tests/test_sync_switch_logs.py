@@ -7,6 +7,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from sim.experiments import sync_switch_logs as logs
@@ -83,3 +84,31 @@ def test_the_documented_summary_is_the_bundled_tables() -> None:
     text = DOC.read_text()
     for line in logs.markdown(logs.summary(logs.bundled())).splitlines():
         assert line in text, line
+
+
+RECORDS = (
+    "Job name: c_5050_run1, SGD: BSP\nStarted training at:    2020-09-17 16:39:38.5\n"
+    "Ended training at:    2020-09-17 18:10:43.5, 8000 steps\nFinal loss:    0.49Job name: c_5050_run1, SGD: ASP\n"
+    "Started training at:    2020-09-17 18:13:52.5\nEnded training at:    2020-09-17 19:05:03.0, 72014 steps\n"
+    "Job name: test, SGD: BSP\nJob name: c_bsp, SGD: BSP\nStarted training at:    2020-09-18 01:00:00.0\n"
+    "Ended training at:    2020-09-18 02:00:00.0, 16000 steps\n"
+)
+
+
+def test_job_records_give_each_finished_phase_and_the_gap_a_switch_cost() -> None:
+    phases = logs.reduce_job_records(RECORDS)  # a record glued to the previous line's loss still counts
+    assert [(p["job"], p["mode"], p["steps"]) for p in phases] == [
+        ("c_5050_run1", "BSP", 8000),
+        ("c_5050_run1", "ASP", 72014),
+        ("c_bsp", "BSP", 16000),  # "test" never started: left out
+    ]
+    gaps = logs.switch_gaps(pd.DataFrame(phases))
+    assert gaps.to_dict() == {"c_5050_run1": pytest.approx(189.0)}  # one job of two phases
+
+
+def test_the_bundled_job_records_cite_their_file() -> None:
+    phases = logs.bundled(logs.PHASES)
+    assert list(phases.columns) == list(logs.PHASE_COLUMNS) and len(phases) >= 100
+    assert phases["source"].str.startswith(f"{logs.REPOSITORY}@{logs.COMMIT}:data/").all()
+    gaps = logs.switch_gaps(phases)
+    assert (gaps[gaps.index.str.startswith("cifar100_")] > 90).all()  # never shorter than main.py's 90 s wait

@@ -5,6 +5,8 @@ value bytes) each member holds in each owner's partition, and the same for the u
 (what owners hold after reducing). `SparseTraffic` turns a census and a `SparseCoding` into message
 sizes: a message carries its rows' values plus their ids, as a list (`index_bytes` per row) or a
 bitmap (one bit per row of the owner's share of the space), or whichever is smaller (`auto`).
+A coding with a `block` counts fixed blocks of values instead of rows (`sim.compute.sparse_blocks`);
+one with `dense_switch` caps a message at its owner's whole share of values, sent without ids.
 The closed forms in docs/sparse.md follow from these rules.
 """
 
@@ -16,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from policies.ops import SparseCoding
+from sim.compute.sparse_blocks import block_count, block_mask, block_values
 from sim.compute.sparsity import BucketLayout, IndexSets
 
 _CHUNK = 1 << 22
@@ -66,18 +69,26 @@ class SparseTraffic:
         self.sets = sets
         self._cache: OrderedDict[tuple, Census] = OrderedDict()
         self._dense: dict[tuple, np.ndarray] = {}
+        self._shares: dict[tuple, np.ndarray] = {}  # (bucket, partition, owners) -> value bytes per owner
+        self._blocks: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}  # -> (owner, value bytes) per block
 
     @property
     def layouts(self) -> tuple[BucketLayout, ...]:
         return self.sets.buckets
 
-    def census(self, step: int, bucket: int, members: tuple[int, ...], partition: str, owners: int) -> Census:
-        key = (step, bucket, members, partition, owners)
+    def census(
+        self, step: int, bucket: int, members: tuple[int, ...], partition: str, owners: int, block: int | None = None
+    ) -> Census:
+        """Counts of rows, or with `block` of blocks of that many values (a coding's `block`)."""
+        key = (step, bucket, members, partition, owners, block)
         hit = self._cache.get(key)
         if hit is not None:
             self._cache.move_to_end(key)
             return hit
-        census = self._count(step, bucket, members, partition, owners)
+        if block is None:
+            census = self._count(step, bucket, members, partition, owners)
+        else:
+            census = self._count_blocks(step, bucket, members, partition, owners, block)
         self._cache[key] = census
         if len(self._cache) > _CACHE:
             self._cache.popitem(last=False)
@@ -116,6 +127,48 @@ class SparseTraffic:
             union_values += counts * row_bytes
         return Census(rows, values, union_rows, union_values, share_rows(space, owners, partition))
 
+    def _count_blocks(
+        self, step: int, bucket: int, members: tuple[int, ...], partition: str, owners: int, block: int
+    ) -> Census:
+        units = block_count(self.layouts[bucket], block)
+        owner, size = self._block_owners(bucket, partition, owners, block)
+        rows = np.zeros((len(members), owners), dtype=np.int64)
+        values = np.zeros((len(members), owners))
+        union = np.zeros(units, dtype=bool)
+        for i, rank in enumerate(members):
+            mask = block_mask(self.sets, step, bucket, rank, block)
+            union |= mask
+            rows[i] = np.bincount(owner[mask], minlength=owners)
+            values[i] = np.bincount(owner[mask], weights=size[mask], minlength=owners)
+        union_rows = np.bincount(owner[union], minlength=owners)
+        union_values = np.bincount(owner[union], weights=size[union], minlength=owners)
+        return Census(rows, values, union_rows, union_values, share_rows(units, owners, partition))
+
+    def _block_owners(self, bucket: int, partition: str, owners: int, block: int) -> tuple[np.ndarray, np.ndarray]:
+        """Owner and value bytes of every block of a bucket."""
+        key = (bucket, partition, owners, block)
+        if key not in self._blocks:
+            layout = self.layouts[bucket]
+            units = block_count(layout, block)
+            owner = owner_of(np.arange(units, dtype=np.int64), partition, owners, units)
+            self._blocks[key] = (owner, block_values(layout, block))
+        return self._blocks[key]
+
+    def share_values(self, bucket: int, partition: str, owners: int, block: int | None = None) -> np.ndarray:
+        """Per owner, the bytes of every value of its share, zeros included: what it moves dense."""
+        if block is not None:
+            owner, size = self._block_owners(bucket, partition, owners, block)
+            return np.bincount(owner, weights=size, minlength=owners)
+        key = (bucket, partition, owners)
+        if key not in self._shares:
+            layout = self.layouts[bucket]
+            total = np.zeros(owners)
+            for s, seg in enumerate(layout.segments):
+                counts = self._dense_counts(bucket, s, partition, owners, layout.rows)
+                total += counts * float(seg.width * layout.value_bytes)
+            self._shares[key] = total
+        return self._shares[key]
+
     def _dense_counts(self, bucket: int, segment: int, partition: str, owners: int, space: int) -> np.ndarray:
         key = (bucket, segment, partition, owners)
         if key not in self._dense:
@@ -128,8 +181,11 @@ class SparseTraffic:
         return self._dense[key]
 
 
-def message_bytes(values: np.ndarray, rows: np.ndarray, share: int, coding: SparseCoding) -> np.ndarray:
-    """Bytes of messages carrying `rows` rows (`values` bytes of values) from an owner's share."""
+def message_bytes(
+    values: np.ndarray, rows: np.ndarray, share: int, coding: SparseCoding, dense: np.ndarray | None = None
+) -> np.ndarray:
+    """Bytes of messages carrying `rows` rows (`values` bytes of values) from an owner's share;
+    `dense`: the bytes of that share's values, a cap under the coding's `dense_switch`."""
     listed = rows * float(coding.index_bytes)
     bitmap = np.full(np.shape(rows), float(-(-share // 8)))
     if coding.index_format == "list":
@@ -138,22 +194,28 @@ def message_bytes(values: np.ndarray, rows: np.ndarray, share: int, coding: Spar
         index = bitmap
     else:
         index = np.minimum(listed, bitmap)
-    return np.asarray(values, dtype=float) + index
+    sizes = np.asarray(values, dtype=float) + index
+    if coding.dense_switch and dense is not None:
+        return np.minimum(sizes, dense)
+    return sizes
 
 
-def exchange_matrix(census: Census, coding: SparseCoding) -> np.ndarray:
-    """AllToAll: bytes member i sends member j (the rows j owns); a member keeps its own share."""
-    sizes = message_bytes(census.values, census.rows, census.share, coding)
+def exchange_matrix(census: Census, coding: SparseCoding, dense: np.ndarray | None = None) -> np.ndarray:
+    """AllToAll: bytes member i sends member j (the rows j owns); a member keeps its own share.
+    `dense`: per owner, its share's value bytes (`SparseTraffic.share_values`)."""
+    sizes = message_bytes(census.values, census.rows, census.share, coding, dense)
     np.fill_diagonal(sizes, 0.0)
     return sizes
 
 
-def gather_sizes(census: Census, coding: SparseCoding) -> np.ndarray:
+def gather_sizes(census: Census, coding: SparseCoding, dense: np.ndarray | None = None) -> np.ndarray:
     """Sparse AllGather: bytes member i sends each other member. Partitioned: the union rows it owns
-    (the census must have one owner per member); none: its whole sparse tensor."""
+    (the census must have one owner per member); none: its whole sparse tensor. `dense`: per owner,
+    its share's value bytes."""
     if coding.partition == "none":
-        return message_bytes(census.values.sum(axis=1), census.rows.sum(axis=1), census.share, coding)
-    return message_bytes(census.union_values, census.union_rows, census.share, coding)
+        whole = None if dense is None else dense.sum()
+        return message_bytes(census.values.sum(axis=1), census.rows.sum(axis=1), census.share, coding, whole)
+    return message_bytes(census.union_values, census.union_rows, census.share, coding, dense)
 
 
 def received_imbalance(received: np.ndarray) -> float:

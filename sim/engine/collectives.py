@@ -15,7 +15,8 @@ All-to-all sends n/p from every member to every other member at once.
 Under the NCCL model (`simulation.network_model: nccl`, sim/engine/nccl_plans.py) a dense collective
 is one pipelined transfer of the algorithm and protocol NCCL's tuner would pick, with NCCL's latency.
 
-Sparse ops (`op.coding` set) resolve their sizes from the run's index sets (`sim.compute.sparse_traffic`):
+Sparse ops (`op.coding` set) resolve their sizes from the run's index sets (`sim.compute.sparse_traffic`;
+in blocks of values for a coding with a `block`, capped at the owner's dense share under `dense_switch`):
 a sparse all-to-all is one flow per ordered pair of members with that pair's bytes, a sparse
 all-gather one flow from every member to every other carrying the member's rows (all-gather-v by
 direct sends, which reaches the receive-bandwidth bound however unequal the members are). In the
@@ -154,11 +155,16 @@ class CollectiveRunner:
         coding = op.coding
         assert coding is not None
         p = len(ranks)
+        owners = 1 if coding.partition == "none" else p
+        dense = (
+            self.traffic.share_values(bucket, coding.partition, owners, coding.block) if coding.dense_switch else None
+        )
         if isinstance(op, AllToAll):
-            sizes = exchange_matrix(self.traffic.census(step, bucket, ranks, coding.partition, p), coding)
+            census = self.traffic.census(step, bucket, ranks, coding.partition, p, coding.block)
+            sizes = exchange_matrix(census, coding, dense)
         elif isinstance(op, AllGather):
-            owners = 1 if coding.partition == "none" else p
-            sent = gather_sizes(self.traffic.census(step, bucket, ranks, coding.partition, owners), coding)
+            census = self.traffic.census(step, bucket, ranks, coding.partition, owners, coding.block)
+            sent = gather_sizes(census, coding, dense)
             sizes = np.repeat(sent[:, None], p, axis=1)
             np.fill_diagonal(sizes, 0.0)
             if self.model == "pipelined":  # a member's copies to everyone as one coupled transfer

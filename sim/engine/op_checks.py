@@ -70,6 +70,8 @@ class OpValidator:
             self._check_sparse(rank, step, op, op.coding is not None, (Push, Pull))
             if op.coding is not None and op.coding.partition == "none":
                 raise self.fail(rank, step, op, "a sparse push or pull needs partition hash or contiguous")
+            if op.coding is not None and (op.coding.block is not None or op.coding.dense_switch):
+                raise self.fail(rank, step, op, "block and dense_switch codings are for AllToAll and AllGather")
         elif isinstance(op, WaitForClock):
             if not isinstance(op.min_clock, int):
                 raise self.fail(rank, step, op, "min_clock must be an int")

@@ -22,6 +22,7 @@ from sim.compute.workload import ComputePlan
 from sim.config import Config
 from sim.engine.clocks import ClockBoard
 from sim.engine.executor import Executor
+from sim.engine.input_pipeline import HostInput, host_inputs
 from sim.engine.phase_budget import PhaseBudget
 from sim.engine.servers import Shard
 from sim.engine.worker import BlockedTime, WorkerContext, worker
@@ -43,7 +44,7 @@ class PhaseRunner:
     evaluator: Any = None  # numerics mode: sim.numerics.evaluation.Evaluator
     overlap_slowdown: float = 1.0  # compute under a running collective (sim.engine.worker)
     busy_until: Any = None  # per rank, when its launched collectives end (sim.engine.collectives)
-    inputs: Any = None  # per rank, its host's input pipeline (sim.engine.input_pipeline)
+    inputs: Any = None  # the running phase's input pipeline per rank (sim.engine.input_pipeline)
     workers: list[simpy.Process] = field(default_factory=list)  # the running phase's worker processes
 
     def process(self) -> Generator[simpy.Event, Any, None]:
@@ -78,6 +79,7 @@ class PhaseRunner:
             Shard(env, spec, tuple(range(world)), self._staleness, server, restarted=start > 0)
             for spec in phase.policy.servers()
         ]
+        self.inputs = self._inputs(phase.policy)
         clocks = ClockBoard(env, world, start)
         budget = PhaseBudget(phase, self.policy, progress, clocks)
         ctx = WorkerContext(
@@ -100,6 +102,16 @@ class PhaseRunner:
         )
         self.workers[:] = [env.process(worker(ctx, rank)) for rank in range(world)]
         return budget
+
+    def _inputs(self, policy: Policy) -> Optional[list[HostInput]]:
+        """The phase's input pipelines, started empty (a switch restarts every process): one per host,
+        or, for an in-graph policy, its client's one pipeline shared by every rank."""
+        workload, rank_hosts = self.config.workload, self.cluster.view.rank_hosts
+        if policy.one_input_pipeline:
+            rank_hosts = ("client",) * len(rank_hosts)
+        return host_inputs(
+            self.env, rank_hosts, workload.input_samples_s, self.plan.batch_size, workload.input_prefetch_batches
+        )
 
     def _staleness(self, rank: int, key: int, stale: int) -> None:
         self.run.staleness.append((rank, stale))

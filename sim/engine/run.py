@@ -31,7 +31,7 @@ from sim.engine.collectives import CollectiveRunner, Launched
 from sim.engine.communicators import Communicators
 from sim.engine.executor import Executor
 from sim.engine.faults import FaultContext, LinkEffects, background, straggler
-from sim.engine.input_pipeline import host_inputs, preparing
+from sim.engine.input_pipeline import preparing
 from sim.engine.nccl_plans import nccl_capacity, planner_for
 from sim.engine.phase_runner import PhaseRunner
 from sim.engine.servers import Shard
@@ -186,13 +186,6 @@ def run_policy(
             traffic,
         )
 
-    inputs = host_inputs(
-        env,
-        cluster.view.rank_hosts,
-        config.workload.input_samples_s,
-        plan.batch_size,
-        config.workload.input_prefetch_batches,
-    )
     phases = PhaseRunner(
         env,
         config,
@@ -208,7 +201,6 @@ def run_policy(
         evaluator,
         slowdown,
         runner.busy_until if slowdown != 1.0 else None,
-        inputs,
     )
     workers = phases.workers
     done = env.process(phases.process())
@@ -223,7 +215,7 @@ def run_policy(
 
     def check_stall() -> None:
         # a long transfer on a slow link, or a slow host loader, is progress, not a deadlock
-        if net.finite_transfers or preparing(inputs):
+        if net.finite_transfers or preparing(phases.inputs):
             progress["last"] = env.now
         elif env.now - progress["last"] > config.simulation.stall_timeout_s:
             raise stalled()

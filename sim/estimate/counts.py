@@ -194,7 +194,7 @@ def _bucket(name: str, s: Any, shape: Shape, config: Config, sparse: bool, rows:
                        fabric_routes=shape.racks, op_rows=groups)  # fmt: skip
     if name == "ds_sync":
         return _ds_sync(s, shape, stepwise)
-    if sparse and name in ("zen", "sparse_allgather"):
+    if sparse and name in ("zen", "sparse_allgather", "sparcml", "omnireduce"):  # the last two: zen's program
         pairs = w * (w - 1)  # all-gather: each member's rows to every other (pipelined: one transfer each)
         gather = Traffic(1.0, pairs if stepwise else w, pairs, entries=2 * w * w, node_routes=w * w,
                          fabric_routes=shape.racks**2, op_rows=1.0, sparse_rows=rows)  # fmt: skip
@@ -202,7 +202,7 @@ def _bucket(name: str, s: Any, shape: Shape, config: Config, sparse: bool, rows:
             return gather
         exchange = Traffic(1.0, pairs, pairs, entries=pairs * shape.path_links, op_rows=1.0)  # a flow per pair
         return _add(gather, exchange)
-    return _ring(w, 2, stepwise, shape, float(shape.links))  # ring, a plug-in, a dense bucket of zen
+    return _ring(w, 2, stepwise, shape, float(shape.links))  # ring, a plug-in, a dense bucket of a sparse policy
 
 
 def _sharded(name: str, s: Any, shape: Shape, per_shard: bool, sparse: bool, rows: float) -> Traffic:

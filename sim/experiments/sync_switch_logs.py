@@ -9,6 +9,11 @@ evaluation); its steps are the last evaluation's step, as TensorFlow's global st
 Directories name a configuration and, for repeated runs, a run number (`b5-a95-run3`, `12_88_2`,
 `bsp_4`); a directory without one is run 0.
 
+The repository also keeps its launcher's job records (`data/bsp_job.txt`, `data/asp_job.txt`): for
+every phase a job ran, its mode and when training started and ended, with the steps done. A hybrid
+job has one record per phase, so the gap between one phase's end and the next one's start is what a
+switch cost (`sim/catalog/sync_switch_phases.csv`).
+
     python -m sim.experiments.sync_switch_logs --repo PATH   # rebuild the bundled table from a clone
     python -m sim.experiments.sync_switch_logs               # the per-configuration summary (Markdown)
 """
@@ -18,7 +23,7 @@ from __future__ import annotations
 import io
 import re
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from importlib import resources
 from pathlib import Path
 
@@ -30,6 +35,14 @@ from sim.markdown import markdown_table
 REPOSITORY = "cake-lab/Sync-Switch"
 COMMIT = "09af0864c3d8745803a4b9c88ccf333eec4101b7"
 TABLE = "sync_switch_runs.csv"
+PHASES = "sync_switch_phases.csv"
+JOB_RECORDS = ("data/bsp_job.txt", "data/asp_job.txt")
+PHASE_COLUMNS = ("job", "mode", "started", "ended", "steps", "source")
+_RECORD = re.compile(
+    r"Job name: (?P<job>\S+), SGD: (?P<mode>\w+)\s*"
+    r"Started training at:\s+(?P<started>\S+ \S+)\s*"
+    r"Ended training at:\s+(?P<ended>\S+ \S+), (?P<steps>\d+) steps"
+)
 COLUMNS = (
     "experiment",
     "configuration",
@@ -76,12 +89,45 @@ def reduce_run(text: str) -> dict[str, float]:
     }
 
 
-def read_repository(repo: Path, commit: str = COMMIT) -> pd.DataFrame:
-    """Every run under `data/` of a clone of the authors' repository at `commit`, one row each."""
+def reduce_job_records(text: str) -> list[dict[str, object]]:
+    """A launcher's job record file as one dict per finished phase: job, mode (BSP or ASP), start and
+    end (ISO timestamps as written) and steps. Phases that never logged their end are left out."""
+    return [
+        {**match.groupdict(), "steps": int(match["steps"])}
+        for match in _RECORD.finditer(text.replace("Job name:", "\nJob name:"))
+    ]
 
+
+def switch_gaps(phases: pd.DataFrame) -> pd.Series:
+    """Seconds from one phase's end to the next phase's start, for every job of several phases
+    (indexed by job): the stop, checkpoint and relaunch that a switch costs."""
+    ordered = phases.assign(started=pd.to_datetime(phases["started"]), ended=pd.to_datetime(phases["ended"]))
+    ordered = ordered.sort_values(["job", "started"])
+    gaps = (ordered["started"] - ordered.groupby("job")["ended"].shift()).dt.total_seconds()
+    return gaps.set_axis(ordered["job"]).dropna()
+
+
+def _git(repo: Path) -> Callable[..., str]:
     def git(*args: str) -> str:
         return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout
 
+    return git
+
+
+def read_job_records(repo: Path, commit: str = COMMIT) -> pd.DataFrame:
+    """Every finished phase in the launcher's job records of a clone at `commit`, one row each."""
+    git = _git(repo)
+    rows = [
+        {**record, "source": f"{REPOSITORY}@{commit}:{path}"}
+        for path in JOB_RECORDS
+        for record in reduce_job_records(git("show", f"{commit}:{path}"))
+    ]
+    return pd.DataFrame(rows, columns=list(PHASE_COLUMNS))
+
+
+def read_repository(repo: Path, commit: str = COMMIT) -> pd.DataFrame:
+    """Every run under `data/` of a clone of the authors' repository at `commit`, one row each."""
+    git = _git(repo)
     rows = []
     for path in sorted(p for p in git("ls-tree", "-r", "--name-only", commit, "data").splitlines()):
         if not path.endswith("/acc.csv"):
@@ -96,9 +142,10 @@ def read_repository(repo: Path, commit: str = COMMIT) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=list(COLUMNS))
 
 
-def bundled() -> pd.DataFrame:
-    """The bundled table (sim/catalog/sync_switch_runs.csv), one row per logged run."""
-    with resources.files("sim.catalog").joinpath(TABLE).open() as f:
+def bundled(table: str = TABLE) -> pd.DataFrame:
+    """A bundled table: the logged runs (sim/catalog/sync_switch_runs.csv), one row each, or with
+    `PHASES` the job records' phases (sim/catalog/sync_switch_phases.csv)."""
+    with resources.files("sim.catalog").joinpath(table).open() as f:
         return pd.read_csv(f, comment="#")
 
 
@@ -141,7 +188,13 @@ def main(argv: Sequence[str] | None = None) -> None:
             "# minus the first's; steps = last evaluated global step; accuracies = test accuracy as logged.\n"
         )
         atomic_write(target, header + runs.to_csv(index=False))
-        print(f"{len(runs)} runs -> {target}")
+        phases = read_job_records(args.repo)
+        header = (
+            f"# The Sync-Switch launcher's job records ({', '.join(JOB_RECORDS)} of {REPOSITORY}@{COMMIT}), one row\n"
+            "# per finished phase (python -m sim.experiments.sync_switch_logs --repo CLONE); times as written there.\n"
+        )
+        atomic_write(target.with_name(PHASES), header + phases.to_csv(index=False))
+        print(f"{len(runs)} runs -> {target}; {len(phases)} phases -> {target.with_name(PHASES)}")
         return
     print(markdown(summary(bundled())))
 

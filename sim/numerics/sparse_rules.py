@@ -1,8 +1,10 @@
 """What sparse collectives do to real tensors, as (index, value) pairs.
 
 A member's sparse tensor is the non-zero elements of its bucket range. Owners follow the op's
-`SparseCoding` over element positions in the bucket (the same `owner_of` the simulator sizes
-messages with), so an element's owner is the same on every member and on both backends.
+`SparseCoding` over element positions in the bucket, or over its blocks when it has a `block` (the
+same `owner_of` the simulator sizes messages with), so an element's owner is the same on every
+member and on both backends. A coding's block and dense switch change only how messages are laid
+out (`real/sparse_codec.py`), not what they sum to.
 
 - Sparse AllToAll: each member sends each owner its pairs there; an owner sums what it receives
   (its own pairs included) and divides by the group size: it now holds the mean of its share.
@@ -39,7 +41,12 @@ class Pairs:
 
 
 def owners(index: torch.Tensor, coding: SparseCoding, n: int, size: int) -> torch.Tensor:
-    return torch.from_numpy(owner_of(index.cpu().numpy(), coding.partition, n, size)).to(index.device)
+    """Owner of each position of a `size`-position range; with a coding's `block` of k, the owner of
+    its block (blocks of k positions are the partition's units, as the simulator counts them)."""
+    positions = index.cpu().numpy()
+    if coding.block is not None and coding.block > 1:
+        positions, size = positions // coding.block, -(-size // coding.block)
+    return torch.from_numpy(owner_of(positions, coding.partition, n, size)).to(index.device)
 
 
 def split_by_owner(pairs: Pairs, coding: SparseCoding, n: int, size: int) -> list[Pairs]:

@@ -1,0 +1,310 @@
+"""Sync-Switch's logged runs predicted from its pure BSP and ASP runs alone (docs/sync_switch.md,
+"Predicting the authors' runs").
+
+The setup is the authors' code (configs/papers/sync_switch_logs_cifar10_resnet32.yaml says where
+each value comes from): BSP runs as Tensor2Tensor's `--sync`, one master whose single input
+pipeline prepares every tower's batch (`ps` with `replication: in_graph`); ASP runs a client per
+worker. Three things are calibrated, each on runs that are not predicted:
+
+1. the master's input rate (`workload.input_samples_s`): a simulated BSP step of the CIFAR-10
+   ResNet-32 setup takes the logged pure-BSP runs' median time per step;
+2. each model's compute (`workload.compute_ms`): a simulated ASP update takes the logged pure-ASP
+   runs' median time per worker-update (ResNet-32 on CIFAR-10, ResNet-50 on CIFAR-100);
+3. the switch's cost: the median gap between one phase's end and the next one's start in the
+   launcher's job records of the CIFAR-100 hybrids (the CIFAR-10 hybrids ran months before those
+   records began, so their predictions use nothing of their own).
+
+Every other configuration is then simulated at its full length: the CIFAR-10 hybrids of every BSP
+fraction and order, the 16-worker cluster (same rates, twice the towers per master), and CIFAR-100
+ResNet-50's BSP (the CIFAR-10 input rate at 64 images a tower) and hybrids.
+
+The straggler runs (`data/straggler`, an earlier setup: 40,000 BSP steps of 0.255 s) are predicted
+as slowdowns: each mode's compute calibrated on its run without stragglers (BSP here runs a client
+per worker: its steps are far faster than the master's pipeline allows), then the same run with
+`tc netem` delay on the straggling hosts' outgoing links (`faults.stragglers[].delay_ms`), against
+the logged slowdowns.
+
+    python -m sim.experiments.sync_switch_reproduction    # calibrate, simulate, print the table (~2 min)
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from sim.config import load_config
+from sim.experiments import sync_switch_logs as logs
+from sim.markdown import markdown_table
+
+CONFIG = Path(__file__).resolve().parents[2] / "configs" / "papers" / "sync_switch_logs_cifar10_resnet32.yaml"
+CALIBRATION_ITERATIONS = 240  # steps (or updates per worker) of each calibration run
+
+
+@dataclass(frozen=True)
+class Setup:
+    """One logged experiment's cluster and model, as its launch arguments and logs give them."""
+
+    experiment: str  # the logs' experiment folder
+    hosts: int
+    batch_size: int  # images per worker (tower) per step
+    bsp_steps: int  # the whole run under BSP; under ASP the same images are bsp_steps x hosts updates
+    gradient_mb: float  # the Tensor2Tensor model's parameters in FP32
+    model: str  # which calibrated compute it runs
+
+    def bsp_fraction(self, steps: float) -> float:
+        """The share of the BSP steps a hybrid ran under BSP, from its logged global steps (BSP steps
+        count once, ASP updates once per worker), to the nearest 1/800: the paper's halvings (12.5%,
+        6.25%) are on that grid, and the few updates a run does past its budget are not."""
+        n, total = self.hosts, self.bsp_steps
+        return round((n * total - steps) / ((n - 1) * total) * 800) / 800
+
+
+CIFAR10 = Setup("cifar10_res32/switch_exp", 8, 128, 8000, 7.45, "resnet32")
+CLUSTER16 = Setup("cluster_16", 16, 128, 4000, 7.45, "resnet32")
+CIFAR100 = Setup("cifar100_res50", 8, 64, 16000, 94.8, "resnet50")  # ResNet-50, 23.7 M parameters (100 classes)
+BASELINE = "cifar10_res32/baseline"
+SETUPS = (CIFAR10, CLUSTER16, CIFAR100)
+
+
+@dataclass(frozen=True)
+class Calibration:
+    input_samples_s: float  # the master's input pipeline
+    compute_ms: dict[str, float]  # per model: one worker's step at its batch
+    switch_cost_s: float
+
+
+def logged_seconds(runs: pd.DataFrame, experiment: str, configuration: str, steps: float) -> float:
+    """Median seconds per step (BSP) or per worker-update x workers (ASP) of a configuration's
+    timed runs that ran `steps` global steps (within 1%: the CIFAR-10 baseline folder also holds an
+    older 23,400-step setup)."""
+    chosen = runs[(runs["experiment"] == experiment) & (runs["configuration"] == configuration)]
+    chosen = chosen[(chosen["steps"] - steps).abs() <= 0.01 * steps].dropna(subset=["wall_min"])
+    if chosen.empty:
+        raise ValueError(f"no timed {experiment}/{configuration} run of {steps:g} steps in the logs")
+    return float(chosen["wall_min"].median()) * 60.0 / steps
+
+
+def logged(runs: pd.DataFrame, experiment: str) -> pd.DataFrame:
+    """Per configuration of `experiment`: how many timed runs of its usual length it has (steps
+    within 1% of their median, which leaves out the baseline folder's older 23,400-step runs), their
+    median minutes and steps."""
+    chosen = runs[runs["experiment"] == experiment].dropna(subset=["wall_min"])
+    usual = chosen.groupby("configuration")["steps"].transform("median")
+    chosen = chosen[(chosen["steps"] - usual).abs() <= 0.01 * usual]
+    return chosen.groupby("configuration").agg(
+        runs=("run", "size"), median_min=("wall_min", "median"), steps=("steps", "median")
+    )
+
+
+def base_config() -> dict[str, Any]:
+    return load_config(CONFIG).model_dump(exclude_none=True)
+
+
+def setup_config(base: dict[str, Any], setup: Setup, compute_ms: float, input_samples_s: float) -> dict[str, Any]:
+    """The base config for `setup`: its hosts, batch, gradient and the calibrated rates."""
+    config = copy.deepcopy(base)
+    config["name"] = setup.experiment.replace("/", "_")
+    config["iterations"] = setup.bsp_steps
+    config["cluster"]["hosts"] = setup.hosts
+    config["workload"].update(
+        batch_size=setup.batch_size,
+        gradient_mb=setup.gradient_mb,
+        compute_ms=compute_ms,
+        input_samples_s=input_samples_s,
+    )
+    return config
+
+
+def _run(config: dict[str, Any], policies: list[dict[str, Any]], iterations: int) -> pd.DataFrame:
+    from sim.api import simulate
+
+    config = {**config, "iterations": iterations, "policies": policies}
+    return simulate(config).summary.set_index("policy")
+
+
+BSP: dict[str, Any] = {"name": "ps", "label": "bsp", "replication": "in_graph"}
+ASP: dict[str, Any] = {"name": "asp", "label": "asp"}
+
+
+def _solve(measure: Callable[[float], float], target: float, start: float, update: Callable, rounds: int = 3) -> float:
+    """Fixed-point iteration `x <- update(x, measured, target)` from `start`."""
+    x = start
+    for _ in range(rounds):
+        x = update(x, measure(x), target)
+    return x
+
+
+def calibrate_compute(
+    base: dict[str, Any], setup: Setup, iteration_s: float, input_samples_s: float, policy: dict[str, Any] = ASP
+) -> float:
+    """compute_ms at which a simulated iteration of `policy` on `setup` takes `iteration_s` (an ASP
+    update per worker by default; the update's communication, a few milliseconds, is what compute
+    is not)."""
+
+    def measure(compute_ms: float) -> float:
+        config = setup_config(base, setup, compute_ms, input_samples_s)
+        return float(_run(config, [policy], CALIBRATION_ITERATIONS).loc[policy["label"], "mean_iteration_s"])
+
+    # an iteration is compute plus a fixed communication time: two rounds are exact
+    return _solve(measure, iteration_s, iteration_s * 1e3, lambda x, got, want: x + (want - got) * 1e3, rounds=2)
+
+
+def calibrate_input(base: dict[str, Any], setup: Setup, step_s: float, compute_ms: float) -> float:
+    """input_samples_s at which a simulated in-graph BSP step of `setup` takes `step_s`."""
+
+    def measure(rate: float) -> float:
+        row = _run(setup_config(base, setup, compute_ms, rate), [BSP], CALIBRATION_ITERATIONS).loc["bsp"]
+        return float(row["mean_iteration_s"])
+
+    start = setup.hosts * setup.batch_size / step_s
+    return _solve(measure, step_s, start, lambda x, got, want: x * got / want)
+
+
+def calibrate(runs: pd.DataFrame, phases: pd.DataFrame, base: dict[str, Any]) -> Calibration:
+    """The three calibrations of the module docstring, from the pure runs and the job records."""
+    c10 = CIFAR10
+    asp10 = logged_seconds(runs, BASELINE, "asp", c10.bsp_steps * c10.hosts) * c10.hosts
+    bsp10 = logged_seconds(runs, BASELINE, "bsp", c10.bsp_steps)
+    asp100 = logged_seconds(runs, CIFAR100.experiment, "asp", CIFAR100.bsp_steps * CIFAR100.hosts) * CIFAR100.hosts
+    # compute first with unlimited input is exact: each ASP worker's own pipeline (batch / rate) is faster
+    compute10 = calibrate_compute(base, c10, asp10, 1e9)
+    rate = calibrate_input(base, c10, bsp10, compute10)
+    compute100 = calibrate_compute(base, CIFAR100, asp100, rate)
+    gaps = logs.switch_gaps(phases)
+    switch = float(gaps[gaps.index.str.startswith("cifar100_")].median())
+    return Calibration(rate, {"resnet32": compute10, "resnet50": compute100}, switch)
+
+
+def _policy(label: str, setup: Setup, steps: float, switch_cost_s: float) -> dict[str, Any]:
+    """The sync_switch entry of a logged hybrid: its BSP share from its steps, its order from its
+    name (`a..`: ASP first)."""
+    fraction = setup.bsp_fraction(steps)
+    asp_first = label.startswith("a")
+    return {
+        "name": "sync_switch",
+        "label": label,
+        "first": {"name": "ps", "replication": "in_graph"},
+        "pattern": "01" if asp_first else "10",
+        "switch_at": 1.0 - fraction if asp_first else fraction,
+        "switch_cost_s": switch_cost_s,
+    }
+
+
+def predict(runs: pd.DataFrame, calibration: Calibration, base: dict[str, Any]) -> pd.DataFrame:
+    """Every configuration of the three setups, simulated at full length, beside its logs."""
+    rows = []
+    for setup in SETUPS:
+        table = logged(runs, setup.experiment)
+        policies, roles = [], {}
+        for label, entry in table.iterrows():
+            if label in ("bsp", "asp"):
+                policies.append({**(BSP if label == "bsp" else ASP), "label": label})
+            else:
+                policies.append(_policy(str(label), setup, float(entry["steps"]), calibration.switch_cost_s))
+        if setup is CIFAR10:  # its pure runs sit in the baseline folder: the calibration, shown for reference
+            policies += [{**BSP, "label": "bsp"}, {**ASP, "label": "asp"}]
+            table = pd.concat([table, logged(runs, BASELINE).loc[["bsp", "asp"]]])
+            roles = {"bsp": "calibration (input rate)", "asp": "calibration (compute)"}
+        elif setup is CIFAR100:
+            roles = {"asp": "calibration (compute)"}
+        config = setup_config(base, setup, calibration.compute_ms[setup.model], calibration.input_samples_s)
+        simulated = _run(config, policies, setup.bsp_steps)
+        for label, entry in table.iterrows():
+            predicted = float(simulated.loc[label, "sim_time_s"]) / 60.0
+            rows.append(
+                {
+                    "experiment": BASELINE if label in ("bsp", "asp") and setup is CIFAR10 else setup.experiment,
+                    "configuration": label,
+                    "role": roles.get(str(label), "prediction"),
+                    "runs": int(entry["runs"]),
+                    "logged_min": round(float(entry["median_min"]), 1),
+                    "predicted_min": round(predicted, 1),
+                    "error_pct": round(100.0 * (predicted / float(entry["median_min"]) - 1.0), 1),
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m sim.experiments.sync_switch_reproduction", description=__doc__.split("\n\n")[0]
+    )
+    parser.parse_args(argv)
+    runs, phases, base = logs.bundled(), logs.bundled(logs.PHASES), base_config()
+    calibration = calibrate(runs, phases, base)
+    print(
+        f"calibrated: master input {calibration.input_samples_s:.1f} images/s; compute "
+        + ", ".join(f"{m} {ms:.1f} ms" for m, ms in calibration.compute_ms.items())
+        + f"; switch {calibration.switch_cost_s:.1f} s\n"
+    )
+    table = predict(runs, calibration, base)
+    print(markdown_table(table, _cell))
+    predicted = table[table["role"] == "prediction"]
+    print(
+        f"\npredictions: {len(predicted)}, median |error| {predicted['error_pct'].abs().median():.1f}%, "
+        f"worst {predicted['error_pct'].abs().max():.1f}%\n"
+    )
+    print(markdown_table(straggler_slowdowns(runs, base), _cell))
+
+
+STRAGGLER = Setup("straggler", 8, 128, 40000, 7.45, "resnet32")
+# the logged straggler runs: (configuration suffix, delay ms, straggling ranks)
+STRAGGLER_CASES = (
+    ("10lat_1strag", 10.0, (1,)),
+    ("10lat_2strag", 10.0, (1, 6)),
+    ("30lat_1strag", 30.0, (1,)),
+    ("30lat_2strag", 30.0, (1, 6)),
+)
+SLOWDOWN_ITERATIONS = 400
+
+
+def straggler_slowdowns(runs: pd.DataFrame, base: dict[str, Any]) -> pd.DataFrame:
+    """Per straggler case and mode, the logged and the simulated slowdown over the same mode without
+    stragglers (BSP: `sync_baseline*`, ASP: `async_baseline*`)."""
+    setup = STRAGGLER
+    rows = []
+    for mode, prefix, policy in (
+        ("BSP", "sync_baseline", {"name": "ps", "label": "bsp"}),
+        ("ASP", "async_baseline", ASP),
+    ):
+        steps = float(
+            runs[(runs["experiment"] == setup.experiment) & (runs["configuration"] == prefix)]["steps"].iloc[0]
+        )
+        target = logged_seconds(runs, setup.experiment, prefix, steps)
+        compute = calibrate_compute(base, setup, target * (1 if mode == "BSP" else setup.hosts), 1e9, policy)
+        config = setup_config(base, setup, compute, 1e9)
+        label = policy["label"]
+        nominal = float(_run(config, [policy], SLOWDOWN_ITERATIONS).loc[label, "sim_time_s"])
+        for suffix, delay_ms, ranks in STRAGGLER_CASES:
+            logged = logged_seconds(runs, setup.experiment, f"{prefix}_{suffix}", steps) / target
+            faults = {"stragglers": [{"ranks": list(ranks), "delay_ms": delay_ms, "start_s": 0.0, "duration_s": 1e9}]}
+            slowed = float(_run({**config, "faults": faults}, [policy], SLOWDOWN_ITERATIONS).loc[label, "sim_time_s"])
+            rows.append(
+                {
+                    "mode": mode,
+                    "delay_ms": delay_ms,
+                    "stragglers": len(ranks),
+                    "logged_slowdown": round(logged, 3),
+                    "predicted_slowdown": round(slowed / nominal, 3),
+                    "error_pct": round(100.0 * (slowed / nominal / logged - 1.0), 1),
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:g}" if math.isfinite(value) else ""
+    return str(value)
+
+
+if __name__ == "__main__":
+    main()
