@@ -11,8 +11,8 @@ worker. Three things are calibrated, each on runs that are not predicted:
 2. each model's compute (`workload.compute_ms`): a simulated ASP update takes the logged pure-ASP
    runs' median time per worker-update (ResNet-32 on CIFAR-10, ResNet-50 on CIFAR-100);
 3. the switch's cost: the median gap between one phase's end and the next one's start in the
-   launcher's job records of the CIFAR-100 hybrids (the CIFAR-10 hybrids ran months before those
-   records began, so their predictions use nothing of their own).
+   launcher's job records of the CIFAR-100 hybrids (only those: the CIFAR-10 predictions use
+   nothing of their own).
 
 Every other configuration is then simulated at its full length: the CIFAR-10 hybrids of every BSP
 fraction and order, the 16-worker cluster (same rates, twice the towers per master), and CIFAR-100
