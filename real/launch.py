@@ -27,8 +27,9 @@ from pathlib import Path
 from typing import Optional
 
 from real.backends import backend_for
+from real.layout import placement
 from real.liveness import named
-from real.session import PEER_FAILED, placement
+from real.session import PEER_FAILED
 from sim.config import load_config
 from sim.errors import ConfigError
 

@@ -15,7 +15,7 @@ import pickle
 import re
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Optional
@@ -30,6 +30,7 @@ from real.accounting import RankReport
 from real.backends import backend_for, training_device
 from real.executor import RankExecutor
 from real.groups import ProcessGroups, planned_groups
+from real.layout import Placement, placement
 from real.liveness import Heartbeat
 from real.phases import Decisions, agree_used, restart
 from real.placement import on_host, optimizer_on, task_on
@@ -53,49 +54,6 @@ PEER_FAILED = 3  # exit code: stopped because another rank failed (real.launch r
 
 class RankFailure(RuntimeError):
     """This rank could not go on because another rank died or hung; the message names it."""
-
-
-@dataclass(frozen=True)
-class Placement:
-    """The processes a config needs and the cluster host of each: a worker per GPU, then the shards."""
-
-    hosts: tuple[str, ...]  # per global rank
-    workers: int
-
-    @property
-    def servers(self) -> int:
-        return len(self.hosts) - self.workers
-
-    @property
-    def world(self) -> int:
-        return len(self.hosts)
-
-    def role(self, rank: int) -> str:
-        """What `rank` runs, in the words failure messages use."""
-        return "worker" if rank < self.workers else f"parameter-server shard {rank - self.workers}"
-
-    def roles(self) -> dict[int, str]:
-        return {rank: self.role(rank) for rank in range(self.world)}
-
-
-def placement(config: Config) -> Placement:
-    """Shard s runs on the host the first policy declaring a shard s places it on. A policy that needs
-    one client for every worker (in-graph replication) is refused: real workers are processes."""
-    from sim.api import prepare
-
-    cluster, plan = prepare(config)
-    shard_hosts: list[str] = []
-    for i, entry in enumerate(config.policies):
-        policy = bind_policy(entry, i, cluster, plan)
-        if any(phase.one_input_pipeline for phase in policy.phase_policies()):
-            raise ConfigError(
-                f"policies[{i}]: 'replication: in_graph' is the simulator's model of one client feeding every "
-                "worker; the real backend runs a process per worker with its own input; allowed here: between_graph"
-            )
-        for spec in policy.all_servers():
-            if spec.shard >= len(shard_hosts):
-                shard_hosts.append(spec.host)
-    return Placement(tuple(cluster.view.rank_hosts) + tuple(shard_hosts), cluster.world_size)
 
 
 def require_numerics(config: Config) -> None:

@@ -25,8 +25,8 @@ pytest.importorskip("sklearn")
 
 from real import launch as launch_module  # noqa: E402
 from real.launch import LAUNCHED_ENV, free_port, watch  # noqa: E402
+from real.layout import placement  # noqa: E402
 from real.results import draw  # noqa: E402
-from real.session import placement  # noqa: E402
 from sim.api import simulate  # noqa: E402
 from sim.config import load_config  # noqa: E402
 from sim.results import Result  # noqa: E402

@@ -255,7 +255,7 @@ def test_a_rank_whose_calibration_cannot_fit_says_so_in_one_line(
 
 def test_the_real_backend_refuses_in_graph_replication_by_name() -> None:
     """One client feeding every worker is a simulator model; real workers are processes of their own."""
-    from real.session import placement
+    from real.layout import placement
     from sim.errors import ConfigError
 
     raw = yaml.safe_load((Path(__file__).resolve().parents[1] / "configs" / "real_2x2_digits.yaml").read_text())

@@ -40,8 +40,8 @@ def _cmd_real(args: argparse.Namespace) -> int:
     require_torch("real")
     from real.backends import backend_for
     from real.launch import launch
+    from real.layout import placement
     from real.results import print_real_results
-    from real.session import placement
     from real.timing_run import with_timing_numerics
 
     timing = not config.numerics_on

@@ -30,7 +30,6 @@ the logged slowdowns.
 from __future__ import annotations
 
 import copy
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,7 +39,6 @@ import pandas as pd
 
 from sim.config import load_config
 from sim.experiments import sync_switch_logs as logs
-from sim.markdown import markdown_table
 
 CONFIG = Path(__file__).resolve().parents[2] / "configs" / "papers" / "sync_switch_logs_cifar10_resnet32.yaml"
 CALIBRATION_ITERATIONS = 240  # steps (or updates per worker) of each calibration run
@@ -79,17 +77,6 @@ class Calibration:
     switch_cost_s: float
 
 
-def logged_seconds(runs: pd.DataFrame, experiment: str, configuration: str, steps: float) -> float:
-    """Median seconds per step (BSP) or per worker-update x workers (ASP) of a configuration's
-    timed runs that ran `steps` global steps (within 1%: the CIFAR-10 baseline folder also holds an
-    older 23,400-step setup)."""
-    chosen = runs[(runs["experiment"] == experiment) & (runs["configuration"] == configuration)]
-    chosen = chosen[(chosen["steps"] - steps).abs() <= 0.01 * steps].dropna(subset=["wall_min"])
-    if chosen.empty:
-        raise ValueError(f"no timed {experiment}/{configuration} run of {steps:g} steps in the logs")
-    return float(chosen["wall_min"].median()) * 60.0 / steps
-
-
 def logged(runs: pd.DataFrame, experiment: str) -> pd.DataFrame:
     """Per configuration of `experiment`: how many timed runs of its usual length it has (steps
     within 1% of their median, which leaves out the baseline folder's older 23,400-step runs), their
@@ -100,6 +87,16 @@ def logged(runs: pd.DataFrame, experiment: str) -> pd.DataFrame:
     return chosen.groupby("configuration").agg(
         runs=("run", "size"), median_min=("wall_min", "median"), steps=("steps", "median")
     )
+
+
+def logged_seconds(runs: pd.DataFrame, experiment: str, configuration: str) -> float:
+    """Median seconds per global step of a configuration's runs of its usual length (`logged`): a
+    BSP step, or under ASP one update (a worker's update takes that x workers)."""
+    table = logged(runs, experiment)
+    if configuration not in table.index:
+        raise ValueError(f"no timed {experiment}/{configuration} run in the logs")
+    row = table.loc[configuration]
+    return float(row["median_min"]) * 60.0 / float(row["steps"])
 
 
 def base_config() -> dict[str, Any]:
@@ -169,9 +166,9 @@ def calibrate_input(base: dict[str, Any], setup: Setup, step_s: float, compute_m
 def calibrate(runs: pd.DataFrame, phases: pd.DataFrame, base: dict[str, Any]) -> Calibration:
     """The three calibrations of the module docstring, from the pure runs and the job records."""
     c10 = CIFAR10
-    asp10 = logged_seconds(runs, BASELINE, "asp", c10.bsp_steps * c10.hosts) * c10.hosts
-    bsp10 = logged_seconds(runs, BASELINE, "bsp", c10.bsp_steps)
-    asp100 = logged_seconds(runs, CIFAR100.experiment, "asp", CIFAR100.bsp_steps * CIFAR100.hosts) * CIFAR100.hosts
+    asp10 = logged_seconds(runs, BASELINE, "asp") * c10.hosts
+    bsp10 = logged_seconds(runs, BASELINE, "bsp")
+    asp100 = logged_seconds(runs, CIFAR100.experiment, "asp") * CIFAR100.hosts
     # compute first with unlimited input is exact: each ASP worker's own pipeline (batch / rate) is faster
     compute10 = calibrate_compute(base, c10, asp10, 1e9)
     rate = calibrate_input(base, c10, bsp10, compute10)
@@ -246,13 +243,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         + f"; switch {calibration.switch_cost_s:.1f} s\n"
     )
     table = predict(runs, calibration, base)
-    print(markdown_table(table, _cell))
+    print(logs.markdown(table))
     predicted = table[table["role"] == "prediction"]
     print(
         f"\npredictions: {len(predicted)}, median |error| {predicted['error_pct'].abs().median():.1f}%, "
         f"worst {predicted['error_pct'].abs().max():.1f}%\n"
     )
-    print(markdown_table(straggler_slowdowns(runs, base), _cell))
+    print(logs.markdown(straggler_slowdowns(runs, base)))
 
 
 STRAGGLER = Setup("straggler", 8, 128, 40000, 7.45, "resnet32")
@@ -275,16 +272,13 @@ def straggler_slowdowns(runs: pd.DataFrame, base: dict[str, Any]) -> pd.DataFram
         ("BSP", "sync_baseline", {"name": "ps", "label": "bsp"}),
         ("ASP", "async_baseline", ASP),
     ):
-        steps = float(
-            runs[(runs["experiment"] == setup.experiment) & (runs["configuration"] == prefix)]["steps"].iloc[0]
-        )
-        target = logged_seconds(runs, setup.experiment, prefix, steps)
+        target = logged_seconds(runs, setup.experiment, prefix)
         compute = calibrate_compute(base, setup, target * (1 if mode == "BSP" else setup.hosts), 1e9, policy)
         config = setup_config(base, setup, compute, 1e9)
         label = policy["label"]
         nominal = float(_run(config, [policy], SLOWDOWN_ITERATIONS).loc[label, "sim_time_s"])
         for suffix, delay_ms, ranks in STRAGGLER_CASES:
-            logged = logged_seconds(runs, setup.experiment, f"{prefix}_{suffix}", steps) / target
+            slowdown = logged_seconds(runs, setup.experiment, f"{prefix}_{suffix}") / target
             faults = {"stragglers": [{"ranks": list(ranks), "delay_ms": delay_ms, "start_s": 0.0, "duration_s": 1e9}]}
             slowed = float(_run({**config, "faults": faults}, [policy], SLOWDOWN_ITERATIONS).loc[label, "sim_time_s"])
             rows.append(
@@ -292,18 +286,12 @@ def straggler_slowdowns(runs: pd.DataFrame, base: dict[str, Any]) -> pd.DataFram
                     "mode": mode,
                     "delay_ms": delay_ms,
                     "stragglers": len(ranks),
-                    "logged_slowdown": round(logged, 3),
+                    "logged_slowdown": round(slowdown, 3),
                     "predicted_slowdown": round(slowed / nominal, 3),
-                    "error_pct": round(100.0 * (slowed / nominal / logged - 1.0), 1),
+                    "error_pct": round(100.0 * (slowed / nominal / slowdown - 1.0), 1),
                 }
             )
     return pd.DataFrame(rows)
-
-
-def _cell(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:g}" if math.isfinite(value) else ""
-    return str(value)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,54 @@
+"""The processes a real run of a config needs: a worker per GPU of its cluster (ranks 0..W-1), then
+a process per parameter-server shard (as many as the policy that declares the most), each on the
+cluster host its policy places it on."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sim.config import Config
+from sim.engine.run import bind_policy
+from sim.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Placement:
+    """The processes a config needs and the cluster host of each: a worker per GPU, then the shards."""
+
+    hosts: tuple[str, ...]  # per global rank
+    workers: int
+
+    @property
+    def servers(self) -> int:
+        return len(self.hosts) - self.workers
+
+    @property
+    def world(self) -> int:
+        return len(self.hosts)
+
+    def role(self, rank: int) -> str:
+        """What `rank` runs, in the words failure messages use."""
+        return "worker" if rank < self.workers else f"parameter-server shard {rank - self.workers}"
+
+    def roles(self) -> dict[int, str]:
+        return {rank: self.role(rank) for rank in range(self.world)}
+
+
+def placement(config: Config) -> Placement:
+    """Shard s runs on the host the first policy declaring a shard s places it on. A policy that needs
+    one client for every worker (in-graph replication) is refused: real workers are processes."""
+    from sim.api import prepare
+
+    cluster, plan = prepare(config)
+    shard_hosts: list[str] = []
+    for i, entry in enumerate(config.policies):
+        policy = bind_policy(entry, i, cluster, plan)
+        if any(phase.one_input_pipeline for phase in policy.phase_policies()):
+            raise ConfigError(
+                f"policies[{i}]: 'replication: in_graph' is the simulator's model of one client feeding every "
+                "worker; the real backend runs a process per worker with its own input; allowed here: between_graph"
+            )
+        for spec in policy.all_servers():
+            if spec.shard >= len(shard_hosts):
+                shard_hosts.append(spec.host)
+    return Placement(tuple(cluster.view.rank_hosts) + tuple(shard_hosts), cluster.world_size)
