@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from real.device_use import DeviceUse
 from sim.compute.sparse_traffic import received_imbalance
 from sim.engine.worker import BlockedTime, IterationRow
 
@@ -36,6 +37,9 @@ class RankReport:
     serving: bool = True  # the last phase ran parameter-server shards
     parameters: object = None  # final flat parameters (a tensor)
     error: str | None = None
+    device_use: DeviceUse | None = None  # where it trained (real/device_use.py)
+    loss_scale: float = float("nan")  # fp16: the loss scale at the end
+    overflows: int = 0  # fp16: gradients recomputed at a lower loss scale
 
 
 def _traffic(members: Sequence[tuple]) -> tuple[float, float]:

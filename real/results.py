@@ -17,6 +17,7 @@ import pandas as pd
 import torch
 
 from real.accounting import RankReport, account
+from real.device_use import DeviceUse, rank_rows, rank_table
 from sim.config import Config, PolicyEntry
 from sim.engine.run import PolicyRun
 from sim.files import atomic_path, atomic_write
@@ -31,6 +32,8 @@ class ServerReport:
     touched: torch.Tensor
     staleness: list[tuple[int, int]]
     snapshots: list[tuple[int, float, torch.Tensor]] = field(default_factory=list)  # (iteration, seconds, params)
+    device_use: DeviceUse | None = None  # where its tensors lived (real/device_use.py)
+    rank: int = -1  # its process's global rank
 
 
 def assemble(
@@ -42,6 +45,12 @@ def assemble(
     run.iterations, run.ops = account(workers)
     run.staleness = [pair for server in servers for pair in server.staleness]
     run.wall_s = wall_s
+    run.devices = rank_rows(
+        entry.display,
+        [(w.rank, "worker", w.device_use, w.loss_scale, w.overflows) for w in workers if w.device_use is not None]
+        + [(s.rank, f"parameter-server shard {s.shard}", s.device_use, float("nan"), 0) for s in servers
+           if s.device_use is not None],
+    )  # fmt: skip
     run.sim_time_s = max((row[6] for row in run.iterations), default=0.0)
     if not workers:
         return run
@@ -143,6 +152,7 @@ def write(config: Config, cluster: Any, plan: Any, runs: list[PolicyRun], out: P
     arrays.update({f"{run.label}/checkpoint{k}": c for run in runs for k, c in enumerate(run.checkpoints)})
     with atomic_path(out / "parameters.npz") as tmp:
         np.savez(tmp, **arrays)
+    atomic_write(out / "ranks.csv", rank_table([row for run in runs for row in run.devices]).to_csv(index=False))
     # a failed run skips the figures: rank 0 must write its rows before the launcher's deadline
     finished = len(runs) == len(config.policies) and not result.errors
     draw(result, out, figures=finished)
@@ -172,7 +182,7 @@ def print_real_results(out: Path) -> None:
     print(summary_table(pd.read_csv(summary)))
     figures = ", ".join(sorted(p.stem for p in out.glob("*.png")))
     print(
-        f"\nresults: {out}/ (summary, iterations, phases, ops, staleness, accuracy: .csv; parameters.npz"
+        f"\nresults: {out}/ (summary, iterations, phases, ops, staleness, accuracy, ranks: .csv; parameters.npz"
         + ("; trace.json" if (out / "trace.json").exists() else "")
         + (f"; figures: {figures}" if figures else "")
         + ")",

@@ -234,3 +234,152 @@ def test_calibration_measures_on_the_gpu(tmp_path: Path, backend: str, world: in
         ]
     else:
         assert result["workload"] == {"model": "resnet32", "batch_size": 8, "precision": "fp32"}
+
+
+# ---- what a GPU run must show: where each rank trained, loss scaling, NCCL across GPUs ----
+
+
+def _ranks(out: Path) -> Any:
+    import pandas as pd
+
+    return pd.read_csv(out / "ranks.csv")
+
+
+def test_workers_train_on_the_gpu_and_shards_stay_on_the_host(tmp_path: Path) -> None:
+    """ranks.csv: each worker's parameters lived on its GPU, which held memory during the policy;
+    the parameter-server shard kept its tensors on the host, away from the workers' GPU."""
+    from real.launch import launch
+
+    path = _real_config(tmp_path, 2, ["ring", "ps"])
+    outcome = launch(path, tmp_path / "out", nproc=2, timeout_s=120, backend="gloo")
+    assert outcome.ok, outcome.failed
+    ranks = _ranks(tmp_path / "out")
+    workers = ranks[ranks.role == "worker"]
+    assert sorted(set(workers["rank"])) == [0, 1]
+    assert (workers.device.str.startswith("cuda")).all()
+    assert (workers.device_name == torch.cuda.get_device_name(0)).all()
+    assert (workers.peak_memory_mb > 0).all()
+    shards = ranks[ranks.role.str.startswith("parameter-server")]
+    assert len(shards) == 1 and (shards.device == "cpu").all()
+
+
+def test_autocast_and_loss_scaling_fire_on_the_gpu() -> None:
+    """fp16: the task's gradient runs under CUDA autocast in float16 and an overflowing gradient is
+    recomputed at a lower scale; bf16: autocast in bfloat16, no loss scale."""
+    from real.precision import PrecisionTask
+
+    gpu = torch.device("cuda", 0)
+    seen: list[Any] = []
+
+    class Probe:
+        initial = torch.zeros(3, device=gpu)
+
+        def gradient(self, flat: Any, x: Any, y: Any, loss_scale: float = 1.0) -> tuple[Any, float]:
+            product = torch.ones(4, 4, device=gpu) @ torch.ones(4, 4, device=gpu)
+            seen.append((torch.is_autocast_enabled("cuda"), product.dtype, loss_scale))
+            grad = torch.full((3,), loss_scale, device=gpu) / loss_scale
+            return (grad if loss_scale < 2.0**10 else grad * float("inf")), 0.5
+
+    fp16 = PrecisionTask(Probe(), "fp16", gpu)
+    fp16.gradient(Probe.initial, None, None)
+    assert all(enabled and dtype == torch.float16 for enabled, dtype, _ in seen)
+    assert fp16.loss_scale is not None and fp16.loss_scale.overflows > 0 and seen[-1][2] < 2.0**10
+    seen.clear()
+    PrecisionTask(Probe(), "bf16", gpu).gradient(Probe.initial, None, None)
+    assert seen == [(True, torch.bfloat16, 1.0)]
+
+
+def _nccl_config(tmp_path: Path, gpus: int, policies: list[dict[str, Any]], sparse: bool = False) -> Path:
+    """`gpus` workers on two hosts (one rack each when there are 4: hierarchical and DS-Sync groups
+    within and across hosts)."""
+    cluster: dict[str, Any] = {"topology": "two_tier", "racks": 2, "hosts_per_rack": 1, "gpus_per_host": gpus // 2}
+    cluster.update(gpu="H100", nic_gbps=100, uplink_gbps=100)
+    workload: dict[str, Any] = {"model": "synthetic", "gradient_mb": 1.0, "compute_ms": 5, "synthetic_layers": 2}
+    numerics: dict[str, Any] = {"dataset": "digits", "model": "cnn", "global_batch": 32, "eval_every": 3}
+    if sparse:
+        workload = {"model": "deepfm", "batch_size": 8, "sparsity": {"topk": 0.05}}
+        numerics = {"dataset": "synthetic", "model": "deepfm", "global_batch": 32, "eval_every": 5}
+        numerics.update(zoo={"samples": 256, "features": 2000}, optimizer={"name": "sgd", "lr": 0.1, "momentum": 0})
+    config = {"name": "nccl", "seed": 2, "iterations": 6, "cluster": cluster, "workload": workload}
+    config.update(numerics=numerics, policies=policies)
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+NCCL_RUNS = [
+    (2, [{"name": "ring"}, {"name": "hierarchical"}, {"name": "ds_sync"}], False),
+    (4, [{"name": "ring"}, {"name": "hierarchical"}, {"name": "ds_sync"}], False),
+    (2, [{"name": "zen"}], True),
+    (4, [{"name": "zen"}], True),
+]
+
+
+@pytest.mark.parametrize(("gpus", "policies", "sparse"), NCCL_RUNS)
+def test_nccl_across_gpus_trains_as_numerics_mode(tmp_path: Path, gpus: int, policies: list, sparse: bool) -> None:
+    """NCCL with a worker per GPU: every policy ends with numerics mode's parameters, each worker on
+    its own GPU, and step 0's collectives do not carry the communicators' setup."""
+    if torch.cuda.device_count() < gpus:
+        pytest.skip(f"needs {gpus} GPUs (NCCL refuses two ranks on one)")
+    import pandas as pd
+
+    from real.launch import launch
+    from sim.api import simulate
+
+    path = _nccl_config(tmp_path, gpus, policies, sparse)
+    out = tmp_path / "out"
+    outcome = launch(path, out, nproc=gpus, timeout_s=120, backend="nccl")
+    assert outcome.ok, outcome.failed
+    real = np.load(out / "parameters.npz")
+    for run in simulate(path).runs:
+        np.testing.assert_allclose(real[f"{run.label}/workers"], run.parameters, rtol=1e-3, atol=1e-5)
+    ranks = _ranks(out)
+    for _, workers in ranks[ranks.role == "worker"].groupby("policy"):
+        assert sorted(workers.device) == [f"cuda:{i}" for i in range(gpus)]
+    ops = pd.read_csv(out / "ops.csv")
+    ops = ops[ops.group >= 0]
+    took = ops.finished_s - ops.launched_s
+    first, later = took[ops.step == 0], took[ops.step > 0]
+    assert first.max() < 10 * later.median() + 0.005, "step 0 pays for creating NCCL communicators"
+
+
+def _overlap_worker(rank: int, init: str, out: str) -> None:
+    """Rank 0 is in groups {0, 1} and {0, 2}. Rank 1 joins its collective 1 s late; rank 0's
+    collective with rank 2, issued after the first, must finish long before it."""
+    import time
+
+    from real.transport import complete  # noqa: F401 - the executor's completion path
+
+    gpu = torch.device("cuda", rank)
+    torch.cuda.set_device(gpu)
+    dist.init_process_group("nccl", init_method=init, rank=rank, world_size=3, device_id=gpu)
+    try:
+        slow, quick = dist.new_group([0, 1]), dist.new_group([0, 2])
+        for group in (slow, quick):  # communicators created before anything is timed
+            if rank in dist.get_process_group_ranks(group):
+                dist.all_reduce(torch.ones(1, device=gpu), group=group)
+        torch.cuda.synchronize()
+        dist.barrier()
+        result: dict[str, float] = {}
+        if rank == 0:
+            from real.executor import wait_for  # the executor's waiter (real/executor.py)
+
+            t0 = time.perf_counter()
+            finished: dict[str, float] = {}
+            big = dist.all_reduce(torch.ones(1 << 20, device=gpu), group=slow, async_op=True)
+            small = dist.all_reduce(torch.ones(1, device=gpu), group=quick, async_op=True)
+            waits = {"slow": wait_for(big, gpu), "quick": wait_for(small, gpu)}
+            for name, waiter in waits.items():
+                waiter.result(timeout=30)
+                finished[name] = time.perf_counter() - t0
+            result = finished
+        elif rank == 1:
+            time.sleep(1.0)
+            dist.all_reduce(torch.ones(1 << 20, device=gpu), group=slow)
+        else:
+            dist.all_reduce(torch.ones(1, device=gpu), group=quick)
+        torch.cuda.synchronize()
+        torch.save(result, Path(out) / f"overlap-rank{rank}.pt")
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()

@@ -68,6 +68,7 @@ class PolicyRun:
     parameters: Optional[np.ndarray] = None  # numerics: every replica's final flat parameters (workers x n)
     consensus: Optional[np.ndarray] = None  # numerics: the servers' model, or the replicas' mean
     checkpoints: list[np.ndarray] = field(default_factory=list)  # numerics: the model at each switch
+    devices: list[tuple] = field(default_factory=list)  # real runs: rows of real.device_use.RANK_FIELDS
 
 
 def model_info(plan: ComputePlan) -> ModelInfo:
