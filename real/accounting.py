@@ -36,6 +36,9 @@ class RankReport:
     serving: bool = True  # the last phase ran parameter-server shards
     parameters: object = None  # final flat parameters (a tensor)
     error: str | None = None
+    # (step, recomputes): steps whose fp16 gradient overflowed and was computed again (real/precision.py);
+    # the recompute is inside the step's compute span, and the other ranks wait for it
+    overflows: list[tuple[int, int]] = field(default_factory=list)
 
 
 def _traffic(members: Sequence[tuple]) -> tuple[float, float]:
