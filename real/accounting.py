@@ -39,7 +39,9 @@ class RankReport:
     error: str | None = None
     device_use: DeviceUse | None = None  # where it trained (real/device_use.py)
     loss_scale: float = float("nan")  # fp16: the loss scale at the end
-    overflows: int = 0  # fp16: gradients recomputed at a lower loss scale
+    # (step, recomputes): steps whose fp16 gradient overflowed and was computed again (real/precision.py);
+    # the recompute is inside the step's compute span, and the other ranks wait for it
+    overflows: list[tuple[int, int]] = field(default_factory=list)
 
 
 def _traffic(members: Sequence[tuple]) -> tuple[float, float]:

@@ -19,12 +19,26 @@ gradient overflowed. Here the gradient goes to a policy's collectives or paramet
 any step, and a skipped step would need every rank and shard to agree to skip it. Instead a rank
 whose gradient overflowed halves its scale and computes the gradient again (the batch is the same).
 Every rank therefore always sends a finite fp32 gradient. The scale grows 2x after `growth_interval`
-clean steps, as GradScaler's does.
+clean steps, as GradScaler's does. A retry first puts back the module's buffers as they were before
+the first try (BatchNorm's running statistics and batch count), so an overflow leaves them as one
+forward on the batch would.
+
+One rank's overflow makes the other ranks wait, at the next collective, for its recompute. That
+is the price of per-rank recompute, and it is kept: under GradScaler with data-parallel training an
+overflow anywhere turns every rank's all-reduced gradient non-finite, and every rank throws away the
+whole iteration (compute and communication) and the update with it; here the step loses one rank's
+compute and no update, and needs no agreement between ranks and shards. What was missing is the
+attribution: the recompute shows only as that rank's longer compute and the others' wait. So each
+worker records the steps it recomputed and how often (`overflows`; `RankReport.overflows`). A lower
+initial scale would make early retries rarer but would also flush more small fp16 gradients to zero
+in the short runs here, which never reach `growth_interval` to grow it back; the initial scale stays
+GradScaler's.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Optional
 
@@ -68,10 +82,13 @@ class LossScale:
         self.clean = 0  # steps since the scale last changed
         self.overflows = 0  # recomputed gradients, in all
 
-    def gradient(self, compute: Any) -> tuple[torch.Tensor, float]:
+    def gradient(self, compute: Any, rewind: Optional[Callable[[], None]] = None) -> tuple[torch.Tensor, float]:
         """`compute(scale)` -> (gradient of scale x loss divided by scale, loss); retried at half the
-        scale while the gradient is not finite."""
-        for _ in range(self.max_tries):
+        scale while the gradient is not finite, each retry after `rewind()` (which undoes what a try
+        changed besides its result: the module's buffers)."""
+        for attempt in range(self.max_tries):
+            if attempt and rewind is not None:
+                rewind()
             grad, loss = compute(self.scale)
             if bool(torch.isfinite(grad).all()):
                 self.clean += 1
@@ -89,11 +106,13 @@ class LossScale:
 
 class PrecisionTask:
     """A numerics task (`sim.numerics.tasks.Task`, `ZooTask`) whose `gradient` runs in `precision` on
-    `device`; everything else is the task's own."""
+    `device`; everything else is the task's own. Under fp16 the task's module buffers are saved
+    before each gradient and put back before a retry (see the module docstring)."""
 
     def __init__(self, task: Any, precision: str, device: torch.device) -> None:
         self.task, self.precision, self.device = task, check(precision), device
         self.loss_scale = LossScale() if precision == "fp16" else None
+        self._saved: list[torch.Tensor] = []  # the module's buffers before this gradient's first try
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.task, name)
@@ -107,4 +126,23 @@ class PrecisionTask:
 
         if self.loss_scale is None:
             return compute()
-        return self.loss_scale.gradient(compute)
+        module = getattr(self.task, "module", None)
+        buffers = list(module.buffers()) if isinstance(module, torch.nn.Module) else []
+        if not buffers:
+            return self.loss_scale.gradient(compute)
+        if [(b.shape, b.dtype, b.device) for b in buffers] != [(s.shape, s.dtype, s.device) for s in self._saved]:
+            self._saved = [torch.empty_like(b) for b in buffers]
+        with torch.no_grad():
+            torch._foreach_copy_(self._saved, buffers)  # one fused copy, not a kernel per buffer
+
+        def rewind() -> None:
+            with torch.no_grad():
+                torch._foreach_copy_(buffers, self._saved)
+
+        return self.loss_scale.gradient(compute, rewind)
+
+
+def overflows(task: Any) -> int:
+    """Gradients `task` (a `PrecisionTask`, or any task) has recomputed after an fp16 overflow, in all."""
+    scale = getattr(task, "loss_scale", None)
+    return scale.overflows if isinstance(scale, LossScale) else 0

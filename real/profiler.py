@@ -5,8 +5,10 @@ zoo's input shape (224x224 images, 32x32 for the CIFAR networks, 128 BERT tokens
 tokens, one Criteo example). Timestamps are taken where the work of each layer is enqueued and
 done: a forward pre-hook on the modules that own a layer's parameters marks its first use, a
 post-accumulate-grad hook on its parameters marks its gradients ready (`sim.compute.profile` says what each
-span covers). On a GPU the stamps are CUDA events on the current stream, read after a synchronize;
-on the CPU, `time.perf_counter`. After `warmup` untimed iterations, each layer's time is the median
+span covers). On a GPU the requested device is made current for the whole measurement (the
+module, the batch, autocast and every allocation live there, whichever device was current before),
+and the stamps are CUDA events recorded on that device's current stream, read after synchronizing
+that device; on the CPU, `time.perf_counter`. After `warmup` untimed iterations, each layer's time is the median
 over `repeats` timed ones. The precision (fp32, tf32, fp16, bf16) is set as training sets it
 (`real.precision`): TF32 switches, and autocast for fp16 and bf16. fp16 profiles the scaled loss's
 backward as fp16 training runs it; the loss scale changes no kernel, so it is left out here.
@@ -18,6 +20,7 @@ import platform
 import statistics
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Optional
 
 import torch
@@ -47,17 +50,24 @@ def sample_batch(name: str, batch: int, seed: int = 0) -> tuple[torch.Tensor, to
     return token_sequences(name, SEQUENCE_LENGTHS[name], SYMBOLS, batch, g)
 
 
+def on_device(device: torch.device) -> AbstractContextManager[Any]:
+    """`device` made the current CUDA device for the block (a GPU), else nothing: work that names no
+    device index (events, synchronize, `cuda` allocations) then lands on it, not on GPU 0."""
+    return torch.cuda.device(device) if device.type == "cuda" else nullcontext()
+
+
 class Clock:
-    """Stamps of the device's progress: CUDA events on a GPU, wall time on the CPU."""
+    """Stamps of `device`'s progress: CUDA events on its current stream on a GPU, wall time on the CPU."""
 
     def __init__(self, device: torch.device) -> None:
+        self.device = device
         self.cuda = device.type == "cuda"
 
     def stamp(self) -> Any:
         if not self.cuda:
             return time.perf_counter()
         event = torch.cuda.Event(enable_timing=True)
-        event.record()
+        event.record(torch.cuda.current_stream(self.device))
         return event
 
     def seconds(self, start: Any, end: Any) -> float:
@@ -65,7 +75,7 @@ class Clock:
 
     def wait(self) -> None:
         if self.cuda:
-            torch.cuda.synchronize()
+            torch.cuda.synchronize(self.device)
 
 
 def measure_profile(
@@ -80,9 +90,17 @@ def measure_profile(
     """Time one training iteration of zoo `model` at `batch` on `device` (default: the current CUDA
     device, else the CPU), layer by layer."""
     check(precision)
-    name = canonical_name(model)
-    spec = get_model(name)
     where = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if where.type == "cuda" and where.index is None:
+        where = torch.device("cuda", torch.cuda.current_device())
+    with on_device(where):
+        return _measure(canonical_name(model), batch, precision, where, warmup, repeats, seed)
+
+
+def _measure(
+    name: str, batch: int, precision: str, where: torch.device, warmup: int, repeats: int, seed: int
+) -> ComputeProfile:
+    spec = get_model(name)
     torch.manual_seed(seed)
     module = build_zoo_module(name).to(where).train()
     x, y = (t.to(where) for t in sample_batch(name, batch, seed))

@@ -47,7 +47,7 @@ def assemble(
     run.wall_s = wall_s
     run.devices = rank_rows(
         entry.display,
-        [(w.rank, "worker", w.device_use, w.loss_scale, w.overflows) for w in workers if w.device_use is not None]
+        [(w.rank, "worker", w.device_use, w.loss_scale, sum(n for _, n in w.overflows)) for w in workers if w.device_use is not None]
         + [(s.rank, f"parameter-server shard {s.shard}", s.device_use, float("nan"), 0) for s in servers
            if s.device_use is not None],
     )  # fmt: skip

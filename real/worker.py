@@ -35,6 +35,7 @@ from real.accounting import RankReport
 from real.executor import RankExecutor
 from real.phases import Decisions
 from real.placement import host_copy
+from real.precision import overflows
 
 
 @dataclass
@@ -85,8 +86,11 @@ def train(setup: WorkerSetup, report: RankReport) -> int:
         begin_end = time.perf_counter()
         ex.run(step, [(policy.on_forward(rank, step, b), b.index) for b in forward_order], chained=True)
         reads_end = time.perf_counter()
+        recomputed = overflows(replica.task)
         replica.forward_done(step)
         compute_end = time.perf_counter()
+        if overflows(replica.task) > recomputed:  # fp16: this rank computed the gradient again
+            report.overflows.append((step, overflows(replica.task) - recomputed))
         ex.run(step, [(policy.on_gradients(rank, step, b), b.index) for b in s.buckets])
         replica.step_done()
         ex.run(step, [(policy.end_step(rank, step), None)])

@@ -105,3 +105,6 @@ def test_flags_reach_the_measurement_through_launcher_and_rank(tmp_path: Path, m
     assert (measured["uplink_bytes"], measured["max_bytes"], measured["bandwidth_factor"]) == (65536, 1 << 20, 30)
     assert measured["profile"] == ProfileSpec("resnet32", 4, "fp32") and measured["task"] is None
     assert run(argv) == 0 and measured["repeats"] == 7 and measured["uplink_bytes"] is None  # the config's
+    assert measured["precision"] == "fp32"  # compute is timed in the workload's precision, as it trains
+    assert run(argv + ["--set", "workload.precision=fp16"]) == 0 and measured["precision"] == "fp16"
+    assert measured["profile"] == ProfileSpec("resnet32", 4, "fp16")

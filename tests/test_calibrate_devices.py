@@ -177,3 +177,59 @@ def test_the_knobs_reach_every_measurement(fake: FakeDist, monkeypatch: pytest.M
     assert calls["p2p"]["args"][2] == 3 and calls["p2p"]["statistic"] == "mean"
     assert calls["collective_curve"]["args"][1] == 3 and calls["collective_curve"]["statistic"] == "mean"
     assert calls["compute"]["statistic"] == "mean" and calls["compute"]["device"] == "cpu"
+
+
+def test_compute_on_a_gpu_beside_gloo_makes_that_gpu_current(monkeypatch: pytest.MonkeyPatch) -> None:
+    from real.calibrate.session import compute_device
+
+    made: list[torch.device] = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "set_device", made.append)
+    assert compute_device(torch.device("cpu"), 3) == torch.device("cuda", 1)  # gloo: the network on the CPU
+    assert made == [torch.device("cuda", 1)]  # as training makes it: events and syncs then land on it
+
+
+class PrecisionSpy(Task):
+    """Records what each forward/backward of `measure.compute` runs under."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[bool, Any, str]] = []
+
+    def gradient(self, flat: torch.Tensor, x: torch.Tensor, y: torch.Tensor, loss_scale: float = 1.0) -> tuple:
+        autocast_on = torch.is_autocast_enabled("cpu")
+        self.seen.append((autocast_on, torch.get_autocast_dtype("cpu") if autocast_on else None,
+                          torch.get_float32_matmul_precision()))  # fmt: skip
+        return torch.ones(5), 0.5
+
+
+@pytest.mark.parametrize(
+    ("precision", "expected"),
+    [("fp32", (False, None, "highest")), ("tf32", (False, None, "high")),
+     ("bf16", (True, torch.bfloat16, "highest")), ("fp16", (True, torch.float16, "highest"))],
+)  # fmt: skip
+def test_compute_is_timed_in_the_workloads_precision(precision: str, expected: tuple) -> None:
+    matmul = torch.get_float32_matmul_precision()
+    task = PrecisionSpy()
+    try:
+        (row,) = measure.compute(task, 4, 2, precision=precision)
+    finally:
+        torch.set_float32_matmul_precision(matmul)
+    assert row.batch == 4 and task.seen == [expected] * 3  # warm-up and two timed steps
+    with pytest.raises(ValueError, match="precision: 'int8'"):
+        measure.compute(task, 4, 1, precision="int8")
+
+
+def test_calibrate_hands_the_precision_to_the_compute_measurement(
+    fake: FakeDist, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: dict[str, Any] = {}
+
+    def compute(*args: Any, **kwargs: Any) -> list[ComputeSample]:
+        seen.update(kwargs)
+        return [ComputeSample(0, 4, 1e-3, 0.0)]
+
+    monkeypatch.setattr(measure, "compute", compute)
+    with torch.device("meta"):
+        run.calibrate(0, 2, HOSTS, RACKS, Task(), device="cpu", repeats=2, max_bytes=1 << 16, precision="bf16")
+    assert seen["precision"] == "bf16"

@@ -127,3 +127,79 @@ def test_the_profile_command_writes_a_profile_and_refuses_bad_flags(
     with pytest.raises(SystemExit) as exit_info:  # argparse: the model must be a zoo model
         main(["profile", "resnet", "--batch", "4", "--out", str(out)])
     assert exit_info.value.code == 2
+
+
+class FakeCuda:
+    """Stand-ins for the `torch.cuda` calls a GPU measurement makes, logging the device each acts on
+    (an event: the device of the stream it is recorded on, the current one when none is named)."""
+
+    def __init__(self) -> None:
+        self.current, self.log = 0, []
+
+    def _index(self, device: object) -> int:
+        index = None if device is None else torch.device(device).index
+        return self.current if index is None else index
+
+    def current_device(self) -> int:
+        return self.current
+
+    def device(self, device: object) -> object:
+        from contextlib import contextmanager
+
+        @contextmanager
+        def current():  # type: ignore[no-untyped-def]
+            before, self.current = self.current, self._index(device)
+            try:
+                yield
+            finally:
+                self.current = before
+
+        return current()
+
+    def current_stream(self, device: object = None) -> tuple[str, int]:
+        return ("stream", self._index(device))
+
+    def synchronize(self, device: object = None) -> None:
+        self.log.append(("synchronize", self._index(device)))
+
+    def Event(self, enable_timing: bool = False) -> object:  # noqa: N802 - torch.cuda.Event
+        cuda = self
+
+        class Event:
+            def record(self, stream: object = None) -> None:
+                cuda.log.append(("record", cuda.current if stream is None else stream[1]))  # type: ignore[index]
+
+        return Event()
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch: pytest.MonkeyPatch) -> FakeCuda:
+    cuda = FakeCuda()
+    for name in ("current_device", "device", "current_stream", "synchronize", "Event"):
+        monkeypatch.setattr(torch.cuda, name, getattr(cuda, name))
+    return cuda
+
+
+def test_the_clock_records_and_waits_on_the_requested_gpu_not_the_current_one(fake_cuda: FakeCuda) -> None:
+    from real.profiler import Clock
+
+    clock = Clock(torch.device("cuda", 1))  # GPU 0 is current
+    clock.wait()
+    clock.stamp()
+    clock.stamp()
+    clock.wait()
+    assert fake_cuda.log == [("synchronize", 1), ("record", 1), ("record", 1), ("synchronize", 1)]
+
+
+def test_a_profile_on_another_gpu_makes_it_current_while_it_measures(
+    fake_cuda: FakeCuda, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import real.profiler as profiler
+
+    seen: list[tuple[int, torch.device]] = []
+    monkeypatch.setattr(
+        profiler, "_measure", lambda name, batch, precision, where, *_: seen.append((fake_cuda.current, where))
+    )
+    measure_profile("resnet32", 2, device="cuda:1")
+    measure_profile("resnet32", 2, device="cuda")  # no index: the current device, named
+    assert seen == [(1, torch.device("cuda", 1)), (0, torch.device("cuda", 0))] and fake_cuda.current == 0

@@ -122,3 +122,66 @@ def test_a_profile_accepts_every_precision(precision: str, tf32_switches: None) 
     assert profile.precision == precision and profile.forward_s > 0
     with pytest.raises(ValueError, match="precision: 'int8'"):
         measure_profile("resnet32", 2, "int8", device="cpu")
+
+
+class _NormTask:
+    """A task whose module has BatchNorm (running statistics updated by every training forward) and
+    whose gradient overflows while the loss scale is above `limit`."""
+
+    def __init__(self, limit: float) -> None:
+        torch.manual_seed(0)
+        self.module = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.BatchNorm1d(3)).train()
+        self.limit, self.scales = limit, []
+
+    def gradient(self, flat: torch.Tensor, x: torch.Tensor, y: torch.Tensor, loss_scale: float = 1.0) -> tuple:
+        self.scales.append(loss_scale)
+        out = self.module(x).float()
+        return torch.full((1,), math.inf if loss_scale > self.limit else 1.0), float(out.detach().square().mean())
+
+
+def test_an_overflow_retry_leaves_batchnorm_as_one_forward_would() -> None:
+    x = torch.randn(8, 4)
+    task, once = _NormTask(limit=2.0**12), _NormTask(limit=math.inf)
+    PrecisionTask(task, "fp16", CPU).gradient(torch.zeros(1), x, torch.zeros(8))
+    PrecisionTask(once, "fp16", CPU).gradient(torch.zeros(1), x, torch.zeros(8))
+    assert len(task.scales) == 5 and len(once.scales) == 1  # 2^16 .. 2^12: four retries
+    for (name, retried), (_, single) in zip(task.module.named_buffers(), once.module.named_buffers()):
+        assert torch.equal(retried, single), name  # running_mean, running_var, num_batches_tracked
+
+
+def test_a_worker_records_the_steps_whose_gradient_it_recomputed() -> None:
+    """`train` with a stand-in executor and replica: step 1's fp16 gradient overflows twice."""
+    from types import SimpleNamespace
+
+    from real.accounting import RankReport
+    from real.worker import WorkerSetup, train
+
+    class Model:
+        def __init__(self) -> None:
+            self.module, self.step = torch.nn.Linear(2, 1), 0
+
+        def gradient(self, flat: torch.Tensor, x: torch.Tensor, y: torch.Tensor, loss_scale: float = 1.0) -> tuple:
+            bad = self.step == 1 and loss_scale > 2.0**14
+            return torch.full((1,), math.inf if bad else 1.0), 0.5
+
+    model = Model()
+    task = PrecisionTask(model, "fp16", CPU)
+
+    class Replica:
+        params = torch.zeros(1)
+
+        def __init__(self) -> None:
+            self.task, self.losses = task, []
+
+        def forward_done(self, step: int) -> None:
+            model.step = step
+            self.losses.append(task.gradient(self.params, torch.zeros(1), torch.zeros(1))[1])
+
+        def step_done(self) -> None:
+            pass
+
+    policy = SimpleNamespace(**{h: lambda *a: None for h in ("begin_step", "on_forward", "on_gradients", "end_step")})
+    executor = SimpleNamespace(replica=Replica(), blocked=[], timeout_s=5.0, run=lambda *a, **k: None)
+    report = RankReport(0)
+    train(WorkerSetup(0, policy, executor, [], 3, [], None, 0.0), report)  # type: ignore[arg-type]
+    assert len(report.rows) == 3 and report.overflows == [(1, 2)]

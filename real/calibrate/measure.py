@@ -21,6 +21,10 @@ import torch
 import torch.distributed as dist
 
 from real.calibrate.rows import CollectiveSample, ComputeSample, PairSample, UplinkSample, rack_members
+from real.placement import task_on
+from real.precision import PrecisionTask, configure_tf32
+from real.precision import check as check_precision
+from real.profiler import on_device
 from sim.config.calibration import STATISTICS, Statistic
 
 Device = Union[torch.device, str]
@@ -169,6 +173,7 @@ def compute(
     device: Device = "cpu",
     compute_device: Optional[Device] = None,
     statistic: Statistic = "median",
+    precision: str = "fp32",
 ) -> Optional[list[ComputeSample]]:
     """Seconds of compute per iteration as synchronous training sees it, one row per rank gathered
     to rank 0 (without a process group: this process alone, one row).
@@ -180,22 +185,35 @@ def compute(
     next collective: on a machine whose ranks share cores (or are descheduled), that is far from one
     rank's own compute time (8 ranks on 2 cores here: each rank alone 1.5-8 ms, lockstep more), and
     the spread across ranks is already inside it, so the rows' `jitter` is 0. The model computes on
-    `compute_device` (default: the CPU), where `syncsim real` trains it; the token lives on `device`.
+    `compute_device` (default: the CPU), where `syncsim real` trains it, made the current CUDA device
+    while it does; the token lives on `device`. The step runs in the workload's `precision` as
+    training runs it (`real.precision`: the TF32 switches, autocast for fp16 and bf16, fp16's loss
+    scale).
     """
     _check_repeats(repeats, statistic)
+    check_precision(precision)
     if batch < 1:
         raise ValueError(f"batch: must be >= 1, got {batch}")
-    x, y = task.data.x_train[:batch], task.data.y_train[:batch]
-    if len(y) < batch:
-        raise ValueError(f"batch: {batch} exceeds the {len(y)} training samples")
+    if len(task.data.y_train) < batch:
+        raise ValueError(f"batch: {batch} exceeds the {len(task.data.y_train)} training samples")
     where = torch.device(compute_device or "cpu")
-    flat, x, y = task.initial.to(where), x.to(where), y.to(where)  # the functional forward reads nothing else
+    with on_device(where):
+        return _compute(task, batch, repeats, device, where, statistic, precision)
+
+
+def _compute(
+    task: Any, batch: int, repeats: int, device: Device, where: torch.device, statistic: Statistic, precision: str
+) -> Optional[list[ComputeSample]]:
+    configure_tf32(precision)
+    trained = PrecisionTask(task_on(task, where), precision, where)  # as real/session.py trains it
+    flat = trained.initial  # the functional forward reads nothing else
+    x, y = trained.data.x_train[:batch].to(where), trained.data.y_train[:batch].to(where)
 
     def step() -> None:
-        task.gradient(flat, x, y)
+        trained.gradient(flat, x, y)
         _sync(where)
 
-    step()  # warm-up: allocator, autograd graph caches, CUDA kernels
+    step()  # warm-up: allocator, autograd graph caches, CUDA kernels, fp16's loss scale
     distributed = dist.is_available() and dist.is_initialized()
     if not distributed:
         times = []

@@ -2,7 +2,9 @@
 
 Every rank profiles at once, as in training (ranks that share a device or cores contend as they
 would then); rank 0 keeps the slowest rank's profile (the largest forward + backward), because a
-synchronous step waits for the last rank. On a GPU the stamps are CUDA events after warm-up.
+synchronous step waits for the last rank. The profile runs in the spec's precision (the workload's,
+`profile_spec`), with the TF32 switches and autocast training uses; on a GPU, with the rank's device
+made current, its stamps CUDA events on that device after warm-up.
 """
 
 from __future__ import annotations

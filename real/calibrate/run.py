@@ -43,6 +43,7 @@ def calibrate(
     compute_device: Any = None,
     nccl_gpu: Optional[str] = None,
     nics_per_host: int = 1,
+    precision: str = "fp32",
 ) -> Optional[CalibrationReport]:
     """Measure and fit; call on every rank after `init_process_group`, with the same arguments.
 
@@ -51,7 +52,8 @@ def calibrate(
     `real.calibrate.sizes`), host-pair ping-pong, rack egress, collectives. Compute is the zoo
     model's per-layer `profile` when given, else the numerics task's lockstep step
     (`measure.compute`), else not measured; either runs on `compute_device` (default: `device` for
-    a profile, the CPU for the task). `host_racks` None: racks
+    a profile, the CPU for the task). The task's step runs in `precision` (the workload's, as training
+    runs it); a profile runs in its own spec's precision. `host_racks` None: racks
     are detected from the pair bandwidths on rank 0 and broadcast before the egress test. `batch`
     defaults to the numerics per-worker batch (global_batch / world). `statistic`: "median",
     "mean" or "min" over repeats ("min" is robust on shared machines, where interference only adds
@@ -78,7 +80,13 @@ def calibrate(
         if batch is None:
             batch = max(1, task_or_none.cfg.global_batch // world)
         computes = measure.compute(
-            task_or_none, batch, max(repeats, 20), device=device, compute_device=compute_device, statistic=statistic
+            task_or_none,
+            batch,
+            max(repeats, 20),
+            device=device,
+            compute_device=compute_device,
+            statistic=statistic,
+            precision=precision,
         )
         gradient_bytes = int(task_or_none.initial.numel() * task_or_none.initial.element_size())
     if sizes is None or collective_sizes is None or uplink_bytes is None:

@@ -3,7 +3,9 @@ the calibrated config, the measured profile and the raw measurements next to it.
 
 The network is measured on the backend's device (NCCL: the rank's GPU). Compute (a zoo model's
 profile, or the numerics model's lockstep step) runs on the rank's GPU whenever the machine has
-one, whatever the backend, since that is where training runs; else on the CPU.
+one, whatever the backend, since that is where training runs, and that GPU is made the current
+device (under gloo on a machine of several GPUs, too), as `syncsim real` makes it; else on the CPU.
+Compute runs in the workload's `precision`, as training runs it (`real.precision`).
 """
 
 from __future__ import annotations
@@ -23,10 +25,13 @@ from sim.files import atomic_write
 
 
 def compute_device(device: torch.device, local_rank: int) -> torch.device:
-    """Where compute is measured: the network's GPU, else this rank's GPU if any, else the CPU."""
+    """Where compute is measured: the network's GPU, else this rank's GPU if any (made current, as
+    `real.backends.training_device` makes it for training), else the CPU."""
     if device.type == "cuda" or not torch.cuda.is_available():
         return device
-    return torch.device("cuda", local_rank % torch.cuda.device_count())
+    gpu = torch.device("cuda", local_rank % torch.cuda.device_count())
+    torch.cuda.set_device(gpu)
+    return gpu
 
 
 def main(config: Config, path: Path, timeout_s: float, backend: str = "auto") -> int:
@@ -65,6 +70,7 @@ def main(config: Config, path: Path, timeout_s: float, backend: str = "auto") ->
         bandwidth_factor=knobs.bandwidth_factor,
         profile=spec,
         compute_device=compute_device(device, local_rank),
+        precision=config.workload.precision,
         # raw figures: folding the all-reduce's efficiency into the links slowed every prediction by the
         # collective's small-message overhead (ring +17% on the 2x2 emulation; docs/validation.md)
         fold_efficiency=False,
