@@ -1,8 +1,12 @@
 """`syncsim real CONFIG --nproc N`: start one process per worker plus the server shards, watch them.
 
-Each process runs `python -m real` with RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT set, exactly what
-`torchrun` gives it on a multi-node cluster. A `prefix` per rank (e.g. `ip netns exec <host>`) and
-extra environment (GLOO_SOCKET_IFNAME) place ranks on emulated hosts. When a process dies or freezes
+Each process runs `python -m real` with RANK/WORLD_SIZE/LOCAL_RANK/LOCAL_WORLD_SIZE/MASTER_ADDR/
+MASTER_PORT set, what `torchrun` gives it on a multi-node cluster; every rank is on this machine
+(LOCAL_RANK = RANK). The backend is chosen once, here, before any process starts
+(real/backends.py: `auto` falls back to gloo, and `nccl` is refused, when the workers outnumber this
+machine's GPUs), and passed to every process by name. A `prefix` per rank (e.g. `ip netns exec
+<host>`) and extra environment place ranks on emulated hosts (`on_emulation`: gloo and NCCL on the
+host's shaped interface, NCCL told that each emulated host is a host of its own). When a process dies or freezes
 (a worker or a parameter-server shard), the others notice through their own timeouts and exit
 naming it; anything still running `timeout_s` + 5 s after the first failure is killed, so nothing
 hangs. The bound after a fault: survivors give up within `timeout_s` (at once for a dead peer,
@@ -69,7 +73,8 @@ class Outcome:
 
 
 def on_emulation(tag: str, hosts: Sequence[str]) -> tuple[Prefix, Env, str]:
-    """Place rank r in the namespace of emulated host `hosts[r]`; gloo talks over its shaped interface."""
+    """Place rank r in the namespace of emulated host `hosts[r]`; gloo and NCCL talk over its shaped
+    interface (`emulated_host_env`)."""
     from real.emulate import Emulation
 
     emu = Emulation.load(tag)
@@ -78,9 +83,35 @@ def on_emulation(tag: str, hosts: Sequence[str]) -> tuple[Prefix, Env, str]:
         return emu.exec_prefix(hosts[rank])
 
     def env(rank: int) -> dict[str, str]:
-        return {"GLOO_SOCKET_IFNAME": emu.interface(hosts[rank]), "NCCL_SOCKET_IFNAME": emu.interface(hosts[rank])}
+        return emulated_host_env(emu.namespace(hosts[rank]), emu.interface(hosts[rank]))
 
     return prefix, env, emu.address(hosts[0])
+
+
+def emulated_host_env(host_id: str, interface: str) -> dict[str, str]:
+    """The environment of a rank on an emulated host: `host_id` names the host (the same for its
+    ranks, distinct between hosts), `interface` is its shaped NIC.
+
+    A network namespace keeps the machine's hostname and boot id, from which NCCL derives its host
+    hash (NCCL_HOSTID overrides it: NCCL's src/misc/utils.cc, getHostHash). With one hash NCCL takes
+    every rank for one node and joins them by NVLink/PCIe (P2P) or shared memory, never touching the
+    shaped links. Distinct ids make each emulated host a node: NCCL's P2P and SHM transports only
+    connect ranks of one host hash, so traffic between hosts goes over its network transport, while
+    the GPUs of one emulated host still use P2P/SHM, as a real host's would. Environment variables
+    as documented at https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html:
+    NCCL_SOCKET_IFNAME (`=eth0`: exactly that interface), NCCL_NET=Socket and NCCL_IB_DISABLE=1 (IP
+    sockets through the namespace, never an RDMA NIC, which the emulation does not shape),
+    NCCL_MNNVL_ENABLE=0 (no multi-node NVLink between hosts that share one NVLink fabric), and
+    NCCL_COLLNET_ENABLE=0 (no in-network reduction; off by default, kept off)."""
+    return {
+        "GLOO_SOCKET_IFNAME": interface,
+        "NCCL_SOCKET_IFNAME": f"={interface}",
+        "NCCL_HOSTID": host_id,
+        "NCCL_NET": "Socket",
+        "NCCL_IB_DISABLE": "1",
+        "NCCL_MNNVL_ENABLE": "0",
+        "NCCL_COLLNET_ENABLE": "0",
+    }
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -108,10 +139,11 @@ def launch(
     cluster with one process per GPU and write the calibrated config to `out`; `overrides`:
     `KEY=VALUE` settings every process applies to the config, as `--set` does)."""
     config = load_config(config_path, overrides)
-    backend = backend_for(backend, calibrate)  # a clear error here, not one per process
     need = placement(config)
     if calibrate:
         need = replace(need, hosts=need.hosts[: need.workers])
+    # every worker is on this machine; a clear error here, not one per process
+    backend = backend_for(backend, calibrate, node_workers=need.workers, note=True)
     if emulation is not None:
         prefix, env_for, master_addr = on_emulation(emulation, need.hosts)
         port = port or 29500 + zlib.crc32(emulation.encode()) % 1000  # no probing from the root namespace
@@ -123,7 +155,7 @@ def launch(
     procs: dict[int, subprocess.Popen] = {}
     for rank in range(need.world):
         env = dict(os.environ)
-        env.update(RANK=str(rank), WORLD_SIZE=str(need.world), LOCAL_RANK=str(rank))
+        env.update(RANK=str(rank), WORLD_SIZE=str(need.world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(need.world))
         env.update(MASTER_ADDR=master_addr, MASTER_PORT=str(port), **{LAUNCHED_ENV: "1"})
         if env_for is not None:
             env.update(env_for(rank))

@@ -27,7 +27,7 @@ from policies.base import Bucket
 from policies.phases import Progress
 from real import transport
 from real.accounting import RankReport
-from real.backends import backend_for, training_device
+from real.backends import backend_for, training_device, workers_per_node
 from real.executor import RankExecutor
 from real.groups import ProcessGroups, planned_groups
 from real.layout import Placement, placement
@@ -69,7 +69,7 @@ def main(config: Config, out: Path, timeout_s: float, backend: str = "auto") -> 
     from sim.api import _prepare
 
     require_numerics(config)
-    backend = backend_for(backend)  # refused before anything starts: nccl without CUDA
+    backend_for(backend)  # refused before anything starts: nccl without CUDA
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     cluster, plan, task = _prepare(config)
     need = placement(config)
@@ -78,6 +78,8 @@ def main(config: Config, out: Path, timeout_s: float, backend: str = "auto") -> 
             f"WORLD_SIZE: this config needs {need.world} processes ({need.workers} workers + {need.servers} "
             f"parameter-server shards), got {world}"
         )
+    # and nccl where workers would share a GPU; auto: gloo there
+    backend = backend_for(backend, node_workers=workers_per_node(need.workers), note=rank == 0)
     device = training_device(int(os.environ.get("LOCAL_RANK", rank)))
     torch.set_num_threads(config.numerics.threads)  # type: ignore[union-attr]
     precision = config.workload.precision

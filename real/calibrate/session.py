@@ -18,7 +18,7 @@ import pandas as pd
 import torch
 import torch.distributed as dist
 
-from real.backends import backend_for, device_for
+from real.backends import backend_for, device_for, workers_per_node
 from sim.config import Config
 from sim.errors import ConfigError
 from sim.files import atomic_write
@@ -46,7 +46,7 @@ def main(config: Config, path: Path, timeout_s: float, backend: str = "auto") ->
         raise ValueError(f"WORLD_SIZE: calibration runs one process per GPU ({cluster.world_size}), got {world}")
     if len(set(cluster.view.rank_hosts)) < 2:
         raise ConfigError("cluster: one host; calibration measures the network between hosts, so it needs two or more")
-    backend = backend_for(backend, calibrate=True)
+    backend = backend_for(backend, calibrate=True, node_workers=workers_per_node(world), note=rank == 0)
     local_rank = int(os.environ.get("LOCAL_RANK", rank))
     device = device_for(backend, local_rank)
     if config.numerics is not None:  # several processes per core: one intra-op thread each, as in training

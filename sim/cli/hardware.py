@@ -27,7 +27,7 @@ def add_real(sub: Subparsers) -> None:
         "--backend",
         choices=["auto", "gloo", "nccl"],
         default="auto",
-        help="auto: gloo (training keeps tensors on the CPU)",
+        help="auto: nccl with a GPU per worker, or gloo",
     )
     real.add_argument("--emulate", metavar="TAG", help="run each rank in its host's namespace of `syncsim emulate up`")
     real.set_defaults(func=_cmd_real)
@@ -52,7 +52,7 @@ def _cmd_real(args: argparse.Namespace) -> int:
         raise ConfigError(
             f"--nproc: the config's cluster has {need.workers} GPUs (one worker process each), got {args.nproc}"
         )
-    backend = backend_for(args.backend)
+    backend = backend_for(args.backend, node_workers=need.workers)  # every worker on this machine
     if timing:
         print(f"no numerics: section: training {config.workload.model} on synthetic data, for timing", file=sys.stderr)
     print(
@@ -78,7 +78,9 @@ def add_calibrate(sub: Subparsers) -> None:
     cal.add_argument("--out", required=True, help="the calibrated YAML to write")
     cal.add_argument("--emulate", metavar="TAG", help="measure the emulated cluster `syncsim emulate up` built")
     cal.add_argument("--timeout", type=float, default=120.0)
-    cal.add_argument("--backend", choices=["auto", "gloo", "nccl"], default="auto", help="auto: nccl with GPUs")
+    cal.add_argument(
+        "--backend", choices=["auto", "gloo", "nccl"], default="auto", help="auto: nccl with a GPU per worker, or gloo"
+    )
     cal.add_argument("--repeats", type=int, help="timed repeats per measurement (default: calibration.repeats, 5)")
     cal.add_argument("--statistic", help="median, mean or min over repeats (default: calibration.statistic, median)")
     cal.add_argument(
