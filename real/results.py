@@ -45,12 +45,9 @@ def assemble(
     run.iterations, run.ops = account(workers)
     run.staleness = [pair for server in servers for pair in server.staleness]
     run.wall_s = wall_s
-    run.devices = rank_rows(
-        entry.display,
-        [(w.rank, "worker", w.device_use, w.loss_scale, sum(n for _, n in w.overflows)) for w in workers if w.device_use is not None]
-        + [(s.rank, f"parameter-server shard {s.shard}", s.device_use, float("nan"), 0) for s in servers
-           if s.device_use is not None],
-    )  # fmt: skip
+    ranks = [(w.rank, "worker", w.device_use, w.loss_scale, sum(n for _, n in w.overflows)) for w in workers]
+    ranks += [(s.rank, f"parameter-server shard {s.shard}", s.device_use, float("nan"), 0) for s in servers]
+    run.devices = rank_rows(entry.display, [r for r in ranks if r[2] is not None])
     run.sim_time_s = max((row[6] for row in run.iterations), default=0.0)
     if not workers:
         return run

@@ -53,5 +53,8 @@ def test_assemble_lists_every_reporting_rank() -> None:
     shard = ServerReport(0, torch.zeros(4), torch.zeros(4, dtype=torch.bool), [], rank=1)
     shard.device_use = DeviceUse("cpu", "cpu", 0)
     run = assemble(entry, Task(), [worker, shard], 1.0, eval_workers=False)
-    assert [(r[1], r[2], r[3]) for r in run.devices] == [(0, "worker", "cuda:0"), (1, "parameter-server shard 0", "cpu")]
+    assert [(r[1], r[2], r[3]) for r in run.devices] == [
+        (0, "worker", "cuda:0"),
+        (1, "parameter-server shard 0", "cpu"),
+    ]
     assert run.devices[0][6] == 512.0

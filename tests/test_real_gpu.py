@@ -344,15 +344,16 @@ def test_nccl_across_gpus_trains_as_numerics_mode(tmp_path: Path, gpus: int, pol
 
 
 def _overlap_worker(rank: int, init: str, out: str) -> None:
-    """Rank 0 is in groups {0, 1} and {0, 2}. Rank 1 joins its collective 1 s late; rank 0's
-    collective with rank 2, issued after the first, must finish long before it."""
+    """Rank 0 is in groups {0, 1} and {0, 2}. It starts waiting for a collective with rank 1, which
+    joins 1 s late, then issues one with rank 2: that one must not queue behind the first."""
+    import threading
     import time
 
-    from real.transport import complete  # noqa: F401 - the executor's completion path
+    from real.transport import complete  # how the executor's waiters wait
 
     gpu = torch.device("cuda", rank)
     torch.cuda.set_device(gpu)
-    dist.init_process_group("nccl", init_method=init, rank=rank, world_size=3, device_id=gpu)
+    dist.init_process_group("nccl", init_method=init, rank=rank, world_size=3)
     try:
         slow, quick = dist.new_group([0, 1]), dist.new_group([0, 2])
         for group in (slow, quick):  # communicators created before anything is timed
@@ -360,26 +361,45 @@ def _overlap_worker(rank: int, init: str, out: str) -> None:
                 dist.all_reduce(torch.ones(1, device=gpu), group=group)
         torch.cuda.synchronize()
         dist.barrier()
-        result: dict[str, float] = {}
+        finished: dict[str, float] = {}
         if rank == 0:
-            from real.executor import wait_for  # the executor's waiter (real/executor.py)
-
             t0 = time.perf_counter()
-            finished: dict[str, float] = {}
-            big = dist.all_reduce(torch.ones(1 << 20, device=gpu), group=slow, async_op=True)
-            small = dist.all_reduce(torch.ones(1, device=gpu), group=quick, async_op=True)
-            waits = {"slow": wait_for(big, gpu), "quick": wait_for(small, gpu)}
-            for name, waiter in waits.items():
-                waiter.result(timeout=30)
-                finished[name] = time.perf_counter() - t0
-            result = finished
+
+            def waiter(name: str, work: Any) -> threading.Thread:
+                def wait() -> None:
+                    complete([work], gpu)
+                    finished[name] = time.perf_counter() - t0
+
+                thread = threading.Thread(target=wait)
+                thread.start()
+                return thread
+
+            threads = [waiter("slow", dist.all_reduce(torch.ones(1 << 20, device=gpu), group=slow, async_op=True))]
+            time.sleep(0.2)  # the slow collective's waiter is waiting
+            threads.append(waiter("quick", dist.all_reduce(torch.ones(1, device=gpu), group=quick, async_op=True)))
+            for thread in threads:
+                thread.join(timeout=30)
         elif rank == 1:
             time.sleep(1.0)
             dist.all_reduce(torch.ones(1 << 20, device=gpu), group=slow)
         else:
             dist.all_reduce(torch.ones(1, device=gpu), group=quick)
         torch.cuda.synchronize()
-        torch.save(result, Path(out) / f"overlap-rank{rank}.pt")
+        torch.save(finished, Path(out) / f"overlap-rank{rank}.pt")
         dist.barrier()
     finally:
         dist.destroy_process_group()
+
+
+def test_a_late_group_does_not_hold_back_another_groups_collective(tmp_path: Path) -> None:
+    """Issue 34, item 1: waiting for one group's collective must not put the compute stream, and so
+    every later collective, behind it."""
+    if torch.cuda.device_count() < 3:
+        pytest.skip("needs 3 GPUs: one rank in two NCCL groups")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(_overlap_worker, args=(f"tcp://127.0.0.1:{port}", str(tmp_path)), nprocs=3)
+    finished = torch.load(tmp_path / "overlap-rank0.pt")
+    assert finished["slow"] > 0.9  # rank 1 came 1 s late
+    assert finished["quick"] < 0.6, f"the quick group's collective waited for the slow one: {finished}"
