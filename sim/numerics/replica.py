@@ -41,8 +41,8 @@ WIRE_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}  # gradient types 
 
 
 def wire_dtype(precision: str) -> Optional[torch.dtype]:
-    """The type gradient values travel in under `workload.gradient_precision` resolved (`WorkloadConfig.wire_precision`);
-    None: fp32, the values as they are."""
+    """The type gradient values travel in under a resolved `workload.gradient_precision`
+    (`WorkloadConfig.wire_precision`); None: fp32, the values as they are."""
     return WIRE_DTYPES.get(precision)
 
 
