@@ -5,6 +5,12 @@ ReduceScatter leaves member i the mean of the i-th slice (and narrows the bucket
 AllGather gathers the slices back. Every call is asynchronous (`async_op=True`); `Started.finish`
 runs once the work completes (averaging, copying gathered slices into place). Sparse ops (a
 `coding`) exchange (index, value) pairs: `real/sparse_collectives.py`.
+
+Dense gradient ops send values in the replica's `wire` type (`workload.gradient_precision`; fp16 or
+bf16, None: fp32), as DDP's fp16/bf16 compress hooks do: the values are cast to it, summed in it by
+the collective, cast back, and averaged in fp32; `nbytes` counts what was sent (2 bytes a value in
+16 bits). Parameters, control tokens and replicas without a `wire` (DDP hooks: `real.hooks`) send
+their own type.
 """
 
 from __future__ import annotations
@@ -49,32 +55,43 @@ def start(op: Collective, replica: Replica, bucket: Optional[int], pg: Any, shar
             raise PolicyError(f"policy {replica.policy!r}: {op!r} is sparse, which this caller cannot run")
         return Started(*start_sparse(op, replica, bucket, pg, shares))
     data = replica.data(op)
+    wire = getattr(replica, "wire", None) if op.payload is Payload.GRADIENTS and pg is not None else None
+    sent_type = wire or data.dtype
+    width_bytes = torch.empty(0, dtype=sent_type).element_size()
     if isinstance(op, AllReduce):
         a, b = replica.range(bucket)
         view = data[a:b]
-        return Started(_call(dist.all_reduce, view, pg), lambda: view.div_(p), 4 * (b - a))
+        if wire is None:
+            return Started(_call(dist.all_reduce, view, pg), lambda: view.div_(p), width_bytes * (b - a))
+        sent = view.to(wire)
+
+        def averaged() -> None:
+            view.copy_(sent)
+            view.div_(p)
+
+        return Started(_call(dist.all_reduce, sent, pg), averaged, width_bytes * (b - a))
     order = group_order(op.group)  # torch's member j is the op's member order[j]
     me = op.group.ranks.index(replica.rank)
     if isinstance(op, ReduceScatter):
         a, b = replica.range(bucket)
         parts = partition(a, b, [1.0] * p)
         lo, hi = parts[me]
-        ring = RingReduceScatter(data, parts, op.group.ranks, me, pg)
+        ring = RingReduceScatter(data, parts, op.group.ranks, me, pg, wire)
 
         def scattered() -> None:
-            data[lo:hi] = ring.result.div_(p)
+            data[lo:hi] = ring.result.to(data.dtype).div_(p)
             replica.push_slice(bucket, (lo, hi))
 
-        return Started(ring if pg is not None else None, scattered, 4 * (b - a))
+        return Started(ring if pg is not None else None, scattered, width_bytes * (b - a))
     if isinstance(op, AllGather):
         enclosing = replica.pop_slice(bucket)
         a, b = enclosing if enclosing is not None else replica.range(bucket)
         parts = partition(a, b, [1.0] * p)
         width = max(hi - lo for lo, hi in parts)  # gloo gathers equal sizes: pad the short slices
         lo, hi = parts[me]
-        mine = data.new_zeros(width)
+        mine = data.new_zeros(width, dtype=sent_type)
         mine[: hi - lo] = data[lo:hi]
-        outs = [data.new_zeros(width) for _ in range(p)]
+        outs = [data.new_zeros(width, dtype=sent_type) for _ in range(p)]
 
         def gathered() -> None:
             for j, i in enumerate(order):
@@ -82,7 +99,7 @@ def start(op: Collective, replica: Replica, bucket: Optional[int], pg: Any, shar
                 if i != me:
                     data[x:y] = outs[j][: y - x]
 
-        return Started(_call(dist.all_gather, outs, pg, mine), gathered, 4 * width)
+        return Started(_call(dist.all_gather, outs, pg, mine), gathered, width_bytes * width)
     raise PolicyError(
         f"policy {replica.policy!r}: the real backend has no tensor rule for a dense {type(op).__name__} "
         f"({op!r}); AllToAll is defined for sparse tensors only (a `coding`)"
@@ -104,12 +121,20 @@ class RingReduceScatter:
     hierarchical all-reduce look worse than it is. Step s: send the partial sum of chunk i-s-1 to the
     next member, add the previous member's partial sum of chunk i-s-2; member i ends with chunk i.
     Each step is one `transport.exchange` (NCCL: one batch; gloo: staged through the host for CUDA
-    tensors).
+    tensors). `wire`: the type partial sums travel and add in (None: the data's own).
     """
 
-    def __init__(self, data: torch.Tensor, parts: list, ranks: tuple[int, ...], me: int, pg: Any) -> None:
+    def __init__(
+        self,
+        data: torch.Tensor,
+        parts: list,
+        ranks: tuple[int, ...],
+        me: int,
+        pg: Any,
+        wire: Optional[torch.dtype] = None,
+    ) -> None:
         self.parts, self.ranks, self.me, self.pg = parts, ranks, me, pg
-        self.acc = [data[x:y].clone() for x, y in parts]
+        self.acc = [data[x:y].to(wire or data.dtype, copy=True) for x, y in parts]
         self.result = self.acc[me] if len(ranks) == 1 else data.new_empty(0)
 
     def wait(self) -> bool:

@@ -18,6 +18,11 @@ A SPARSE_PUSH frame carries a shard range's non-zero pairs (ids are offsets from
 PULL asks for the elements the shard's round updated, and its reply is a frame too (`pull_reply`).
 Dense frames and replies are unchanged.
 
+Frames carry float32 values whatever `workload.gradient_precision` says (the header's int64 fields
+fill float32 slots, and a shard applies pushes in fp32): a push counts 4 bytes a value, where the
+simulator prices a push at the bucket's bytes in `gradient_precision` (2 bytes a value under fp16
+and bf16 by default).
+
 Frames live in host memory on every backend and device: a push copies its values out of the
 worker's device into the frame, and a shard copies them onto its own. They travel on the control
 group (`real.transport.control`: gloo, whatever the training backend; real/transport.py says why),

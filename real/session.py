@@ -262,6 +262,7 @@ class _RankRun:
             self.config.iterations,
             self.entry.display,
             sparsity=self.config.workload.sparsity,  # top-k with error feedback, as numerics mode does
+            gradient_precision=self.config.workload.wire_precision,  # what dense gradient collectives send
         )
         self.executor = RankExecutor(
             rank, self.entry.display, self.groups, self.replica, [], None, self.timeout_s, OpValidator("", workers, 0)

@@ -8,7 +8,9 @@ is laid out by `real.sparse_codec.Codec`: positions in the bucket range as `codi
 integers, then the values (or whole blocks with their ids, or an owner's dense share, as the
 coding says); ids always travel as a list (a bitmap `index_format` is priced by the simulator
 only). Received pairs are put back in the op's member order (`real.groups.group_order`) before
-they are reduced, in that order, as numerics mode reduces them.
+they are reduced, in that order, as numerics mode reduces them. Values travel as float32 whatever
+`workload.gradient_precision` says (4 bytes a value; the simulator prices a sparse value at
+`gradient_precision`'s width, 2 bytes under fp16 and bf16 by default).
 
 - AllToAll: member j receives the pairs it owns from everyone and keeps their mean (`reduce_pairs`)
   as its share of the bucket in `shares` until the AllGather after it.

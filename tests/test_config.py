@@ -95,6 +95,10 @@ def test_policy_settings_pass_through_and_label() -> None:
             "workload.precision: Input should be 'fp32', 'tf32', 'fp16' or 'bf16'",
         ),
         (
+            lambda c: c["workload"].update(gradient_precision="fp8"),
+            "workload.gradient_precision: Input should be 'auto', 'fp32', 'fp16' or 'bf16'",
+        ),
+        (
             lambda c: c.update(simulation={"collective_model": "fine"}),
             "simulation.collective_model: Input should be 'pipelined' or 'stepwise'",
         ),

@@ -58,6 +58,33 @@ def test_fp16_halves_gradients_and_uses_tensor_cores() -> None:
     assert default16.compute_s < default32.compute_s
 
 
+def test_gradient_precision_sets_the_bytes_gradients_travel_in() -> None:
+    """auto: 16-bit gradients under fp16 and bf16; fp32 (DDP's default under autocast) doubles the
+    bytes and every sparse value's width; parameters stay at the training precision."""
+    spec = get_model("deepfm")
+
+    def plan(**kw: str) -> object:
+        return compute_plan(WorkloadConfig(model="deepfm", batch_size=64, efficiency=0.5, **kw), V100)
+
+    auto, wide = plan(precision="fp16"), plan(precision="fp16", gradient_precision="fp32")
+    narrow = plan(precision="fp32", gradient_precision="bf16")
+    assert auto.gradient_bytes == spec.params * 2 and narrow.gradient_bytes == spec.params * 2
+    assert wide.gradient_bytes == spec.params * 4
+    assert sum(b.nbytes for b in wide.buckets) == pytest.approx(spec.params * 4)
+    assert {layout.value_bytes for layout in wide.layouts} == {4}
+    assert {layout.value_bytes for layout in auto.layouts} == {2}
+    assert (auto.parameter_bytes, wide.parameter_bytes, narrow.parameter_bytes) == (
+        spec.params * 2,
+        spec.params * 2,
+        spec.params * 4,
+    )
+    assert wide.compute_s == auto.compute_s
+    synthetic = WorkloadConfig(
+        model="synthetic", gradient_mb=8, compute_ms=9, precision="fp16", gradient_precision="fp32"
+    )
+    assert compute_plan(synthetic, V100).gradient_bytes == pytest.approx(8e6)  # gradient_mb is on the wire
+
+
 def test_efficiency_override() -> None:
     base = compute_plan(WorkloadConfig(model="vgg16", batch_size=8, efficiency=0.5), V100)
     half = compute_plan(WorkloadConfig(model="vgg16", batch_size=8, efficiency=0.25), V100)

@@ -16,7 +16,12 @@ from sim.catalog.zoo import Layer, ModelSpec, get_model
 from sim.config import WorkloadConfig
 
 MB = 1e6
-BYTES_PER_VALUE = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2}  # gradient values on the wire
+BYTES_PER_VALUE = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2}  # one value of each precision
+
+
+def wire_bytes(cfg: WorkloadConfig) -> int:
+    """Bytes one gradient value takes on the wire (`workload.gradient_precision`, auto resolved)."""
+    return BYTES_PER_VALUE[cfg.wire_precision]
 
 
 @dataclass(frozen=True)
@@ -32,7 +37,7 @@ def model_spec(cfg: WorkloadConfig) -> ModelSpec:
         return get_model(cfg.model)
     assert cfg.gradient_mb is not None and cfg.compute_ms is not None  # the config validator ensures it
     n = cfg.synthetic_layers
-    values = cfg.gradient_mb * MB / BYTES_PER_VALUE[cfg.precision] / n
+    values = cfg.gradient_mb * MB / wire_bytes(cfg) / n
     # FLOPs are placeholders; synthetic compute time comes from compute_ms directly.
     layers = tuple(Layer(f"layer{i}", int(round(values)), 1.0) for i in range(n))
     return ModelSpec("synthetic", layers, source="synthetic workload from gradient_mb and compute_ms")

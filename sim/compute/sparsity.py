@@ -27,7 +27,7 @@ from typing import Optional
 import numpy as np
 
 from sim.catalog.zoo import Layer, ModelSpec
-from sim.compute.buckets import BYTES_PER_VALUE, GradientBucket, sparse_table
+from sim.compute.buckets import GradientBucket, sparse_table, wire_bytes
 from sim.config import WorkloadConfig
 
 SEGMENT_KINDS = ("dense", "lookup", "topk")
@@ -73,7 +73,7 @@ class BucketLayout:
 
 def bucket_layouts(cfg: WorkloadConfig, spec: ModelSpec, buckets: Sequence[GradientBucket]) -> tuple[BucketLayout, ...]:
     """Every bucket's layout for a workload (`sim.compute.workload.compute_plan` calls it)."""
-    width = BYTES_PER_VALUE[cfg.precision]
+    width = wire_bytes(cfg)  # a value's bytes; ids are priced by the coding's index_bytes
     out = []
     for bucket in buckets:
         segments: list[Segment] = []

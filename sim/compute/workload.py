@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from sim.catalog.gpus import GpuSpec
 from sim.catalog.zoo import ModelSpec
-from sim.compute.buckets import BYTES_PER_VALUE, MB, GradientBucket, cut_buckets, model_spec
+from sim.compute.buckets import BYTES_PER_VALUE, MB, GradientBucket, cut_buckets, model_spec, wire_bytes
 from sim.compute.profile import check_profile, read_profile
 from sim.compute.roofline import model_seconds
 from sim.compute.sparsity import BucketLayout, bucket_layouts
@@ -67,9 +67,16 @@ def compute_plan(cfg: WorkloadConfig, gpu: GpuSpec) -> ComputePlan:
     if cfg.model == "synthetic":
         grad_bytes = [cfg.gradient_mb * MB / len(spec.layers)] * len(spec.layers)  # type: ignore[operator]
     else:
-        grad_bytes = [layer.params * BYTES_PER_VALUE[cfg.precision] for layer in spec.layers]
+        grad_bytes = [layer.params * wire_bytes(cfg) for layer in spec.layers]
     forward_s, forward, backward = layer_seconds(cfg, spec, gpu)
     buckets = cut_buckets(cfg, spec, grad_bytes, forward, backward)
     total = float(sum(grad_bytes))
+    # parameters at the training precision, whatever type gradients travel in
+    if cfg.model == "synthetic":
+        parameter_bytes = total * BYTES_PER_VALUE[cfg.precision] / wire_bytes(cfg)
+    else:
+        parameter_bytes = float(spec.params * BYTES_PER_VALUE[cfg.precision])
     layouts = bucket_layouts(cfg, spec, buckets)
-    return ComputePlan(spec.name, cfg.batch_size, forward_s, tuple(buckets), spec.params, total, total, layouts)
+    return ComputePlan(
+        spec.name, cfg.batch_size, forward_s, tuple(buckets), spec.params, total, parameter_bytes, layouts
+    )

@@ -120,7 +120,16 @@ class WorkloadConfig(Strict):
     precision: Literal["fp32", "tf32", "fp16", "bf16"] = Field(
         "fp32",
         description="fp32: PyTorch's defaults (TF32 convolutions where the GPU has TF32, FP32 matrix products); "
-        "tf32: TF32 for both; fp16, bf16: autocast to that type, 2-byte gradients (else 4-byte)",
+        "tf32: TF32 for both; fp16, bf16: autocast to that type (gradients on the wire: gradient_precision)",
+    )
+    gradient_precision: Literal["auto", "fp32", "fp16", "bf16"] = Field(
+        "auto",
+        description="the type gradient values travel in (collectives and their bytes; parameters and a "
+        "sparse gradient's ids are not affected): auto: 16-bit under fp16 and bf16 (as Megatron-LM, DeepSpeed "
+        "and DDP's fp16/bf16 compress hooks send them), else fp32; fp32: PyTorch DDP's default under autocast "
+        "(gradients in the fp32 parameters' type); fp16, bf16: that 16-bit type whatever the precision. "
+        "`syncsim real` casts each dense gradient collective to this type and averages in fp32; parameter-server "
+        "frames stay fp32 (docs/real.md)",
     )
     efficiency: Optional[Annotated[float, Field(ge=1e-4, le=1)]] = Field(
         None,
@@ -143,7 +152,9 @@ class WorkloadConfig(Strict):
     compute_jitter: Annotated[float, Field(ge=0, le=10)] = Field(
         0.0, description="coefficient of variation of each iteration's compute time"
     )
-    gradient_mb: Optional[Megabytes] = Field(None, description="synthetic only: gradient size")
+    gradient_mb: Optional[Megabytes] = Field(
+        None, description="synthetic only: gradient size on the wire (in gradient_precision)"
+    )
     compute_ms: Optional[Milliseconds] = Field(None, description="synthetic only: forward + backward time")
     synthetic_layers: Annotated[int, Field(ge=1, le=100_000)] = Field(
         1, description="synthetic only: equal layers the gradient is split into"
@@ -157,6 +168,13 @@ class WorkloadConfig(Strict):
     input_prefetch_batches: Annotated[int, Field(ge=1, le=1000)] = Field(
         2, description="batches per GPU the input pipeline prepares ahead (with input_samples_s)"
     )
+
+    @property
+    def wire_precision(self) -> str:
+        """`gradient_precision` with auto resolved: fp16 or bf16 under that precision, else fp32."""
+        if self.gradient_precision != "auto":
+            return self.gradient_precision
+        return self.precision if self.precision in ("fp16", "bf16") else "fp32"
 
     @field_validator("model")
     @classmethod

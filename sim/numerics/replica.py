@@ -12,6 +12,9 @@ Rules (the same on both backends):
   (bucket None) acts on the whole vector.
 - The local optimizer steps a bucket right before the worker enters a parameter collective on it,
   or else after all bucket programs finish, unless the bucket's gradient was pushed to servers.
+- Dense gradient collectives of two or more members send values in `wire` (`workload.gradient_precision`):
+  each member's values are rounded to it, summed in it, and averaged in fp32 (`through_wire`), as a DDP
+  compress hook does. Parameters, sparse pairs and parameter-server pushes travel in fp32.
 """
 
 from __future__ import annotations
@@ -34,6 +37,18 @@ from sim.numerics.tasks import Task
 from sim.numerics.topk import ErrorFeedbackTopK
 
 Range = tuple[int, int]
+WIRE_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}  # gradient types on the wire other than fp32
+
+
+def wire_dtype(precision: str) -> Optional[torch.dtype]:
+    """The type gradient values travel in under a resolved `workload.gradient_precision`
+    (`WorkloadConfig.wire_precision`); None: fp32, the values as they are."""
+    return WIRE_DTYPES.get(precision)
+
+
+def through_wire(values: torch.Tensor, wire: Optional[torch.dtype]) -> torch.Tensor:
+    """`values` as they arrive after travelling in `wire` (rounded to it, back in their own type)."""
+    return values if wire is None else values.to(wire).to(values.dtype)
 
 
 def bucket_ranges(n: int, bucket_bytes: Sequence[float]) -> list[Range]:
@@ -81,10 +96,13 @@ class Replica:
         policy: str,
         *,
         sparsity: Optional[SparsityConfig] = None,
+        gradient_precision: str = "fp32",
     ) -> None:
         """`sparsity`: the workload's; with `topk` the real gradient is top-k sparsified with error
-        feedback before any op sees it."""
+        feedback before any op sees it. `gradient_precision`: the type gradient collectives send
+        (`WorkloadConfig.wire_precision`), kept as `wire` (None: fp32)."""
         self.cfg, self.task, self.rank, self.iterations, self.policy = cfg, task, rank, iterations, policy
+        self.wire = wire_dtype(gradient_precision)
         self.sparsifier = (
             ErrorFeedbackTopK(task.tensor_sizes, sparsity.topk, sparsity.dense_below)
             if sparsity is not None and sparsity.topk is not None

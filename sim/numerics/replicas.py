@@ -9,6 +9,8 @@ an op:
 - ReduceScatter: member i gets the mean of the i-th 1/p slice, and its later ops on that bucket act
   on that slice until an AllGather gathers the slices back (so 2-D all-reduce nests correctly).
 - AllGather: every member gets every member's slice.
+- A dense gradient op of two or more members rounds what travels to `workload.gradient_precision`
+  (`replica.through_wire`): each member's values, and the sum the collective forms in that type.
 - Sparse AllToAll and AllGather (ops with a `coding`): on (index, value) pairs, see
   `sim.numerics.sparse_rules`; the members end with the mean, as after an AllReduce.
 - Push (gradients): the pushes of one program item split the range in proportion to their bytes;
@@ -31,7 +33,7 @@ from sim.config.sparsity import SparsityConfig
 from sim.errors import PolicyError
 from sim.numerics.batches import ShardSampler, per_worker_batch
 from sim.numerics.optim import FlatOptimizer
-from sim.numerics.replica import Range, Replica, bucket_ranges, partition
+from sim.numerics.replica import Range, Replica, bucket_ranges, partition, through_wire, wire_dtype
 from sim.numerics.servers import ServerTensors, Update
 from sim.numerics.sparse_rules import Pairs, reduce_pairs, scatter, split_by_owner
 from sim.numerics.tasks import Task
@@ -51,9 +53,12 @@ class Replicas:
         policy: str,
         servers: bool,
         sparsity: Optional[SparsityConfig] = None,
+        gradient_precision: str = "fp32",
     ) -> None:
-        """`sparsity`: the workload's (its `topk` sparsifies every worker's real gradient)."""
+        """`sparsity`: the workload's (its `topk` sparsifies every worker's real gradient);
+        `gradient_precision`: the type dense gradient collectives send (`WorkloadConfig.wire_precision`)."""
         self.cfg, self.task, self.world, self.iterations, self.policy = cfg, task, world, iterations, policy
+        self.wire = wire_dtype(gradient_precision)
         n = task.size
         self.params = task.initial.repeat(world, 1)
         self.grads = torch.zeros(world, n)
@@ -75,6 +80,7 @@ class Replicas:
                 iterations,
                 policy,
                 sparsity=sparsity,
+                gradient_precision=gradient_precision,
             )
             for r in range(world)
         ]
@@ -115,13 +121,13 @@ class Replicas:
         p = len(ranks)
         self._same_sizes(op, ranges)
         if isinstance(op, AllReduce):
-            mean = torch.stack([data[r, a:b] for r, (a, b) in zip(ranks, ranges)]).mean(dim=0)
+            mean = self._mean(op, [data[r, a:b] for r, (a, b) in zip(ranks, ranges)])
             for r, (a, b) in zip(ranks, ranges):
                 data[r, a:b] = mean
         elif isinstance(op, ReduceScatter):
             parts = [partition(a, b, [1.0] * p) for a, b in ranges]
             for i, r in enumerate(ranks):
-                mean = torch.stack([data[q, parts[j][i][0] : parts[j][i][1]] for j, q in enumerate(ranks)]).mean(0)
+                mean = self._mean(op, [data[q, parts[j][i][0] : parts[j][i][1]] for j, q in enumerate(ranks)])
                 lo, hi = parts[i][i]
                 data[r, lo:hi] = mean
                 reps[r].push_slice(buckets[r], (lo, hi))
@@ -130,6 +136,18 @@ class Replicas:
                 f"policy {self.policy!r}: numerics mode has no tensor rule for {type(op).__name__}; "
                 "run this policy with numerics disabled"
             )
+
+    def _on_wire(self, op: Collective) -> Optional[torch.dtype]:
+        """The type `op` sends its values in: `wire` for gradients between two or more members."""
+        return self.wire if op.payload is Payload.GRADIENTS and op.group.size > 1 else None
+
+    def _mean(self, op: Collective, values: Sequence[torch.Tensor]) -> torch.Tensor:
+        """The members' mean as `op` leaves it: in fp32, or summed in the wire type, then averaged in fp32."""
+        wire = self._on_wire(op)
+        if wire is None:
+            return torch.stack(list(values)).mean(dim=0)
+        total = torch.stack([through_wire(v, wire) for v in values]).sum(dim=0)
+        return through_wire(total, wire) / len(values)
 
     def _all_gather(
         self, op: Collective, data: torch.Tensor, ranks: Sequence[int], buckets: Mapping[int, Optional[int]]
@@ -144,7 +162,7 @@ class Replicas:
         parts = [partition(a, b, [1.0] * p) for a, b in whole]
         for i, r in enumerate(ranks):
             lo, hi = parts[i][i]
-            values = data[r, lo:hi].clone()
+            values = through_wire(data[r, lo:hi], self._on_wire(op)).clone()  # what the others receive
             for j, q in enumerate(ranks):
                 if q != r:
                     a, b = parts[j][i]

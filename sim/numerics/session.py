@@ -35,8 +35,18 @@ def attach(
     phase's budget kind from `Evaluator.begin_phase`."""
     cfg = config.numerics
     assert cfg is not None
+    workload = config.workload
     replicas = Replicas(
-        cfg, task, world, bucket_bytes, config.iterations, config.seed, policy, servers, config.workload.sparsity
+        cfg,
+        task,
+        world,
+        bucket_bytes,
+        config.iterations,
+        config.seed,
+        policy,
+        servers,
+        workload.sparsity,
+        gradient_precision=workload.wire_precision,
     )
     evaluator = Evaluator(replicas, cfg.eval_every, cfg.eval_workers, synchronous=True)
     evaluator.evaluate(0.0)
