@@ -7,8 +7,9 @@
 | fp16 | fp16 | fp16 | float16 | dynamic (`LossScale`) |
 | bf16 | bf16 | bf16 | bfloat16 | no (bf16 has fp32's range) |
 
-Master weights, optimizer state and the gradients that are communicated stay fp32 in every mode:
-autocast computes in the low precision but returns the gradient of the fp32 parameters.
+Master weights and optimizer state stay fp32 in every mode: autocast computes in the low precision
+but returns the gradient of the fp32 parameters. The type that gradient travels in is the
+workload's `gradient_precision` (real/collectives.py).
 
 fp16 runs the same on the CPU as on a GPU: CPU autocast has float16 kernels (torch >= 2.x), and
 the loss scale applies there too, so CI runs the very path a GPU takes (slower, and nobody trains
@@ -18,7 +19,7 @@ The loss scale does not use `torch.amp.GradScaler`. GradScaler skips an optimize
 gradient overflowed. Here the gradient goes to a policy's collectives or parameter servers before
 any step, and a skipped step would need every rank and shard to agree to skip it. Instead a rank
 whose gradient overflowed halves its scale and computes the gradient again (the batch is the same).
-Every rank therefore always sends a finite fp32 gradient. The scale grows 2x after `growth_interval`
+Every rank therefore always sends a finite gradient. The scale grows 2x after `growth_interval`
 clean steps, as GradScaler's does. A retry first puts back the module's buffers as they were before
 the first try (BatchNorm's running statistics and batch count), so an overflow leaves them as one
 forward on the batch would.
@@ -29,7 +30,7 @@ overflow anywhere turns every rank's all-reduced gradient non-finite, and every 
 whole iteration (compute and communication) and the update with it; here the step loses one rank's
 compute and no update, and needs no agreement between ranks and shards. What was missing is the
 attribution: the recompute shows only as that rank's longer compute and the others' wait. So each
-worker records the steps it recomputed and how often (`overflows`; `RankReport.overflows`). A lower
+worker records the steps it recomputed and how often (`overflows`; `RankReport.overflows`, `ranks.csv`). A lower
 initial scale would make early retries rarer but would also flush more small fp16 gradients to zero
 in the short runs here, which never reach `growth_interval` to grow it back; the initial scale stays
 GradScaler's.
