@@ -2,9 +2,10 @@
 back on the host.
 
 A worker trains a device copy of the task (data set, module buffers, initial parameters), so rank 0
-can still evaluate the gathered results with the host task after the policy. Optimizer state and a
-shard's tensors move with them. Reports leave a rank with host tensors only, so any rank can read
-them whatever GPUs it has.
+can still evaluate the gathered results with the host task after the policy; its optimizer state
+moves with them. A parameter-server shard rank computes no gradient and gets the CPU as its device
+(real/session.py), so its task, shard tensors and optimizer state stay on the host. Reports leave
+a rank with host tensors only, so any rank can read them whatever GPUs it has.
 """
 
 from __future__ import annotations

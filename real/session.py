@@ -4,8 +4,15 @@ write the same tables as the simulator after each policy.
 Ranks 0..W-1 are the workers (one per GPU of the config's cluster); ranks W.. run parameter-server
 shards (as many as the policy that declares the most). The environment gives RANK, WORLD_SIZE,
 MASTER_ADDR and MASTER_PORT, as `torchrun` and `syncsim real --nproc` both set them, and LOCAL_RANK
-picks the rank's GPU (real/backends.py: each rank trains on its device; barriers, gathers and the
-parameter-server protocol use the gloo control group of real/transport.py).
+picks a worker's GPU (real/backends.py: each worker trains on its device; barriers, gathers and the
+parameter-server protocol use the gloo control group of real/transport.py). A shard rank, serving
+a shard or idle in a policy, computes no gradient: it keeps its task, shard tensors and optimizer
+state on the host and never touches a GPU, so it takes no memory or time from the worker whose GPU
+it would share.
+
+Every group (the control group, a policy's groups, its decision group) waits at most `--timeout`
+for a peer. A policy's groups are set up before its clock starts (real/groups.py: NCCL builds a
+communicator on first use, which would otherwise land in step 0) and destroyed when it ends.
 """
 
 from __future__ import annotations
@@ -80,13 +87,16 @@ def main(config: Config, out: Path, timeout_s: float, backend: str = "auto") -> 
         )
     # and nccl where workers would share a GPU; auto: gloo there
     backend = backend_for(backend, node_workers=workers_per_node(need.workers), note=rank == 0)
-    device = training_device(int(os.environ.get("LOCAL_RANK", rank)))
+    if rank < need.workers:
+        device = training_device(int(os.environ.get("LOCAL_RANK", rank)))
+    else:  # a parameter-server shard: on the host, no CUDA context (it computes no gradient)
+        device = torch.device("cpu")
     torch.set_num_threads(config.numerics.threads)  # type: ignore[union-attr]
     precision = config.workload.precision
     configure_tf32(precision)
     trained = PrecisionTask(task_on(task, device), precision, device)  # evaluation uses `task`, on the host
     dist.init_process_group(backend, rank=rank, world_size=world, timeout=timedelta(seconds=timeout_s))
-    transport.open_control()
+    transport.open_control(timeout_s)
     heartbeat = Heartbeat(rank, world, roles=need.roles())
     runs: list[Any] = []
     code = 0
@@ -175,9 +185,10 @@ def _run_policy(
     for member in policy.phase_policies():
         steps = config.iterations * (workers if member.shared_budget else 1)
         planned += planned_groups(member, workers, steps, buckets)
-    groups = ProcessGroups(list({tuple(sorted(g.ranks)): g for g in planned}.values()))
+    groups = ProcessGroups(list({tuple(sorted(g.ranks)): g for g in planned}.values()), timeout_s)
     # adaptive phases gather timings (host tensors) here
-    decision_group = dist.new_group(list(range(workers)), backend="gloo")
+    decision_group = dist.new_group(list(range(workers)), backend="gloo", timeout=timedelta(seconds=timeout_s))
+    groups.warm_up(rank, trained.device)  # communicator setup, outside the policy's clock
     cfg = config.numerics
     assert cfg is not None
     run = _RankRun(config, entry, policy, trained, plan, buckets, workers, rank, timeout_s, groups, decision_group)
@@ -203,7 +214,9 @@ def _run_policy(
     run.finish()
     gathered: Optional[list[Any]] = [None] * need.world if rank == 0 else None
     dist.gather_object(run.report, gathered, dst=0, group=transport.control())
-    dist.barrier(group=transport.control())
+    dist.barrier(group=transport.control())  # nobody uses the policy's groups any more: free them
+    groups.destroy()
+    dist.destroy_process_group(decision_group)
     if rank != 0:
         return None
     assert gathered is not None
@@ -213,7 +226,8 @@ def _run_policy(
 class _RankRun:
     """One process's part in one policy: its role (worker, shard, or idle in this policy) through
     every phase of the policy (policies.phases), the switches between them, and its report. `task`
-    is on the rank's device (real/placement.py); so are its replica or shard tensors."""
+    is on the rank's device (real/placement.py: a worker's GPU if it has one, the host on a shard
+    rank); so are its replica or shard tensors."""
 
     def __init__(
         self,

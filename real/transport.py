@@ -16,8 +16,9 @@ agreements and the parameter-server protocol (real/protocol.py) run on a gloo gr
 memory on every backend. The protocol needs what NCCL point-to-point lacks. Replies go out in any
 order, matched by tag. Receives stay posted while replies are sent to the same peer, which on NCCL
 would block those sends behind them on one stream. A shard's threads wait on the host with a
-timeout. And a shard may share a GPU with a worker, which NCCL refuses. Collectives between
-workers use the training backend (NCCL on GPUs).
+timeout. And a shard keeps its tensors on the host, outside any NCCL communicator. Collectives
+between workers use the training backend (NCCL on GPUs). The group waits at most the run's
+`--timeout` for a peer, so a frozen one ends a barrier or gather with an error after that long.
 """
 
 from __future__ import annotations
@@ -35,10 +36,13 @@ FORCE_STAGING = os.environ.get("SYNCSIM_STAGE_P2P", "") == "1"  # stage CPU tens
 _control: Optional[Any] = None
 
 
-def open_control() -> Any:
-    """Create this process's control group (a gloo group of the whole world; every rank calls it)."""
+def open_control(timeout_s: Optional[float] = None) -> Any:
+    """Create this process's control group (a gloo group of the whole world; every rank calls it).
+    `timeout_s`: how long a barrier, gather or message on it may wait for a peer (the run's
+    `--timeout`); None leaves torch's default for a new group, 30 minutes."""
     global _control
-    _control = dist.new_group(backend="gloo")
+    timeout = None if timeout_s is None else timedelta(seconds=timeout_s)
+    _control = dist.new_group(backend="gloo", timeout=timeout)
     return _control
 
 

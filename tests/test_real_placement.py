@@ -71,3 +71,59 @@ def test_nccl_without_cuda_is_refused_in_one_line(tmp_path: Path, capsys: pytest
     assert run([str(path), "--out", str(tmp_path / "rank"), "--backend", "nccl"]) == 2
     (line,) = capsys.readouterr().err.splitlines()
     assert line.endswith("backend: 'nccl' needs a CUDA device and this machine has none; allowed here: auto, gloo")
+
+
+class _Joined(Exception):
+    """`init_process_group` reached: the rank's device and task are chosen by then."""
+
+
+@pytest.mark.parametrize(("rank", "expected"), [(1, torch.device("cuda", 1)), (4, torch.device("cpu"))])
+def test_only_workers_take_a_gpu_and_a_shard_keeps_its_task_on_the_host(
+    monkeypatch: pytest.MonkeyPatch, rank: int, expected: torch.device
+) -> None:
+    """On a machine with two GPUs (torch.cuda patched), `ps` on 4 workers: worker 1 trains a copy of the
+    task on cuda:1; shard 0 (rank 4, whose LOCAL_RANK would pick cuda:0, worker 0's GPU) keeps the host
+    task, and never makes a GPU current (that creates a CUDA context)."""
+    from real import session
+    from sim.config import parse_config
+
+    current: list = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "set_device", current.append)
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: None)
+    placed: list = []
+
+    def task_on(task, device):  # type: ignore[no-untyped-def]
+        placed.append(device)
+        return "a device copy" if device.type == "cuda" else task
+
+    chosen: dict = {}
+
+    def precision_task(task, precision, device):  # type: ignore[no-untyped-def]
+        chosen.update(task=task, device=device)
+
+    def init_process_group(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise _Joined
+
+    monkeypatch.setattr(session, "task_on", task_on)
+    monkeypatch.setattr(session, "PrecisionTask", precision_task)
+    monkeypatch.setattr(session.dist, "init_process_group", init_process_group)
+    for name, value in {"RANK": rank, "WORLD_SIZE": 6, "LOCAL_RANK": rank}.items():
+        monkeypatch.setenv(name, str(value))
+    config = parse_config(
+        {
+            "iterations": 2,
+            "cluster": {"topology": "star", "hosts": 4},
+            "workload": {"model": "synthetic", "gradient_mb": 1.0, "compute_ms": 5},
+            "numerics": {"dataset": "digits", "model": "logreg", "global_batch": 8},
+            "policies": [{"name": "ps", "shards": 2}],
+        }
+    )
+    with pytest.raises(_Joined):
+        session.main(config, Path("unused"), 5.0)
+    assert chosen["device"] == expected and placed == [expected]
+    if expected.type == "cpu":
+        assert current == [] and chosen["task"].initial.device.type == "cpu"  # the host task itself
+    else:
+        assert current == [expected] and chosen["task"] == "a device copy"
