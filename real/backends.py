@@ -5,7 +5,7 @@
   and batches live there (real/placement.py). Ranks fill nodes in blocks (torchrun; `syncsim real`
   puts every rank on its machine) and the workers hold the lowest ranks, so a worker's LOCAL_RANK
   is its index among its node's workers: with a GPU per worker, each has its own. Shard ranks are
-  counted past the workers and take part in no NCCL communicator, so they need no GPU of their own.
+  counted past the workers and take part in no NCCL communicator and stay on the host (real/session.py).
 - **Backend.** NCCL refuses two ranks of one communicator on one GPU (it fails at the first
   collective, after every process started), so the rule counts the workers a node must hold, not
   its processes: `workers_per_node` is the first node's, min(LOCAL_WORLD_SIZE, workers), the most

@@ -121,7 +121,9 @@ class RingReduceScatter:
     hierarchical all-reduce look worse than it is. Step s: send the partial sum of chunk i-s-1 to the
     next member, add the previous member's partial sum of chunk i-s-2; member i ends with chunk i.
     Each step is one `transport.exchange` (NCCL: one batch; gloo: staged through the host for CUDA
-    tensors). `wire`: the type partial sums travel and add in (None: the data's own).
+    tensors). `wire`: the type partial sums travel and add in (None: the data's own). NCCL orders its
+    calls after the calling thread's current stream and `work.wait()` puts that stream behind them,
+    so the steps and additions all run on whichever stream `wait` runs on.
     """
 
     def __init__(
@@ -136,8 +138,12 @@ class RingReduceScatter:
         self.parts, self.ranks, self.me, self.pg = parts, ranks, me, pg
         self.acc = [data[x:y].to(wire or data.dtype, copy=True) for x, y in parts]
         self.result = self.acc[me] if len(ranks) == 1 else data.new_empty(0)
+        self.ready = transport.mark(data)  # CUDA: the copies above, on the issuing stream
 
     def wait(self) -> bool:
+        """Run the steps on the current stream (the executor's: a waiter's own stream, after the
+        issuing stream's copies), which holds `result` once the steps' works and additions are done."""
+        transport.follow(self.ready)
         p, i, acc = len(self.ranks), self.me, self.acc
         right, left = self.ranks[(i + 1) % p], self.ranks[(i - 1) % p]
         for step in range(p - 1):

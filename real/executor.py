@@ -7,8 +7,12 @@ when the programs are handed over, and a rank issues a group's next collective t
 the group's previous one completed, so every member issues the same calls in the same order whatever
 the timing, and one group runs one collective at a time (as on one NCCL communicator, and as the
 simulator models it; gloo alone would run them side by side on its worker threads). Every call is
-asynchronous; a waiter thread per call reports completion, so one slow group never holds back
-another's progress.
+asynchronous; persistent waiter threads (`real/waiters.py`: an idle one takes each call, a new one
+starts only when all are busy) block until it completes and wake the main thread, so one slow group
+never holds back another's progress. On a GPU that holds for the device too: a waiter waits for a
+collective on a CUDA stream of its own (`transport.complete`), never on the stream the training
+computes on and after which NCCL orders every later collective, and it synchronizes that stream
+alone, not the device.
 
 Timing: every collective records (step, group, sequence number, issue and finish time) for the
 wait/comm split computed after the run (`real/accounting.py`); pulls and clock waits report the
@@ -18,9 +22,12 @@ Sparse pushes and pulls (a `coding`) carry (index, value) pairs (`real/protocol.
 non-zero elements of its range, a pull the elements the shard's round updated (with the plain sgd
 `Replica.pull_ranges` requires, the only ones that changed since this rank's last pull).
 
-Devices: the replica may live on a GPU. Frames and replies are host tensors (real/protocol.py);
-a pull's reply is copied onto the replica's device as it completes. A collective counts as finished
-when the device has finished it, not when the host has enqueued it (`transport.complete`).
+Devices: the replica may live on a GPU. Frames and replies are host tensors (real/protocol.py), so
+pushes, pulls and clock waits are waited for on the host without any CUDA call; a pull's reply lands
+in pinned memory and is copied onto the replica's device as it completes, queued on the current
+stream without waiting for it. A collective counts as finished when the device has finished it, not
+when the host has enqueued it; before its results are used (`finish`), the current stream waits on
+the event the waiter recorded after it (`Stream.wait_event`: no host or device-wide sync).
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ from real import transport
 from real.collectives import Started, start
 from real.groups import ProcessGroups
 from real.sparse_collectives import Shares
+from real.waiters import Waiters
 from sim.engine.op_checks import OpValidator
 from sim.numerics.replica import Replica
 
@@ -88,6 +96,8 @@ class _Flight:
     error: Optional[BaseException] = None
     finished: float = 0.0
     received: Optional[Callable[[], int]] = None
+    device: Optional[torch.device] = None  # a collective's: the device its tensors are on
+    event: Optional[Any] = None  # CUDA: recorded once the works finished (`transport.complete`)
 
 
 @dataclass
@@ -108,6 +118,7 @@ class RankExecutor:
     _busy: set[tuple[int, ...]] = field(default_factory=set)  # groups with a call in flight
     _done: deque = field(default_factory=deque)
     _cv: threading.Condition = field(default_factory=threading.Condition)
+    _waiters: Waiters = field(default_factory=lambda: Waiters("syncsim-wait"))
 
     def run(self, step: int, programs: Sequence[tuple[Iterable[Any], Optional[int]]], chained: bool = False) -> None:
         """Run `(program, bucket)` pairs to completion (concurrently, or one after another)."""
@@ -210,7 +221,8 @@ class RankExecutor:
                 assert isinstance(op, Pull)
                 src = self.shard_ranks[op.shard]
                 index_bytes = op.coding.index_bytes if op.coding is not None else 0
-                reply = torch.empty(wire.pull_reply_floats(a, b, index_bytes) if index_bytes else b - a + 1)
+                size = wire.pull_reply_floats(a, b, index_bytes) if index_bytes else b - a + 1
+                reply = torch.empty(size, pin_memory=replica.params.is_cuda)  # pinned: copied in without a sync
                 works = [  # the reply's receive first, so the shard's answer finds it posted
                     wire.expect(reply, src, wire.REPLY_BASE + op.key),
                     wire.send(wire.frame(wire.Kind.PULL, op.key, a, b, value=index_bytes), src),
@@ -242,16 +254,17 @@ class RankExecutor:
         """Copy the reply into place; `sparse`: the flight of a sparse pull, whose bytes the reply sets."""
 
         def finish() -> None:
-            params = self.replica.params
+            params = self.replica.params  # copies onto a GPU are queued on the current stream, not waited for
             if sparse is None:
-                params[a:b] = reply[:-1]
+                params[a:b].copy_(reply[:-1], non_blocking=True)
                 held = float(reply[-1])
             else:
                 got = wire.read_pull_reply(reply)
                 if got.index is None:
-                    params[a:b] = got.values
+                    params[a:b].copy_(got.values, non_blocking=True)
                 else:
-                    params[a + got.index.to(params.device)] = got.values.to(params.device)
+                    index = got.index.to(params.device, non_blocking=True)
+                    params[a + index] = got.values.to(params.device, non_blocking=True)
                 held, sparse.nbytes = got.held, got.nbytes
             if held > 0:
                 self.blocked.append((step, slot.issued, slot.issued + held))
@@ -268,20 +281,22 @@ class RankExecutor:
             with self._cv:
                 self._done.append(flight)
             return
+        if isinstance(flight.slot.op, Collective):  # point-to-point frames and replies are host tensors
+            flight.device = self.replica.params.device
+        self._waiters.submit(lambda: self._await(flight), lambda: self._report(flight))
 
-        device = self.replica.params.device
+    def _await(self, flight: _Flight) -> None:
+        """On a waiter thread: wait until the flight's works finished (on the device, for a collective)."""
+        try:
+            flight.event = transport.complete(flight.works, flight.device)
+        except BaseException as exc:  # noqa: BLE001 - handed to the main thread
+            flight.error = exc
+        flight.finished = time.perf_counter()
 
-        def wait() -> None:
-            try:
-                transport.complete(flight.works, device)
-            except BaseException as exc:  # noqa: BLE001 - handed to the main thread
-                flight.error = exc
-            flight.finished = time.perf_counter()
-            with self._cv:
-                self._done.append(flight)
-                self._cv.notify()
-
-        threading.Thread(target=wait, daemon=True, name=f"syncsim-wait-{self.rank}").start()
+    def _report(self, flight: _Flight) -> None:
+        with self._cv:
+            self._done.append(flight)
+            self._cv.notify()
 
     def _wait(self) -> list[_Flight]:
         with self._cv:
@@ -296,6 +311,8 @@ class RankExecutor:
     def _complete(self, step: int, flight: _Flight) -> None:
         if flight.error is not None:
             raise flight.error
+        if flight.event is not None:  # the results were written on other streams: read them after those
+            torch.cuda.current_stream(flight.device).wait_event(flight.event)
         if flight.finish is not None:
             flight.finish()
         slot = flight.slot

@@ -32,7 +32,7 @@ import torch.distributed as dist
 
 from policies.base import Bucket
 from policies.phases import Progress
-from real import transport
+from real import device_use, transport
 from real.accounting import RankReport
 from real.backends import backend_for, training_device, workers_per_node
 from real.executor import RankExecutor
@@ -193,6 +193,7 @@ def _run_policy(
     assert cfg is not None
     run = _RankRun(config, entry, policy, trained, plan, buckets, workers, rank, timeout_s, groups, decision_group)
     dist.barrier(group=transport.control())
+    device_use.begin(trained.device)  # the peak ranks.csv reports: this policy's
     run.t0 = time.perf_counter()
     wall = time.time()
     try:
@@ -288,6 +289,7 @@ class _RankRun:
         optimizer_on(self.tensors.optimizer, self.tensors.params.device)
         self.touched = torch.zeros(self.task.size, dtype=torch.bool)  # bookkeeping stays on the host
         self.report = ServerReport(spec.shard, self.tensors.params, self.touched, self.staleness, self.snapshots)
+        self.report.rank = self.rank
 
     def phases(self) -> None:
         """Every phase in turn; between two, the switch every process takes part in."""
@@ -362,10 +364,15 @@ class _RankRun:
         """Fill the report with what the executor recorded (times from the policy's start); its
         tensors on the host."""
         ex, report, t0 = self.executor, self.report, self.t0
+        if report is None:  # a rank idle in this policy reports nothing
+            return
+        report.device_use = device_use.measured(self.task.device)
         if isinstance(report, ServerReport):
             report.params = on_host(report.params)
         if ex is None or self.replica is None:
             return
+        scale = self.task.loss_scale
+        report.loss_scale = scale.scale if scale is not None else float("nan")
         report.blocked = [(s, a - t0, b - t0) for s, a, b in ex.blocked]
         report.collectives = [(*r[:6], r[6] - t0, r[7] - t0, *r[8:]) for r in ex.collectives]
         report.p2p = [(*r[:6], r[6] - t0, r[7] - t0) for r in ex.p2p]

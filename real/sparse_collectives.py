@@ -28,6 +28,7 @@ import torch
 import torch.distributed as dist
 
 from policies.ops import AllGather, AllToAll, Collective, Payload
+from real import transport
 from real.groups import group_order
 from real.sparse_codec import Codec
 from sim.errors import PolicyError
@@ -64,8 +65,13 @@ class PairExchange:
         ]
         self.nbytes = sum(4 * c.numel() for c in self.chunks) + 8 * (len(self.order) - 1)  # pairs, then sizes
         self.received_bytes = 0  # set by `wait`
+        self.ready = transport.mark(empty)  # CUDA: the packing above, on the issuing stream
+        self.reader = torch.cuda.current_stream(self.device) if self.device.type == "cuda" else None
 
     def wait(self) -> bool:
+        """Run both calls on the current stream (the executor's: a waiter's own stream, after the
+        issuing stream's packing); the received pairs are made there and read on the issuing stream."""
+        transport.follow(self.ready)
         splits = torch.tensor([c.numel() for c in self.chunks], dtype=torch.int64, device=self.device)
         incoming = torch.empty_like(splits)
         dist.all_to_all_single(incoming, splits, group=self.pg)
@@ -75,7 +81,11 @@ class PairExchange:
         dist.all_to_all_single(out, torch.cat(self.chunks), sizes, splits.tolist(), group=self.pg)
         for t, chunk in enumerate(out.split(sizes)):
             if self.order[t] != self.me:
-                self.received[self.order[t]] = self.codec.unpack(chunk, self.owner(self.order[t], False))
+                pairs = self.codec.unpack(chunk, self.owner(self.order[t], False))
+                self.received[self.order[t]] = pairs
+                if self.reader is not None:  # the allocator must not reuse them before the reader ran
+                    pairs.index.record_stream(self.reader)
+                    pairs.values.record_stream(self.reader)
         return True
 
 

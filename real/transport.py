@@ -4,12 +4,20 @@
   in the order they were posted, so `tag` is dropped and the code path is otherwise the same.
 - **gloo**: CPU tensors travel as they are. gloo cannot send a CUDA tensor (`writev ... Bad
   address`), so one is staged through a pinned host buffer: a send copies the tensor out first;
-  a receive lands in the buffer, and its work's `wait()` copies it into the tensor (the data is
-  there only after `wait()`). `SYNCSIM_STAGE_P2P=1` in the environment, or `FORCE_STAGING = True`,
-  stages CPU tensors too, so CI runs the staged path on gloo without a GPU.
+  a receive lands in the buffer, and its work's `wait()` copies it into the tensor on the current
+  stream without blocking (work queued after `wait()` on that stream sees the data; the host, once
+  the stream is synchronized). The send's copy blocks the calling thread until the data is on the
+  host, on purpose: gloo hands the buffer to its transport as the send is posted, so the data must
+  be there first, and a non-blocking copy would need the same host wait on its event before the
+  post (posting later, from another thread, would reorder sends that gloo matches by order). The
+  copy waits for the current stream only: in the executor, a waiter thread's own stream
+  (`complete`), not the stream the training computes on. `SYNCSIM_STAGE_P2P=1` in the environment,
+  or `FORCE_STAGING = True`, stages CPU tensors too, so CI runs the staged path on gloo without a GPU.
 - `exchange`: one send and one receive (a ring step). Under NCCL it is one batch
   (`batch_isend_irecv`): two separate calls to the same peer queue on one CUDA stream, and each
   rank's receive would wait in front of the send its peer waits for.
+- `complete`: waits for works from a thread of its own without putting any other stream behind
+  them (CUDA works are waited for on the thread's own stream; host-only works touch no CUDA API).
 
 **The control group** (`open_control`, `control`): barriers, gathering the results, the phases'
 agreements and the parameter-server protocol (real/protocol.py) run on a gloo group over host
@@ -24,7 +32,7 @@ between workers use the training backend (NCCL on GPUs). The group waits at most
 from __future__ import annotations
 
 import os
-from contextlib import nullcontext
+import threading
 from datetime import timedelta
 from typing import Any, Optional
 
@@ -34,6 +42,7 @@ import torch.distributed as dist
 FORCE_STAGING = os.environ.get("SYNCSIM_STAGE_P2P", "") == "1"  # stage CPU tensors too (tests)
 
 _control: Optional[Any] = None
+_local = threading.local()  # per thread: its waiting stream per device
 
 
 def open_control(timeout_s: Optional[float] = None) -> Any:
@@ -74,8 +83,8 @@ class StagedWork:
 
     def wait(self, timeout: Optional[timedelta] = None) -> bool:
         done = self.work.wait() if timeout is None else self.work.wait(timeout=timeout)
-        if not self._copied:
-            self.into.copy_(self.buffer)  # type: ignore[union-attr]
+        if not self._copied:  # ordered on the current stream: whoever reads `into` next there sees it
+            self.into.copy_(self.buffer, non_blocking=True)  # type: ignore[union-attr]
             self._copied = True
         return bool(done)
 
@@ -94,12 +103,13 @@ def isend(tensor: torch.Tensor, dst: int, tag: int = 0, group: Optional[Any] = N
     if not staged(tensor, group):
         return dist.isend(tensor, dst, group=group, tag=tag)
     buffer = _host_buffer(tensor)
-    buffer.copy_(tensor)  # synchronous: the data is on the host before gloo reads it
+    buffer.copy_(tensor)  # blocks until the data is on the host: gloo reads it as the send is posted
     return StagedWork(dist.isend(buffer, dst, group=group, tag=tag), buffer)
 
 
 def irecv(tensor: torch.Tensor, src: int, tag: int = 0, group: Optional[Any] = None) -> Any:
-    """Receive into `tensor` from global rank `src`; the data is in place once the work's `wait()` returns."""
+    """Receive into `tensor` from global rank `src`; the data is in place once the work's `wait()` returns
+    (staged: for work queued on the current stream after `wait()`)."""
     if is_nccl(group):
         return dist.irecv(tensor, src, group=group)
     if not staged(tensor, group):
@@ -126,13 +136,57 @@ def exchange(
     return [irecv(incoming, src, group=group), isend(outgoing, dst, group=group)]  # posted first: data never waits
 
 
-def complete(works: list[Any], device: torch.device) -> None:
-    """Wait for `works` until `device` has finished them. On CUDA a work's `wait()` only puts the
-    current stream behind it, while the executor times and sequences collectives on the host; the
-    current device is set for this thread (NCCL's batched calls need it; threads start on GPU 0)."""
-    cuda = device.type == "cuda"
-    with torch.cuda.device(device) if cuda else nullcontext():
+def mark(tensor: torch.Tensor) -> Optional[Any]:
+    """For a work whose `wait()` issues further calls (a ring's steps): an event recorded on the current
+    stream if `tensor` is on CUDA (else None). Its `wait()` runs on a waiter's stream, which must
+    `follow` the event before it touches what the issuing stream wrote."""
+    if not tensor.is_cuda:
+        return None
+    event = torch.cuda.Event()
+    event.record(torch.cuda.current_stream(tensor.device))
+    return event
+
+
+def follow(event: Optional[Any]) -> None:
+    """Make the current stream wait for `event` (from `mark`; None: nothing to wait for)."""
+    if event is not None:
+        torch.cuda.current_stream().wait_event(event)
+
+
+def waiting_stream(device: torch.device) -> Any:
+    """This thread's own CUDA stream on `device`, created on first use: where it waits for works."""
+    streams = getattr(_local, "streams", None)
+    if streams is None:
+        streams = _local.streams = {}
+    stream = streams.get(device)
+    if stream is None:
+        stream = streams[device] = torch.cuda.Stream(device)
+    return stream
+
+
+def complete(works: list[Any], device: Optional[torch.device] = None) -> Optional[Any]:
+    """Block this thread until `works` have finished; `device`: the CUDA device whose tensors they
+    touch (None or a CPU device: host-only works, such as the protocol's frames on the control group,
+    which are waited for on the host alone, without a CUDA call).
+
+    On CUDA a work's `wait()` only makes the thread's current stream wait for it (torch's `Work.wait`),
+    and a thread's current stream starts as the device's default stream, which the training computes
+    on and after which NCCL orders every later collective. So the waits go on this thread's own stream
+    (`waiting_stream`), and the host blocks on an event recorded after them on that stream only: the
+    collective counts as finished when the device has finished it, and nothing else queues behind it.
+    Returns that event (None for host-only works): a stream that reads the works' results waits on it
+    first (`Stream.wait_event`). The current device is set for this thread (NCCL's batched calls need
+    it; threads start on GPU 0)."""
+    if device is None or device.type != "cuda":
         for work in works:
             work.wait()
-        if cuda:
-            torch.cuda.current_stream(device).synchronize()
+        return None
+    with torch.cuda.device(device):
+        stream = waiting_stream(device)
+        with torch.cuda.stream(stream):
+            for work in works:
+                work.wait()
+        done = torch.cuda.Event()
+        done.record(stream)
+    done.synchronize()
+    return done

@@ -98,6 +98,13 @@ def test_real_gloo_run_equals_the_simulators_numerics(tmp_path: Path) -> None:
         np.testing.assert_allclose(real[f"{run.label}/checkpoint0"], checkpoint, rtol=1e-5, atol=1e-7)
     assert not np.allclose(sim.runs[-2].checkpoints[0], as_numerics_initial(config))
 
+    ranks = pd.read_csv(out / "ranks.csv")  # where every rank computed: here, the CPU
+    assert (ranks.device == "cpu").all() and (ranks.peak_memory_mb == 0).all()
+    assert list(ranks[ranks.policy == "ring"]["rank"]) == [0, 1, 2, 3]
+    ps = ranks[ranks.policy == "ps"]
+    assert list(ps["rank"]) == [0, 1, 2, 3, 4, 5]
+    assert list(ps.role) == ["worker"] * 4 + ["parameter-server shard 0", "parameter-server shard 1"]
+
     phases = pd.read_csv(out / "phases.csv").set_index(["policy", "phase"])
     assert list(phases.loc["ps_asp", "phase_policy"]) == ["ps", "asp"]
     assert list(phases.loc["ps_asp", "updates"]) == [5 * 4, 15 * 4] and list(phases.loc["ps_asp", "start_step"]) == [
