@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Optional
 
-from real.backends import backend_for
+from real.backends import backend_for, workers_per_node
 from real.layout import placement
 from real.liveness import named
 from real.session import PEER_FAILED
@@ -142,11 +142,13 @@ def launch(
     need = placement(config)
     if calibrate:
         need = replace(need, hosts=need.hosts[: need.workers])
-    # every worker is on this machine; a clear error here, not one per process
-    backend = backend_for(backend, calibrate, node_workers=need.workers, note=True)
     if emulation is not None:
         prefix, env_for, master_addr = on_emulation(emulation, need.hosts)
         port = port or 29500 + zlib.crc32(emulation.encode()) % 1000  # no probing from the root namespace
+    # every worker is on this machine unless `env_for` says otherwise (LOCAL_WORLD_SIZE): the count
+    # each process will check, checked once here for a clear error, not one per process
+    seen = {"LOCAL_WORLD_SIZE": str(need.world), **(env_for(0) if env_for is not None else {})}
+    backend = backend_for(backend, calibrate, node_workers=workers_per_node(need.workers, seen), note=True)
     if nproc is not None and nproc != need.workers:
         raise ConfigError(
             f"--nproc: the config's cluster has {need.workers} GPUs (one worker process each), got {nproc}"

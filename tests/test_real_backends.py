@@ -75,6 +75,16 @@ def test_nccl_with_workers_sharing_a_gpu_is_refused_before_any_process_starts(
     assert started == []
 
 
+def test_the_launch_checks_the_node_size_its_processes_will_see(gpus: Any, started: list, tmp_path: Path) -> None:
+    """An `env_for` that makes each rank a node of its own (LOCAL_WORLD_SIZE=1, as the GPU tests'
+    `nodes_of_one` does) passes the up-front check the processes themselves then make."""
+    gpus(1)
+    alone = {"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}
+    assert launching.launch(CONFIG, tmp_path, backend="nccl", env_for=lambda rank: alone).ok
+    assert {_backend_arg(cmd) for cmd, _ in started} == {"nccl"}
+    assert all(env["LOCAL_WORLD_SIZE"] == "1" for _, env in started)
+
+
 def test_under_torchrun_a_node_with_more_workers_than_gpus_refuses_nccl(
     gpus: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

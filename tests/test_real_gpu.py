@@ -1,10 +1,14 @@
-"""The GPU paths of real/: the DDP hooks (ring, hierarchical) on CUDA tensors under NCCL (world
-size 1, as on one GPU) and under gloo across two ranks sharing the GPU, against DDP's own
-all-reduce; `syncsim real` training on the GPU (NCCL at one worker, gloo with two workers sharing
-it, each with a parameter-server shard on the same GPU) against numerics mode, and in every
-precision; a replica's step on CUDA; `syncsim profile` on the GPU; and calibration's measurements
-on a CUDA device. Skipped without CUDA (the CI machine has none). NCCL refuses two ranks on one
-GPU, so multi-worker NCCL cannot run here: its code path is gloo's apart from the backend name."""
+"""The GPU paths of real/, skipped without CUDA (the CI machine has none): the DDP hooks (ring,
+hierarchical) on CUDA tensors under NCCL and gloo against DDP's own all-reduce; `syncsim real`
+training on the GPU against numerics mode, in every precision, with workers on the GPU and
+parameter-server shards on the host (`ranks.csv`); autocast and fp16 loss scaling firing; NCCL
+across 2 and 4 workers for ring, hierarchical, DS-Sync and Zen, with step 0 free of communicator
+setup; one group's late collective not holding back another's; `syncsim profile` and
+calibration's measurements on a CUDA device.
+
+NCCL refuses two ranks of one host on one GPU. With fewer GPUs than workers the multi-rank NCCL
+tests make each rank a node of its own on GPU 0 (`nodes_of_one`: NCCL_HOSTID), so every NCCL code
+path runs on a single GPU too, over NCCL's socket transport instead of NVLink."""
 
 from __future__ import annotations
 
@@ -315,43 +319,63 @@ NCCL_RUNS = [
 ]
 
 
+def nodes_of_one(rank: int) -> dict[str, str]:
+    """The environment that makes each rank a node of its own, as NCCL sees it, all on GPU 0:
+    NCCL tells hosts apart by NCCL_HOSTID (else hostname and boot id) and refuses two ranks on one
+    GPU only within a host, so ranks of different ids on one GPU talk over its socket transport.
+    With fewer GPUs than workers this runs every multi-rank NCCL code path on one GPU."""
+    return {
+        "LOCAL_RANK": "0",
+        "LOCAL_WORLD_SIZE": "1",
+        "NCCL_HOSTID": f"syncsim-gpu-test-{rank}",
+        "NCCL_NET": "Socket",
+        "NCCL_SOCKET_IFNAME": "=lo",
+        "NCCL_IB_DISABLE": "1",
+    }
+
+
 @pytest.mark.parametrize(("gpus", "policies", "sparse"), NCCL_RUNS)
-def test_nccl_across_gpus_trains_as_numerics_mode(tmp_path: Path, gpus: int, policies: list, sparse: bool) -> None:
-    """NCCL with a worker per GPU: every policy ends with numerics mode's parameters, each worker on
-    its own GPU, and step 0's collectives do not carry the communicators' setup."""
-    if torch.cuda.device_count() < gpus:
-        pytest.skip(f"needs {gpus} GPUs (NCCL refuses two ranks on one)")
+def test_nccl_across_ranks_trains_as_numerics_mode(tmp_path: Path, gpus: int, policies: list, sparse: bool) -> None:
+    """NCCL with `gpus` workers, each on its own GPU (or, with fewer GPUs, each a node of its own on
+    GPU 0: `nodes_of_one`): every policy ends with numerics mode's parameters, and step 0's
+    collectives do not carry the communicators' setup."""
     import pandas as pd
 
     from real.launch import launch
     from sim.api import simulate
 
+    own = torch.cuda.device_count() >= gpus
     path = _nccl_config(tmp_path, gpus, policies, sparse)
     out = tmp_path / "out"
-    outcome = launch(path, out, nproc=gpus, timeout_s=120, backend="nccl")
+    outcome = launch(path, out, nproc=gpus, timeout_s=120, backend="nccl", env_for=None if own else nodes_of_one)
     assert outcome.ok, outcome.failed
     real = np.load(out / "parameters.npz")
     for run in simulate(path).runs:
         np.testing.assert_allclose(real[f"{run.label}/workers"], run.parameters, rtol=1e-3, atol=1e-5)
     ranks = _ranks(out)
     for _, workers in ranks[ranks.role == "worker"].groupby("policy"):
-        assert sorted(workers.device) == [f"cuda:{i}" for i in range(gpus)]
+        assert sorted(workers.device) == ([f"cuda:{i}" for i in range(gpus)] if own else ["cuda:0"] * gpus)
     ops = pd.read_csv(out / "ops.csv")
     ops = ops[ops.group >= 0]
     took = ops.finished_s - ops.launched_s
     first, later = took[ops.step == 0], took[ops.step > 0]
-    assert first.max() < 10 * later.median() + 0.005, "step 0 pays for creating NCCL communicators"
+    print(f"collectives: step 0 max {first.max() * 1e3:.2f} ms, later median {later.median() * 1e3:.2f} ms")
+    assert first.max() < 10 * later.quantile(0.9) + 0.01, "step 0 pays for creating NCCL communicators"
 
 
 def _overlap_worker(rank: int, init: str, out: str) -> None:
     """Rank 0 is in groups {0, 1} and {0, 2}. It starts waiting for a collective with rank 1, which
     joins 1 s late, then issues one with rank 2: that one must not queue behind the first."""
+    import os
     import threading
     import time
 
     from real.transport import complete  # how the executor's waiters wait
 
-    gpu = torch.device("cuda", rank)
+    own = torch.cuda.device_count() >= 3
+    if not own:
+        os.environ.update(nodes_of_one(rank))
+    gpu = torch.device("cuda", rank if own else 0)
     torch.cuda.set_device(gpu)
     dist.init_process_group("nccl", init_method=init, rank=rank, world_size=3)
     try:
@@ -392,14 +416,13 @@ def _overlap_worker(rank: int, init: str, out: str) -> None:
 
 
 def test_a_late_group_does_not_hold_back_another_groups_collective(tmp_path: Path) -> None:
-    """Issue 34, item 1: waiting for one group's collective must not put the compute stream, and so
-    every later collective, behind it."""
-    if torch.cuda.device_count() < 3:
-        pytest.skip("needs 3 GPUs: one rank in two NCCL groups")
+    """Waiting for one group's collective must not put the compute stream, and so every later
+    collective, behind it (three ranks: on three GPUs, or as nodes of one on GPU 0)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     mp.spawn(_overlap_worker, args=(f"tcp://127.0.0.1:{port}", str(tmp_path)), nprocs=3)
     finished = torch.load(tmp_path / "overlap-rank0.pt")
+    print(f"slow group finished after {finished['slow']:.3f} s, quick group after {finished['quick']:.3f} s")
     assert finished["slow"] > 0.9  # rank 1 came 1 s late
     assert finished["quick"] < 0.6, f"the quick group's collective waited for the slow one: {finished}"
