@@ -9,8 +9,9 @@ runs once the work completes (averaging, copying gathered slices into place). Sp
 Dense gradient ops send values in the replica's `wire` type (`workload.gradient_precision`; fp16 or
 bf16, None: fp32), as DDP's fp16/bf16 compress hooks do: the values are cast to it, summed in it by
 the collective, cast back, and averaged in fp32; `nbytes` counts what was sent (2 bytes a value in
-16 bits). Parameters, control tokens and replicas without a `wire` (DDP hooks: `real.hooks`) send
-their own type.
+16 bits). Sparse ops send their pairs' values in `wire` too (`real/sparse_collectives.py`), as do
+parameter-server pushes and pulls (`real/protocol.py`). Parameters, control tokens and replicas
+without a `wire` (DDP hooks: `real.hooks`) send their own type.
 """
 
 from __future__ import annotations

@@ -49,7 +49,7 @@ from real.groups import ProcessGroups
 from real.sparse_collectives import Shares
 from real.waiters import Waiters
 from sim.engine.op_checks import OpValidator
-from sim.numerics.replica import Replica
+from sim.numerics.replica import Replica, through_wire
 
 # (step, rank, group key, sequence on the group, op kind, nbytes, issued, finished, bytes received:
 # sparse ops only, else -1)
@@ -207,12 +207,15 @@ class RankExecutor:
                 op = slot.op
                 assert isinstance(op, Push)
                 if op.coding is None:
-                    message = wire.frame(wire.Kind.PUSH, op.key, update.a, update.b, payload=update.values)
+                    message = wire.push(op.key, update.a, update.b, update.values, replica.wire)
                 else:  # a shard's posted receive holds a whole model's values
                     room = replica.params.numel()
-                    message = wire.sparse_push(op.key, update.a, update.b, update.values, op.coding.index_bytes, room)
+                    index_bytes = op.coding.index_bytes
+                    message = wire.sparse_push(
+                        op.key, update.a, update.b, update.values, index_bytes, room, replica.wire
+                    )
                 slot.issued = now
-                sent = 4 * (message.numel() - wire.HEADER_FLOATS)
+                sent = wire.push_bytes(message)
                 self._launch(_Flight(slot, [wire.send(message, self.shard_ranks[op.shard])], None, sent))
         if pulls:
             ranges = replica.pull_ranges(bucket, [s.op for s in pulls])
@@ -221,14 +224,18 @@ class RankExecutor:
                 assert isinstance(op, Pull)
                 src = self.shard_ranks[op.shard]
                 index_bytes = op.coding.index_bytes if op.coding is not None else 0
-                size = wire.pull_reply_floats(a, b, index_bytes) if index_bytes else b - a + 1
+                on_wire = replica.wire
+                if index_bytes:
+                    size = wire.pull_reply_floats(a, b, index_bytes, on_wire)
+                else:
+                    size = wire.dense_reply_floats(b - a, on_wire)
                 reply = torch.empty(size, pin_memory=replica.params.is_cuda)  # pinned: copied in without a sync
                 works = [  # the reply's receive first, so the shard's answer finds it posted
                     wire.expect(reply, src, wire.REPLY_BASE + op.key),
-                    wire.send(wire.frame(wire.Kind.PULL, op.key, a, b, value=index_bytes), src),
+                    wire.send(wire.frame(wire.Kind.PULL, op.key, a, b, value=index_bytes, wire=on_wire), src),
                 ]
                 slot.issued = now
-                flight = _Flight(slot, works, None, 4 * (b - a))
+                flight = _Flight(slot, works, None, wire.value_bytes(b - a, on_wire))
                 flight.finish = self._pulled(step, slot, a, b, reply, flight if index_bytes else None)
                 self._launch(flight)
         for slot in clocks:
@@ -256,13 +263,15 @@ class RankExecutor:
         def finish() -> None:
             params = self.replica.params  # copies onto a GPU are queued on the current stream, not waited for
             if sparse is None:
-                params[a:b].copy_(reply[:-1], non_blocking=True)
-                held = float(reply[-1])
+                values, held = wire.read_dense_reply(reply, b - a, self.replica.wire)
+                params[a:b].copy_(values, non_blocking=True)
             else:
                 got = wire.read_pull_reply(reply)
                 if got.index is None:
                     params[a:b].copy_(got.values, non_blocking=True)
-                else:
+                else:  # the rows the round changed; the others hold what earlier pulls (rounded) left
+                    if got.wire is not None:  # rounded too, as numerics mode leaves the whole range
+                        params[a:b] = through_wire(params[a:b], got.wire)
                     index = got.index.to(params.device, non_blocking=True)
                     params[a + index] = got.values.to(params.device, non_blocking=True)
                 held, sparse.nbytes = got.held, got.nbytes

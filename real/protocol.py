@@ -16,12 +16,16 @@ Sparse buckets (ops with a `coding`) travel as (index, value) *pairs* (`pack_pai
 `index_bytes`-wide integers (their bit patterns in float32 slots, as the header's), then the values.
 A SPARSE_PUSH frame carries a shard range's non-zero pairs (ids are offsets from `a`); a sparse
 PULL asks for the elements the shard's round updated, and its reply is a frame too (`pull_reply`).
-Dense frames and replies are unchanged.
 
-Frames carry float32 values whatever `workload.gradient_precision` says (the header's int64 fields
-fill float32 slots, and a shard applies pushes in fp32): a push counts 4 bytes a value, where the
-simulator prices a push at the bucket's bytes in `gradient_precision` (2 bytes a value under fp16
-and bf16 by default).
+Values travel in the *wire* type, `workload.gradient_precision` (the header's `wire` field names it:
+`WIRE_CODES`), both ways: pushed gradients and pulled parameters alike, which is what the simulator
+prices (a push or pull of a bucket moves its bytes at that width). In fp16 or bf16 two values share
+a float32 slot (`pack_values`: their bit patterns, the last slot padded), so the frame stays one
+float32 tensor and a value costs 2 bytes. A shard keeps its parameters and applies pushes in fp32
+(the master copy); a worker holds what it pulled rounded to the wire type, as mixed-precision
+training keeps fp32 master weights beside 16-bit working ones. Numerics mode rounds the same values
+the same way (`sim.numerics.replica.through_wire`). Byte counts (`value_bytes`, `PullReply.nbytes`)
+leave out the pad.
 
 Frames live in host memory on every backend and device: a push copies its values out of the
 worker's device into the frame, and a shard copies them onto its own. They travel on the control
@@ -44,7 +48,7 @@ import torch
 
 from real import transport
 
-HEADER_LEN = 6  # kind, key, a, b, value, spare
+HEADER_LEN = 7  # kind, key, a, b, value, spare, wire
 HEADER_FLOATS = 2 * HEADER_LEN  # float32 slots holding the int64 header
 PREPOSTED = 4  # receives a shard keeps posted per worker
 POSTED_BYTES = 256 * 2**20  # at most this much memory in posted receives per worker
@@ -52,7 +56,7 @@ POSTED_BYTES = 256 * 2**20  # at most this much memory in posted receives per wo
 
 class Kind(IntEnum):
     PUSH = 1  # grads[a:b] for `key` follow the header
-    PULL = 2  # reply: params[a:b] and the seconds the request was held, on REPLY_BASE + key
+    PULL = 2  # reply: params[a:b] in the request's `wire` and the seconds it was held, on REPLY_BASE + key
     CLAIM = 3  # shared budget: may I run another iteration? reply on CLAIM_REPLY (value 1: timing in key, a, b)
     TICK = 4  # I finished an iteration (SSP clocks)
     WAIT_CLOCK = 5  # value: min clock; reply on CLOCK_REPLY once every worker reached it
@@ -67,6 +71,36 @@ CLAIM_REPLY = 3
 CLOCK_REPLY = 4
 REPLY_BASE = 1000  # + key
 
+WIRE_CODES: dict[Optional[torch.dtype], int] = {None: 0, torch.float16: 1, torch.bfloat16: 2}  # header `wire`
+_WIRE_TYPES = {code: dtype for dtype, code in WIRE_CODES.items()}
+
+
+def value_floats(n: int, wire: Optional[torch.dtype] = None) -> int:
+    """float32 slots that n values take in `wire` (None: fp32, one a slot; 16 bits: two a slot)."""
+    return n if wire is None else (n + 1) // 2
+
+
+def value_bytes(n: int, wire: Optional[torch.dtype] = None) -> int:
+    """Bytes of n values in `wire` (the pad of an odd count left out)."""
+    return n * (4 if wire is None else 2)
+
+
+def pack_values(values: torch.Tensor, wire: Optional[torch.dtype] = None) -> torch.Tensor:
+    """`values` as float32 slots: themselves (None), or their `wire` bit patterns two a slot, on their device."""
+    if wire is None:
+        return values.reshape(-1).to(torch.float32)
+    n = values.numel()
+    out = torch.zeros(2 * value_floats(n, wire), dtype=wire, device=values.device)
+    out[:n] = values.reshape(-1)
+    return out.view(torch.float32)
+
+
+def unpack_values(slots: torch.Tensor, n: int, wire: Optional[torch.dtype] = None) -> torch.Tensor:
+    """A float32 copy of the n values `pack_values` wrote into `slots`."""
+    if wire is None:
+        return slots[:n].clone()
+    return slots[: value_floats(n, wire)].contiguous().view(wire)[:n].to(torch.float32)
+
 
 def frame(
     kind: Kind,
@@ -76,11 +110,14 @@ def frame(
     value: int = 0,
     payload: Optional[torch.Tensor] = None,
     spare: int = 0,
+    wire: Optional[torch.dtype] = None,
 ) -> torch.Tensor:
-    """One message in host memory: the header, then `payload` (float32, from any device) if any."""
+    """One message in host memory: the header, then `payload` (float32 slots, from any device) if any;
+    `wire`: the type its values travel in (the payload must be packed in it)."""
     size = 0 if payload is None else payload.numel()
     out = torch.empty(HEADER_FLOATS + size, dtype=torch.float32)
-    out[:HEADER_FLOATS].view(torch.int64).copy_(torch.tensor([int(kind), key, a, b, value, spare]))
+    header = torch.tensor([int(kind), key, a, b, value, spare, WIRE_CODES[wire]])
+    out[:HEADER_FLOATS].view(torch.int64).copy_(header)
     if payload is not None:
         out[HEADER_FLOATS:] = payload.reshape(-1)
     return out
@@ -100,39 +137,71 @@ def header_of(message: torch.Tensor) -> tuple[int, int, int, int, int]:
     return kind, key, a, b, value
 
 
+def wire_of(message: torch.Tensor) -> Optional[torch.dtype]:
+    """The type a received frame's values travel in (its header's `wire`)."""
+    return _WIRE_TYPES[int(message[:HEADER_FLOATS].view(torch.int64)[6])]
+
+
+def push(key: int, a: int, b: int, values: torch.Tensor, wire: Optional[torch.dtype] = None) -> torch.Tensor:
+    """A PUSH frame of grads[a:b] (`values`, on any device) in `wire`."""
+    return frame(Kind.PUSH, key, a, b, payload=pack_values(values, wire), wire=wire)
+
+
 def payload_of(message: torch.Tensor, a: int, b: int) -> torch.Tensor:
-    """A copy of a push frame's values (the buffer is posted again right after)."""
-    return message[HEADER_FLOATS : HEADER_FLOATS + b - a].clone()
+    """A float32 copy of a push frame's b - a values (the buffer is posted again right after)."""
+    return unpack_values(message[HEADER_FLOATS:], b - a, wire_of(message))
 
 
-def pack_pairs(index: torch.Tensor, values: torch.Tensor, index_bytes: int) -> torch.Tensor:
+def pack_pairs(
+    index: torch.Tensor, values: torch.Tensor, index_bytes: int, wire: Optional[torch.dtype] = None
+) -> torch.Tensor:
     """Pairs as float32 slots: the ids as `index_bytes`-wide integers (bit patterns), then the values
-    (on the ids' device)."""
+    in `wire` (`pack_values`), on the ids' device."""
     ids = index.to(_ID_TYPES[index_bytes]).contiguous().view(torch.float32)
-    return torch.cat([ids, values.to(device=ids.device, dtype=torch.float32)])
+    return torch.cat([ids, pack_values(values.to(ids.device), wire)])
 
 
-def unpack_pairs(packed: torch.Tensor, index_bytes: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(int64 ids, values) of `pack_pairs` output; the pair count follows from the length."""
+def pair_count(floats: int, index_bytes: int, wire: Optional[torch.dtype] = None, per_id: int = 1) -> int:
+    """How many ids a `floats`-slot message of ids each followed by `per_id` values holds (ids first,
+    then every value): the inverse of `pair_floats`. In 16 bits 2 x floats = n (2 x slots + per_id)
+    plus at most 1 (the pad), and 2 x slots + per_id >= 3, so the floor division finds n."""
     slots = index_bytes // 4
-    n = packed.numel() // (slots + 1)
+    if wire is None:
+        return floats // (slots + per_id)
+    return 2 * floats // (2 * slots + per_id)
+
+
+def unpack_pairs(
+    packed: torch.Tensor, index_bytes: int, wire: Optional[torch.dtype] = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(int64 ids, float32 values) of `pack_pairs` output; the pair count follows from the length."""
+    slots = index_bytes // 4
+    n = pair_count(packed.numel(), index_bytes, wire)
     ids = packed[: n * slots].clone().view(_ID_TYPES[index_bytes]).to(torch.int64)
-    return ids, packed[n * slots : n * (slots + 1)].clone()
+    return ids, unpack_values(packed[n * slots :], n, wire)
 
 
-def pair_floats(n: int, index_bytes: int) -> int:
-    """float32 slots that n packed pairs take."""
-    return n * (1 + index_bytes // 4)
+def pair_floats(n: int, index_bytes: int, wire: Optional[torch.dtype] = None, per_id: int = 1) -> int:
+    """float32 slots that n packed ids, each with `per_id` values, take."""
+    return n * (index_bytes // 4) + value_floats(n * per_id, wire)
 
 
-def sparse_push(key: int, a: int, b: int, values: torch.Tensor, index_bytes: int, room: int) -> torch.Tensor:
-    """A SPARSE_PUSH frame of grads[a:b] (`values`): its non-zero pairs, or the dense values if the
-    pairs would not fit the `room` floats of payload a shard's posted receive holds (a nearly dense
-    range with wide ids)."""
+def pair_bytes(n: int, index_bytes: int, wire: Optional[torch.dtype] = None, per_id: int = 1) -> int:
+    """Bytes of n ids and their values (the simulator's count: `index_bytes` an id, the wire's width a value)."""
+    return n * index_bytes + value_bytes(n * per_id, wire)
+
+
+def sparse_push(
+    key: int, a: int, b: int, values: torch.Tensor, index_bytes: int, room: int, wire: Optional[torch.dtype] = None
+) -> torch.Tensor:
+    """A SPARSE_PUSH frame of grads[a:b] (`values`) in `wire`: its non-zero pairs, or the dense values
+    if the pairs would not fit the `room` floats of payload a shard's posted receive holds (a nearly
+    dense range with wide ids)."""
     index = torch.nonzero(values, as_tuple=True)[0]
-    if pair_floats(len(index), index_bytes) > room:
-        return frame(Kind.SPARSE_PUSH, key, a, b, -1, values, index_bytes)
-    return frame(Kind.SPARSE_PUSH, key, a, b, len(index), pack_pairs(index, values[index], index_bytes), index_bytes)
+    if pair_floats(len(index), index_bytes, wire) > room:
+        return frame(Kind.SPARSE_PUSH, key, a, b, -1, pack_values(values, wire), index_bytes, wire)
+    pairs = pack_pairs(index, values[index], index_bytes, wire)
+    return frame(Kind.SPARSE_PUSH, key, a, b, len(index), pairs, index_bytes, wire)
 
 
 def sparse_values_of(message: torch.Tensor, a: int, b: int) -> torch.Tensor:
@@ -140,26 +209,62 @@ def sparse_values_of(message: torch.Tensor, a: int, b: int) -> torch.Tensor:
     n, index_bytes = (int(v) for v in message[:HEADER_FLOATS].view(torch.int64)[4:6])
     if n < 0:
         return payload_of(message, a, b)
-    index, values = unpack_pairs(message[HEADER_FLOATS : HEADER_FLOATS + pair_floats(n, index_bytes)], index_bytes)
+    wire = wire_of(message)
+    body = message[HEADER_FLOATS : HEADER_FLOATS + pair_floats(n, index_bytes, wire)]
+    index, values = unpack_pairs(body, index_bytes, wire)
     return torch.zeros(b - a).index_put_((index,), values)
 
 
+def push_bytes(message: torch.Tensor) -> int:
+    """Bytes of ids and values a PUSH or SPARSE_PUSH frame carries (what the simulator prices)."""
+    kind, _, a, b, n = header_of(message)
+    wire = wire_of(message)
+    if kind == Kind.PUSH or n < 0:
+        return value_bytes(b - a, wire)
+    return pair_bytes(n, int(message[:HEADER_FLOATS].view(torch.int64)[5]), wire)
+
+
+def dense_reply(params: torch.Tensor, held: float, wire: Optional[torch.dtype] = None) -> torch.Tensor:
+    """A dense pull's reply (no header: the worker knows what it asked for): params[a:b] (`params`,
+    on any device) in `wire`, then the seconds the request was held."""
+    return torch.cat([pack_values(params, wire).cpu(), torch.tensor([held], dtype=torch.float32)])
+
+
+def dense_reply_floats(n: int, wire: Optional[torch.dtype] = None) -> int:
+    """The float32 slots of a `dense_reply` of n values."""
+    return value_floats(n, wire) + 1
+
+
+def read_dense_reply(reply: torch.Tensor, n: int, wire: Optional[torch.dtype] = None) -> tuple[torch.Tensor, float]:
+    """(values, seconds held) of a `dense_reply` of n values: the values a view of `reply` in `wire`
+    (pinned if it is: `copy_` converts them as it copies them onto a device without a sync)."""
+    return reply[: value_floats(n, wire)].view(wire or torch.float32)[:n], float(reply[-1])
+
+
 def pull_reply(
-    key: int, a: int, b: int, held: float, index_bytes: int, params: torch.Tensor, rows: Optional[torch.Tensor]
+    key: int,
+    a: int,
+    b: int,
+    held: float,
+    index_bytes: int,
+    params: torch.Tensor,
+    rows: Optional[torch.Tensor],
+    wire: Optional[torch.dtype] = None,
 ) -> torch.Tensor:
     """A sparse pull's reply: the seconds the request was held, then the pairs of `rows` (offsets from
     `a`, on the host) of params[a:b] (on any device), or params[a:b] dense (value -1) where the shard has
-    no rows for the round."""
+    no rows for the round; values in `wire`."""
     held_t = torch.tensor([held], dtype=torch.float32)
     if rows is None:
-        return frame(Kind.PULL, key, a, b, -1, torch.cat([held_t, params[a:b].cpu()]), index_bytes)
-    pairs = pack_pairs(rows, params[a + rows], index_bytes)
-    return frame(Kind.PULL, key, a, b, len(rows), torch.cat([held_t, pairs]), index_bytes)
+        dense = pack_values(params[a:b], wire).cpu()
+        return frame(Kind.PULL, key, a, b, -1, torch.cat([held_t, dense]), index_bytes, wire)
+    pairs = pack_pairs(rows, params[a + rows], index_bytes, wire)
+    return frame(Kind.PULL, key, a, b, len(rows), torch.cat([held_t, pairs]), index_bytes, wire)
 
 
-def pull_reply_floats(a: int, b: int, index_bytes: int) -> int:
+def pull_reply_floats(a: int, b: int, index_bytes: int, wire: Optional[torch.dtype] = None) -> int:
     """The largest `pull_reply` frame for [a, b) (every element a pair): what a worker posts for it."""
-    return HEADER_FLOATS + 1 + pair_floats(b - a, index_bytes)
+    return HEADER_FLOATS + 1 + pair_floats(b - a, index_bytes, wire)
 
 
 class PullReply(NamedTuple):
@@ -167,19 +272,20 @@ class PullReply(NamedTuple):
     values: torch.Tensor
     held: float  # seconds the shard held the request
     nbytes: int  # bytes of ids and values that came
+    wire: Optional[torch.dtype]  # the type the values came in (they are float32 now)
 
 
 def read_pull_reply(reply: torch.Tensor) -> PullReply:
     """What a received `pull_reply` frame carries."""
     _, _, a, b, n = header_of(reply)
     index_bytes = int(reply[:HEADER_FLOATS].view(torch.int64)[5])
+    wire = wire_of(reply)
     held = float(reply[HEADER_FLOATS])
     body = reply[HEADER_FLOATS + 1 :]
     if n < 0:
-        return PullReply(None, body[: b - a].clone(), held, 4 * (b - a))
-    floats = pair_floats(n, index_bytes)
-    index, values = unpack_pairs(body[:floats], index_bytes)
-    return PullReply(index, values, held, 4 * floats)
+        return PullReply(None, unpack_values(body, b - a, wire), held, value_bytes(b - a, wire), wire)
+    index, values = unpack_pairs(body[: pair_floats(n, index_bytes, wire)], index_bytes, wire)
+    return PullReply(index, values, held, pair_bytes(n, index_bytes, wire), wire)
 
 
 _ID_TYPES = {4: torch.int32, 8: torch.int64}

@@ -18,6 +18,10 @@ elements each round of a sparse key touched, and answers a sparse pull of that r
 those (`protocol.pull_reply`); a pull it has no such round for (asynchronous, or a restarted
 shard's first read) gets the dense range.
 
+Values travel in the frame's `wire` type (`workload.gradient_precision`, real/protocol.py): pushes
+arrive as float32 copies of their 16-bit values and are applied to the shard's fp32 parameters; a
+pull is answered in the type its request names.
+
 Devices: the shard's parameters and optimizer state may live on a GPU; frames are host tensors
 (real/protocol.py), so pushed values are copied onto the device as they are applied, and replies
 are read off it. The bookkeeping (`touched`, sparse rows) stays on the host.
@@ -113,13 +117,13 @@ class ShardServer:
         for thread in threads:
             thread.start()
         while self._finished < self.workers:
-            src, kind, key, a, b, value, values, arrival = self._next(inbox)
+            src, kind, key, a, b, value, values, arrival = self._next(inbox)  # values: a PULL's reply type
             if isinstance(kind, BaseException):
                 raise kind
             if kind in (wire.Kind.PUSH, wire.Kind.SPARSE_PUSH):
                 self._push(src, key, a, b, values, sparse=kind == wire.Kind.SPARSE_PUSH)
             elif kind == wire.Kind.PULL:
-                self._pull(src, key, a, b, arrival, index_bytes=value)
+                self._pull(src, key, a, b, arrival, index_bytes=value, on_wire=values)
             elif kind == wire.Kind.CLAIM:
                 last = Timing(src, key, a / 1e6, b / 1e6) if value else None
                 granted = self.claims is None or self.claims.claim(last)
@@ -172,6 +176,8 @@ class ShardServer:
                     values = wire.payload_of(message, a, b)
                 elif kind == wire.Kind.SPARSE_PUSH:
                     values = wire.sparse_values_of(message, a, b)
+                elif kind == wire.Kind.PULL:
+                    values = wire.wire_of(message)  # the type to reply in
                 if kind == wire.Kind.DONE:
                     for j in range(1, posted):  # the CLOSE frames that follow DONE
                         self._wait(works[(i + j) % posted])
@@ -238,30 +244,47 @@ class ShardServer:
             if room_for_snapshot(self.snapshots, self.tensors.params):
                 self.snapshots.append((iteration, time.perf_counter() - e.t0, host_copy(self.tensors.params)))
 
-    def _pull(self, rank: int, key: int, a: int, b: int, arrival: float, index_bytes: int = 0) -> None:
-        """`index_bytes` > 0: a sparse pull, answered with the rows round `rnd` touched."""
+    def _pull(
+        self,
+        rank: int,
+        key: int,
+        a: int,
+        b: int,
+        arrival: float,
+        index_bytes: int = 0,
+        on_wire: Optional[torch.dtype] = None,
+    ) -> None:
+        """`index_bytes` > 0: a sparse pull, answered with the rows round `rnd` touched; `on_wire`:
+        the type the request asks the values in."""
         rnd = self._pulled[(rank, key)]
         self._pulled[(rank, key)] = rnd + 1
         if self.spec.sync and rnd >= 0 and (key, rnd) not in self._done_rounds:
-            self._waiting[(key, rnd)].append((rank, key, a, b, arrival, rnd, index_bytes))
+            self._waiting[(key, rnd)].append((rank, key, a, b, arrival, rnd, index_bytes, on_wire))
             return
-        self._reply(rank, key, a, b, arrival, rnd, index_bytes)
+        self._reply(rank, key, a, b, arrival, rnd, index_bytes, on_wire)
 
-    def _reply(self, rank: int, key: int, a: int, b: int, arrival: float, rnd: int = -1, index_bytes: int = 0) -> None:
+    def _reply(
+        self,
+        rank: int,
+        key: int,
+        a: int,
+        b: int,
+        arrival: float,
+        rnd: int = -1,
+        index_bytes: int = 0,
+        on_wire: Optional[torch.dtype] = None,
+    ) -> None:
         """Send params[a:b] and, last, the seconds the request waited for its round (dense pulls), or
-        a `pull_reply` frame (sparse pulls)."""
+        a `pull_reply` frame (sparse pulls); values in `on_wire` (the shard's own stay fp32)."""
         self._sent_version[(rank, key)] = self._applied_to[key]
         held = time.perf_counter() - arrival
+        params = self.tensors.params
         if index_bytes:
             rows = self._touched(key, rnd, a, b)
-            self._send(
-                wire.pull_reply(key, a, b, held, index_bytes, self.tensors.params, rows), rank, wire.REPLY_BASE + key
-            )
-            return
-        out = torch.empty(b - a + 1)
-        out[:-1] = self.tensors.params[a:b]
-        out[-1] = held
-        self._send(out, rank, wire.REPLY_BASE + key)
+            reply = wire.pull_reply(key, a, b, held, index_bytes, params, rows, on_wire)
+        else:
+            reply = wire.dense_reply(params[a:b], held, on_wire)
+        self._send(reply, rank, wire.REPLY_BASE + key)
 
     def _touched(self, key: int, rnd: int, a: int, b: int) -> Optional[torch.Tensor]:
         """Offsets from `a` of the elements round `rnd` of `key` updated (None: not known, send all);

@@ -8,9 +8,12 @@ is laid out by `real.sparse_codec.Codec`: positions in the bucket range as `codi
 integers, then the values (or whole blocks with their ids, or an owner's dense share, as the
 coding says); ids always travel as a list (a bitmap `index_format` is priced by the simulator
 only). Received pairs are put back in the op's member order (`real.groups.group_order`) before
-they are reduced, in that order, as numerics mode reduces them. Values travel as float32 whatever
-`workload.gradient_precision` says (4 bytes a value; the simulator prices a sparse value at
-`gradient_precision`'s width, 2 bytes under fp16 and bf16 by default).
+they are reduced, in that order, as numerics mode reduces them. Values travel in the replica's
+`wire` type (`workload.gradient_precision`; 2 bytes a value in fp16 or bf16, as the simulator prices
+a sparse value): each member's pairs (and an owner's reduced share before the AllGather) are rounded
+to it (`sparse_rules.on_wire`, as numerics mode rounds them), packed two values a float32 slot, and
+summed in fp32 once received. The bytes reported are the ids' and values' (`Codec.nbytes`), plus
+the int64 sizes.
 
 - AllToAll: member j receives the pairs it owns from everyone and keeps their mean (`reduce_pairs`)
   as its share of the bucket in `shares` until the AllGather after it.
@@ -33,7 +36,7 @@ from real.groups import group_order
 from real.sparse_codec import Codec
 from sim.errors import PolicyError
 from sim.numerics.replica import Replica
-from sim.numerics.sparse_rules import Pairs, reduce_pairs, scatter, split_by_owner
+from sim.numerics.sparse_rules import Pairs, on_wire, reduce_pairs, scatter, split_by_owner
 
 Shares = MutableMapping[Optional[int], Pairs]  # bucket -> the share a sparse AllToAll left this rank
 
@@ -63,7 +66,8 @@ class PairExchange:
             else packed.setdefault((id(outgoing[i]), owner(i, True)), codec.pack(outgoing[i], owner(i, True)))
             for i in self.order
         ]
-        self.nbytes = sum(4 * c.numel() for c in self.chunks) + 8 * (len(self.order) - 1)  # pairs, then sizes
+        sent = sum(codec.nbytes(c, owner(i, True)) for i, c in zip(self.order, self.chunks) if i != me)
+        self.nbytes = sent + 8 * (len(self.order) - 1)  # pairs, then sizes
         self.received_bytes = 0  # set by `wait`
         self.ready = transport.mark(empty)  # CUDA: the packing above, on the issuing stream
         self.reader = torch.cuda.current_stream(self.device) if self.device.type == "cuda" else None
@@ -76,12 +80,14 @@ class PairExchange:
         incoming = torch.empty_like(splits)
         dist.all_to_all_single(incoming, splits, group=self.pg)
         sizes = incoming.tolist()
-        self.received_bytes = 4 * sum(sizes) + 8 * (len(self.order) - 1)
         out = torch.empty(sum(sizes), dtype=torch.float32, device=self.device)
         dist.all_to_all_single(out, torch.cat(self.chunks), sizes, splits.tolist(), group=self.pg)
+        self.received_bytes = 8 * (len(self.order) - 1)
         for t, chunk in enumerate(out.split(sizes)):
             if self.order[t] != self.me:
-                pairs = self.codec.unpack(chunk, self.owner(self.order[t], False))
+                whose = self.owner(self.order[t], False)
+                self.received_bytes += self.codec.nbytes(chunk, whose)
+                pairs = self.codec.unpack(chunk, whose)
                 self.received[self.order[t]] = pairs
                 if self.reader is not None:  # the allocator must not reuse them before the reader ran
                     pairs.index.record_stream(self.reader)
@@ -102,10 +108,11 @@ def start_sparse(
     data = replica.data(op)
     a, b = replica.range(bucket)
     size = b - a
+    wire = getattr(replica, "wire", None) if p > 1 else None  # what the pairs' values travel in
     outgoing: Sequence[Pairs]
     owner: Callable[[int, bool], Optional[int]]  # (member, sending) -> the share the message holds
     if isinstance(op, AllToAll):
-        outgoing = split_by_owner(Pairs.of(data[a:b]), coding, p, size)
+        outgoing = split_by_owner(on_wire(Pairs.of(data[a:b]), wire), coding, p, size)
 
         def owner(i: int, sending: bool) -> Optional[int]:
             return i if sending else me
@@ -114,7 +121,7 @@ def start_sparse(
             shares[bucket] = reduce_pairs(exchange.received, size, p)
 
     elif isinstance(op, AllGather) and coding.partition == "none":
-        outgoing = [Pairs.of(data[a:b])] * p
+        outgoing = [on_wire(Pairs.of(data[a:b]), wire)] * p
 
         def owner(i: int, sending: bool) -> Optional[int]:
             return None
@@ -129,7 +136,7 @@ def start_sparse(
                 f"policy {replica.policy!r}: {op!r} gathers owners' shares, but no sparse AllToAll on "
                 f"bucket {bucket} reduced them first"
             )
-        outgoing = [share] * p
+        outgoing = [on_wire(share, wire)] * p
 
         def owner(i: int, sending: bool) -> Optional[int]:
             return me if sending else i
@@ -143,5 +150,6 @@ def start_sparse(
             "sparse ops are AllToAll and AllGather"
         )
     order = group_order(op.group) if pg is not None else [0]
-    exchange = PairExchange(outgoing, me, order, pg, Codec(coding, 1 if coding.partition == "none" else p, size), owner)
+    codec = Codec(coding, 1 if coding.partition == "none" else p, size, wire)
+    exchange = PairExchange(outgoing, me, order, pg, codec, owner)
     return (exchange if pg is not None else None), finish, exchange.nbytes, lambda: exchange.received_bytes

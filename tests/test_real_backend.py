@@ -155,6 +155,34 @@ def test_real_gloo_run_equals_the_simulators_numerics(tmp_path: Path) -> None:
     assert counts[("ps", "pull")] == 4 * 2 * (ITERATIONS - 1) * buckets  # step 0 reads its own copy
 
 
+@pytest.mark.xfail(
+    reason="open (issue 34, item 9): ring's 4-rank fp16 all-reduce sums with a rounding per gloo addition where "
+    "numerics mode rounds the fp32 sum once (~3e-5 apart); ps's final worker parameters are 16-bit rounded on "
+    "gloo but not in numerics mode's output (~6e-5 apart), cause not yet found",
+    strict=False,
+)
+def test_fp16_gradients_through_servers_on_gloo_equal_the_simulators_numerics(tmp_path: Path) -> None:
+    """Under gradient_precision fp16, ps (BSP through 2 shards) and ring on 4 gloo workers end with the
+    parameters numerics mode computes: pushes, pulls and collectives round the same values the same
+    way; a push and a pull move 2 bytes a value, half what fp32 would."""
+    config = write_config(tmp_path, [{"name": "ps"}, {"name": "ring"}], iterations=8)
+    raw = yaml.safe_load(config.read_text())
+    raw["workload"]["gradient_precision"] = "fp16"
+    config.write_text(yaml.safe_dump(raw))
+    out = tmp_path / "out"
+    outcome = launch(config, out, nproc=4, timeout_s=60)
+    assert outcome.ok, outcome.failed
+    sim = simulate(config)
+    real = np.load(out / "parameters.npz")
+    for run in sim.runs:
+        assert run.parameters is not None
+        np.testing.assert_allclose(real[f"{run.label}/workers"], run.parameters, rtol=1e-4, atol=1e-6)
+    ops = pd.read_csv(out / "ops.csv")
+    ps = ops[ops.policy == "ps"].groupby(["rank", "step", "kind"])["nbytes"].sum()
+    elements = real["ps/workers"].shape[-1]
+    assert (ps.xs("push", level="kind") == 2 * elements).all() and (ps.xs("pull", level="kind") == 2 * elements).all()
+
+
 def test_a_dead_rank_stops_the_others_and_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     config = write_config(tmp_path, [{"name": "ring"}, {"name": "ds_sync"}], iterations=200)
     out = tmp_path / "out"

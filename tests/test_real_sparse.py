@@ -26,11 +26,15 @@ from real.collectives import start  # noqa: E402
 from real.groups import group_order  # noqa: E402
 from real.launch import launch  # noqa: E402
 from real.server import ShardServer  # noqa: E402
+from real.sparse_codec import Codec  # noqa: E402
 from sim.api import simulate  # noqa: E402
+from sim.compute.sparse_traffic import message_bytes  # noqa: E402
 from sim.config.numerics import NumericsConfig  # noqa: E402
 from sim.errors import PolicyError  # noqa: E402
+from sim.numerics.replicas import Replicas  # noqa: E402
 from sim.numerics.servers import ServerTensors  # noqa: E402
 from sim.numerics.sparse_rules import Pairs, reduce_pairs, scatter, split_by_owner  # noqa: E402
+from sim.numerics.tasks import Task  # noqa: E402
 
 CONFIG = Path(__file__).parent.parent / "configs" / "real_zen_deepfm.yaml"
 SIZE = 50  # elements of the test bucket
@@ -74,6 +78,7 @@ class _Replica:
     bounds: tuple[int, int]
     policy: str = "zen"
     shares: dict = field(default_factory=dict)
+    wire: Any = None  # the type gradients travel in (a `Replica`'s)
 
     def data(self, op: Any) -> Any:
         return self.grads
@@ -212,6 +217,66 @@ def test_a_gather_of_shares_nobody_reduced_and_a_dense_all_to_all_are_refused() 
         start(AllReduce(Group((0, 1)), 8.0, density=Density.SPARSE, coding=coding), replica, 0, "pg", {})
 
 
+@pytest.mark.parametrize("coding", [SparseCoding("hash", "list", 4),
+                                    SparseCoding("contiguous", "list", 4, dense_switch=True),
+                                    SparseCoding("contiguous", "list", 8, block=10),
+                                    SparseCoding("none", "list", 8)])  # fmt: skip
+def test_fp16_pairs_take_2_bytes_a_value_as_the_simulator_counts_and_end_where_numerics_mode_does(
+    coding: SparseCoding, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under gradient_precision fp16 a pair's value travels in 16 bits: every message is the bytes
+    `sim.compute.sparse_traffic.message_bytes` counts for it at 2 bytes a value, and the bucket ends
+    as numerics mode's (which rounds the same values), not as it would in fp32."""
+    cfg = NumericsConfig(model="logreg", global_batch=16)
+    task = Task(cfg, 0)
+    n, p, w = task.size, 4, coding.block or 1  # 650 elements: 65 blocks of 10
+    gen = torch.Generator().manual_seed(7)
+    grads = 1.0 + torch.randn(p, n, generator=gen) * 1e-3  # fp16 keeps 11 bits: the rounding shows
+    grads[torch.rand(p, n, generator=gen) > 0.35] = 0.0
+    group = Group((2, 0, 3, 1))
+    replicas = {r: _Replica(r, grads[r].clone(), (0, n), wire=torch.float16) for r in range(p)}
+    numerics = Replicas(cfg, task, p, (1.0,), 10, 0, "zen", False, gradient_precision="fp16")
+    numerics.grads.copy_(grads)
+    ops = [AllToAll(group, 2.0 * n, density=Density.SPARSE, coding=coding)] if coding.partition != "none" else []
+    ops.append(AllGather(group, 2.0 * n, density=Density.SPARSE, coding=coding))
+    sent = [_run(op, replicas, monkeypatch) for op in ops]
+    for op in ops:
+        numerics.collective_done(op, {r: 0 for r in range(p)})
+    for r in range(p):
+        assert torch.equal(replicas[r].grads, numerics.grads[r])
+    assert (replicas[0].grads - grads.mean(0)).abs().max() > 1e-4  # fp32 pairs would give the mean
+
+    def units(index: Any) -> int:  # rows, or blocks holding a non-zero
+        return len(torch.unique(index // w))
+
+    def simulated(rows: int, owner: Optional[int], codec: Codec) -> int:  # the simulator's bytes, 2 a value
+        dense = np.array(2.0 * len(codec.share(owner))) if coding.dense_switch else None
+        return int(message_bytes(np.array(2.0 * w * rows), np.array(rows), 0, coding, dense))
+
+    if coding.partition == "none":
+        codec = Codec(coding, 1, n)
+        for r in range(p):
+            assert sent[0][r] == 3 * simulated(units(torch.nonzero(grads[r]).flatten()), None, codec) + 24
+        return
+    codec = Codec(coding, p, n)
+    union = torch.nonzero((grads != 0).any(0)).flatten()
+    for j, r in enumerate(group.ranks):
+        mine = split_by_owner(Pairs.of(grads[r]), coding, p, n)
+        assert sent[0][r] == sum(simulated(units(mine[k].index), k, codec) for k in range(p) if k != j) + 24
+        held = split_by_owner(Pairs(union, union.float()), coding, p, n)[j]
+        assert sent[1][r] == 3 * simulated(units(held.index), j, codec) + 24
+
+
+def test_a_codec_packs_16_bit_values_two_a_slot() -> None:
+    coding = SparseCoding("hash", "list", 4)
+    pairs = Pairs(torch.tensor([1, 4, 9]), torch.tensor([0.5, -1.25, 3.0]))
+    fp32, fp16 = Codec(coding, 1, 20), Codec(coding, 1, 20, torch.float16)
+    assert fp32.pack(pairs, None).numel() == 6 and fp16.pack(pairs, None).numel() == 3 + 2  # ids, then values
+    assert fp32.nbytes(fp32.pack(pairs, None), None) == 24 and fp16.nbytes(fp16.pack(pairs, None), None) == 18
+    back = fp16.unpack(fp16.pack(pairs, None), None)
+    assert torch.equal(back.index, pairs.index) and torch.equal(back.values, pairs.values)
+
+
 # ----------------------------------------------------------------------------- frames
 @pytest.mark.parametrize("index_bytes", [4, 8])
 def test_pairs_travel_as_ids_then_values(index_bytes: int) -> None:
@@ -263,6 +328,19 @@ def test_a_shard_answers_a_sparse_pull_with_the_rows_its_round_touched() -> None
     server._push(1, 3, 4, 12, torch.ones(8))
     got = wire.read_pull_reply(sent[-1][0])
     assert got.index is None and torch.equal(got.values, server.tensors.params[4:12]) and got.nbytes == 32
+
+
+def test_sparse_frames_under_bf16_carry_2_byte_values() -> None:
+    grads = torch.zeros(40)
+    grads[[1, 7, 30]] = torch.tensor([0.5, -2.0, 3.0])
+    message = wire.sparse_push(4, 100, 140, grads, 8, room=1000, wire=torch.bfloat16)
+    assert message.numel() == wire.HEADER_FLOATS + 3 * 2 + 2 and wire.push_bytes(message) == 3 * (8 + 2)
+    assert torch.equal(wire.sparse_values_of(message, 100, 140), grads)
+    params = torch.linspace(0, 1, 20)
+    reply = wire.pull_reply(0, 4, 12, 0.0, 4, params, torch.tensor([1, 5, 6]), torch.bfloat16)
+    got = wire.read_pull_reply(reply)
+    assert got.nbytes == 3 * (4 + 2) and got.wire == torch.bfloat16
+    assert torch.equal(got.values, params[[5, 9, 10]].to(torch.bfloat16).float())
 
 
 # ----------------------------------------------------------------------------- on gloo

@@ -1,6 +1,8 @@
 """Gradients on the wire (`workload.gradient_precision`): under fp16 a dense gradient collective on gloo
 sends 16-bit values, counts the 2 bytes a value the simulator's buckets count, and leaves the values
-numerics mode leaves; parameters still travel in fp32. One spawn of two gloo processes."""
+numerics mode leaves; parameter collectives still travel in fp32. Parameter-server frames (in-process):
+pushes and pulls carry 16-bit values two a float32 slot, 2 bytes a value as the simulator prices
+them, and leave what numerics mode leaves. One spawn of two gloo processes."""
 
 from __future__ import annotations
 
@@ -16,13 +18,17 @@ pytest.importorskip("sklearn")
 import torch.distributed as dist  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
 
-from policies.ops import AllGather, AllReduce, Group, Payload, ReduceScatter  # noqa: E402
+from policies.ops import AllGather, AllReduce, Group, Payload, Pull, Push, ReduceScatter, ServerSpec  # noqa: E402
+from real import executor as ex  # noqa: E402
+from real import protocol as wire  # noqa: E402
 from real.collectives import start  # noqa: E402
 from real.hooks import FlatReplica  # noqa: E402
+from real.server import ShardServer  # noqa: E402
 from sim.catalog.gpus import get_gpu  # noqa: E402
 from sim.compute.workload import compute_plan  # noqa: E402
 from sim.config import WorkloadConfig  # noqa: E402
 from sim.config.numerics import NumericsConfig  # noqa: E402
+from sim.numerics.replica import through_wire  # noqa: E402
 from sim.numerics.replicas import Replicas  # noqa: E402
 from sim.numerics.tasks import Task  # noqa: E402
 
@@ -103,3 +109,83 @@ def test_fp16_gradients_travel_in_16_bits_as_the_simulator_counts_and_numerics_m
     exact = (_values(0, size) + _values(1, size)) / 2
     assert (ranks[0]["all_reduce"] - exact).abs().max() > 1e-4  # the rounding is there: fp16 steps are ~1e-3
     torch.testing.assert_close(ranks[0]["parameters"], exact, rtol=1e-6, atol=1e-7)  # fp32 average
+
+
+# ----------------------------------------------------------------------------- parameter-server frames
+class _Done:
+    def wait(self, timeout: Any = None) -> bool:
+        return True
+
+    def is_completed(self) -> bool:
+        return True
+
+
+def _sim_bucket_bytes(values: int, precision: str) -> float:
+    """What the simulator prices a bucket of `values` gradient values at under `gradient_precision`."""
+    workload = WorkloadConfig(
+        model="synthetic", gradient_mb=2e-6 * values, compute_ms=1, precision="fp16", gradient_precision=precision
+    )
+    (bucket,) = compute_plan(workload, get_gpu("V100")).buckets
+    return bucket.nbytes
+
+
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_a_push_and_a_pull_carry_16_bit_values_as_the_simulator_prices_and_numerics_mode_rounds(
+    precision: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker's push frame holds its gradient in `precision` two values a float32 slot (2 bytes a
+    value, the simulator's bucket bytes); the shard reads the values numerics mode pushes. A pull's
+    reply comes in `precision` too, and the worker ends with numerics mode's (rounded) parameters."""
+    task = Task(CFG, 0)
+    n = task.size  # odd: the last slot is half pad
+    reps = Replicas(CFG, task, WORLD, (1.0,), 10, 0, "ps", True, gradient_precision=precision)
+    numerics = Replicas(CFG, task, WORLD, (1.0,), 10, 0, "ps", True, gradient_precision=precision)
+    for r in (reps, numerics):
+        r.grads[0] = _values(0, n)
+        r.server.params.copy_(_values(1, n))  # type: ignore[union-attr]
+    replica = reps.replicas[0]
+    sent: list[Any] = []
+    monkeypatch.setattr(ex.wire, "send", lambda message, shard: sent.append(message) or _Done())
+
+    def shard_answers(buffer: Any, src: int, tag: int) -> _Done:  # the reply arrives as the shard sends it
+        server = ShardServer(ServerSpec(0, "h0"), 2, numerics.server, coordinator=False, claims=None)
+        replies: list[Any] = []
+        server._send = lambda tensor, dst, tag: replies.append(tensor)  # type: ignore[method-assign]
+        server._reply(0, 0, 0, n, 0.0, on_wire=wire.wire_of(sent[-1]))
+        buffer[: replies[0].numel()] = replies[0]
+        return _Done()
+
+    monkeypatch.setattr(ex.wire, "expect", shard_answers)
+    executor = ex.RankExecutor(0, "ps", None, replica, [1], None, 10.0, None)  # type: ignore[arg-type]
+    push = ex._Slot(Push(shard=0, nbytes=2.0 * n), 0, 0, 0)
+    assert executor._issue_p2p(0, 0, [push]) == 1
+    (message,) = sent
+    assert message.numel() == wire.HEADER_FLOATS + (n + 1) // 2
+    (update,) = numerics.push_updates(0, 0, [Push(shard=0, nbytes=2.0 * n)])
+    assert torch.equal(wire.payload_of(message, 0, n), update.values)  # what numerics mode's shard gets
+    assert not torch.equal(update.values, _values(0, n))  # rounded: 1 + 1e-3 offsets show it
+
+    pull = ex._Slot(Pull(shard=0, nbytes=2.0 * n), 0, 1, 0)
+    assert executor._issue_p2p(0, 0, [pull]) == 1
+    done: list[Any] = []
+    while len(done) < 2:  # the push's and the pull's flights
+        done += executor._wait()
+    for flight in done:
+        executor._complete(0, flight)
+    numerics.pulled(0, numerics.pull_ranges(0, 0, [Pull(shard=0, nbytes=2.0 * n)]))
+    assert torch.equal(replica.params, numerics.params[0])
+    torch.testing.assert_close(replica.params, through_wire(_values(1, n), replica.wire), rtol=0, atol=0)
+    assert not torch.equal(replica.params, _values(1, n))  # the shard's fp32 master copy stays
+    assert torch.equal(numerics.server.params, _values(1, n))  # type: ignore[union-attr]
+
+    bytes_by_kind = {kind: nbytes for _, _, kind, _, _, nbytes, _, _ in executor.p2p}
+    assert bytes_by_kind == {"push": 2 * n, "pull": 2 * n} and 2 * n == _sim_bucket_bytes(n, precision)
+
+
+def test_frames_under_fp32_are_unchanged() -> None:
+    values = _values(0, 5)
+    message = wire.push(2, 10, 15, values)
+    assert message.numel() == wire.HEADER_FLOATS + 5 and wire.push_bytes(message) == 20
+    assert torch.equal(wire.payload_of(message, 10, 15), values) and wire.wire_of(message) is None
+    got, held = wire.read_dense_reply(wire.dense_reply(values, 0.5), 5)
+    assert torch.equal(got, values) and held == 0.5

@@ -14,7 +14,9 @@ Rules (the same on both backends):
   or else after all bucket programs finish, unless the bucket's gradient was pushed to servers.
 - Dense gradient collectives of two or more members send values in `wire` (`workload.gradient_precision`):
   each member's values are rounded to it, summed in it, and averaged in fp32 (`through_wire`), as a DDP
-  compress hook does. Parameters, sparse pairs and parameter-server pushes travel in fp32.
+  compress hook does. Sparse pairs travel in `wire` too (summed in fp32 by the receivers), and so does
+  everything to and from parameter servers: pushed gradients (`push_updates` rounds them) and pulled
+  parameters (the servers keep theirs in fp32). Parameter collectives send fp32.
 """
 
 from __future__ import annotations
@@ -175,7 +177,8 @@ class Replica:
                 self.local_step(b)
 
     def push_updates(self, bucket: Optional[int], pushes: Sequence[Push], servers: bool) -> list[Update]:
-        """The gradient values each push of one program item carries (they split the range by bytes)."""
+        """The gradient values each push of one program item carries (they split the range by bytes),
+        rounded to the wire type they travel in."""
         if not servers:
             raise PolicyError(f"policy {self.policy!r} pushes but declares no server shards")
         for op in pushes:
@@ -183,7 +186,8 @@ class Replica:
                 raise PolicyError(f"policy {self.policy!r}: numerics mode pushes gradients only, got {op!r}")
         a, b = self.range(bucket)
         self._settled.update(range(len(self.ranges)) if bucket is None else (bucket,))
-        values = self.grads[a:b].clone()  # as they are now; the slices below are views of this copy
+        # as they are now, as they travel (rounded to `wire`); the slices below are views of this copy
+        values = self.grads[a:b].clone() if self.wire is None else through_wire(self.grads[a:b], self.wire)
         return [
             Update(self.rank, lo, hi, values[lo - a : hi - a])
             for lo, hi in partition(a, b, [op.nbytes for op in pushes])

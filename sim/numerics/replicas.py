@@ -12,10 +12,12 @@ an op:
 - A dense gradient op of two or more members rounds what travels to `workload.gradient_precision`
   (`replica.through_wire`): each member's values, and the sum the collective forms in that type.
 - Sparse AllToAll and AllGather (ops with a `coding`): on (index, value) pairs, see
-  `sim.numerics.sparse_rules`; the members end with the mean, as after an AllReduce.
+  `sim.numerics.sparse_rules`; the members end with the mean, as after an AllReduce. Pair values
+  travel in `workload.gradient_precision` too (`sparse_rules.on_wire`).
 - Push (gradients): the pushes of one program item split the range in proportion to their bytes;
-  the shard receives the values as they are when the push is issued.  Pull (parameters): the
-  rank's range is overwritten with the servers' values when the shard replies.
+  the shard receives the values as they are when the push is issued, rounded to the wire type.
+  Pull (parameters): the rank's range is overwritten with the servers' values when the shard
+  replies, rounded to the wire type (the servers keep theirs in fp32).
 
 The real backend (`real/`) carries out the same rules with torch.distributed.
 """
@@ -35,7 +37,7 @@ from sim.numerics.batches import ShardSampler, per_worker_batch
 from sim.numerics.optim import FlatOptimizer
 from sim.numerics.replica import Range, Replica, bucket_ranges, partition, through_wire, wire_dtype
 from sim.numerics.servers import ServerTensors, Update
-from sim.numerics.sparse_rules import Pairs, reduce_pairs, scatter, split_by_owner
+from sim.numerics.sparse_rules import Pairs, on_wire, reduce_pairs, scatter, split_by_owner
 from sim.numerics.tasks import Task
 
 __all__ = ["Replicas", "Range", "bucket_ranges", "partition"]
@@ -179,7 +181,8 @@ class Replicas:
         ranges = [self.replicas[r].range(buckets[r]) for r in ranks]
         self._same_sizes(op, ranges)
         p, size, bucket = len(ranks), ranges[0][1] - ranges[0][0], buckets[ranks[0]]
-        pairs = [Pairs.of(data[r, a:b]) for r, (a, b) in zip(ranks, ranges)]
+        wire = self._on_wire(op)
+        pairs = [on_wire(Pairs.of(data[r, a:b]), wire) for r, (a, b) in zip(ranks, ranges)]
         if isinstance(op, AllToAll):
             sent = [split_by_owner(mine, coding, p, size) for mine in pairs]
             for j in range(p):
@@ -194,7 +197,7 @@ class Replicas:
                     f"policy {self.policy!r}: {op!r} gathers owners' shares, but no sparse AllToAll on "
                     f"bucket {bucket} reduced them first"
                 )
-            result = scatter([self._owned.pop((bucket, r)) for r in ranks], size, data.dtype)
+            result = scatter([on_wire(self._owned.pop((bucket, r)), wire) for r in ranks], size, data.dtype)
         for r, (a, b) in zip(ranks, ranges):
             data[r, a:b] = result
 
@@ -210,14 +213,16 @@ class Replicas:
         return self.replicas[rank].pull_ranges(bucket, pulls)
 
     def pulled(self, rank: int, ranges: Sequence[Range]) -> None:
-        """The servers' reply arrived: overwrite those elements with the servers' values."""
+        """The servers' reply arrived: overwrite those elements with the servers' values, as they
+        arrive in the wire type (a sparse pull on the real backend sends only the rows that changed,
+        and rounds the rest of the range in place, which gives the same)."""
         assert self.server is not None
         lo, hi = min(a for a, _ in ranges), max(b for _, b in ranges)
         if sum(b - a for a, b in ranges) == hi - lo:  # one item's pulls: contiguous, one copy
-            self.params[rank, lo:hi] = self.server.params[lo:hi]
+            self.params[rank, lo:hi] = through_wire(self.server.params[lo:hi], self.wire)
             return
         for a, b in ranges:
-            self.params[rank, a:b] = self.server.params[a:b]
+            self.params[rank, a:b] = through_wire(self.server.params[a:b], self.wire)
 
     # ----------------------------------------------------------------------------- phases
     def restart(self, from_servers: bool, updates: int) -> torch.Tensor:

@@ -14,17 +14,22 @@ out (`real/sparse_codec.py`), not what they sum to.
   sum divided by the group size.
 
 The result equals a dense all-reduce mean of the same tensors up to the order of float additions.
+Between two or more members, pairs travel with their values in `workload.gradient_precision`
+(`on_wire`: every member's pairs, and an owner's reduced share before it is gathered, are rounded
+to it; sums and means stay in fp32, as the receivers form them).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Optional
 
 import torch
 
 from policies.ops import SparseCoding
 from sim.compute.sparse_traffic import owner_of
+from sim.numerics.replica import through_wire
 
 
 @dataclass(frozen=True)
@@ -38,6 +43,11 @@ class Pairs:
     def of(cls, dense: torch.Tensor) -> Pairs:
         index = torch.nonzero(dense, as_tuple=True)[0]
         return cls(index, dense[index])
+
+
+def on_wire(pairs: Pairs, wire: Optional[torch.dtype]) -> Pairs:
+    """`pairs` as they arrive after travelling with their values in `wire` (None: fp32, as they are)."""
+    return pairs if wire is None else Pairs(pairs.index, through_wire(pairs.values, wire))
 
 
 def owners(index: torch.Tensor, coding: SparseCoding, n: int, size: int) -> torch.Tensor:
