@@ -209,5 +209,5 @@ class DSSync(Policy):
     def on_gradients(self, rank: int, step: int, bucket: Bucket) -> Program:
         # the local optimizer has just stepped this bucket's parameters; the group averages them
         group = self._table(step)[1][rank]
-        if group.size > 1:
-            yield AllReduce(group, bucket.nbytes, payload=Payload.PARAMETERS)
+        if group.size > 1:  # the bucket's parameters: fp32 master weights, whatever type gradients travel in
+            yield AllReduce(group, bucket.nbytes * self.bound_model.parameter_ratio, payload=Payload.PARAMETERS)

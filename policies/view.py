@@ -47,6 +47,12 @@ class ModelInfo:
     def gradient_bytes(self) -> float:
         return float(sum(self.bucket_bytes))
 
+    @property
+    def parameter_ratio(self) -> float:
+        """A bucket's parameters in bytes per byte of its gradient: 2 when gradients travel in 16
+        bits and parameters are fp32 master weights, else 1."""
+        return self.parameter_bytes / self.gradient_bytes if self.gradient_bytes > 0 else 1.0
+
 
 @dataclass(frozen=True)
 class ClusterView:

@@ -80,6 +80,14 @@ def test_each_bucket_averages_parameters_inside_the_group() -> None:
         assert list(p.begin_step(0, step)) == [] and list(p.end_step(0, step)) == []
 
 
+def test_parameters_travel_as_fp32_master_weights_when_gradients_travel_in_16_bits() -> None:
+    """Under fp16 training a bucket's 8 MB of 16-bit gradient is 16 MB of fp32 master weights, which
+    is what a group averages (the real backend sends the replicas' fp32 parameters)."""
+    p = DSSync()
+    p.bind(cluster(2, 2), ModelInfo(parameter_bytes=64e6, bucket_bytes=(8e6,) * 4))
+    assert list(p.on_gradients(1, 0, BUCKET)) == [AllReduce(Group((0, 1)), 16e6, payload=Payload.PARAMETERS)]
+
+
 def test_members_share_one_group_object_and_local_groups_are_reused() -> None:
     p = bound(cluster(4, 4, 2))
     (op,) = p.on_gradients(3, 0, BUCKET)

@@ -17,6 +17,7 @@ from sim.config import WorkloadConfig
 
 MB = 1e6
 BYTES_PER_VALUE = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2}  # one value of each precision
+MASTER_BYTES = 4  # one parameter of the fp32 master weights, which every precision keeps
 
 
 def wire_bytes(cfg: WorkloadConfig) -> int:

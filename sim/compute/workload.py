@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from sim.catalog.gpus import GpuSpec
 from sim.catalog.zoo import ModelSpec
-from sim.compute.buckets import BYTES_PER_VALUE, MB, GradientBucket, cut_buckets, model_spec, wire_bytes
+from sim.compute.buckets import MASTER_BYTES, MB, GradientBucket, cut_buckets, model_spec, wire_bytes
 from sim.compute.profile import check_profile, read_profile
 from sim.compute.roofline import model_seconds
 from sim.compute.sparsity import BucketLayout, bucket_layouts
@@ -71,11 +71,12 @@ def compute_plan(cfg: WorkloadConfig, gpu: GpuSpec) -> ComputePlan:
     forward_s, forward, backward = layer_seconds(cfg, spec, gpu)
     buckets = cut_buckets(cfg, spec, grad_bytes, forward, backward)
     total = float(sum(grad_bytes))
-    # parameters at the training precision, whatever type gradients travel in
+    # parameters are the fp32 master weights in every precision (autocast computes in 16 bits from
+    # them), so parameter averaging moves 4 bytes a value whatever type gradients travel in
     if cfg.model == "synthetic":
-        parameter_bytes = total * BYTES_PER_VALUE[cfg.precision] / wire_bytes(cfg)
+        parameter_bytes = total * MASTER_BYTES / wire_bytes(cfg)
     else:
-        parameter_bytes = float(spec.params * BYTES_PER_VALUE[cfg.precision])
+        parameter_bytes = float(spec.params * MASTER_BYTES)
     layouts = bucket_layouts(cfg, spec, buckets)
     return ComputePlan(
         spec.name, cfg.batch_size, forward_s, tuple(buckets), spec.params, total, parameter_bytes, layouts

@@ -125,7 +125,8 @@ class WorkloadConfig(Strict):
     gradient_precision: Literal["auto", "fp32", "fp16", "bf16"] = Field(
         "auto",
         description="the type gradient values travel in (collectives, sparse pairs, parameter-server pushes and "
-        "pulls, and their bytes; parameter collectives and a sparse gradient's ids are not affected): auto: 16-bit "
+        "pulls, and their bytes; a sparse gradient's ids are not affected, and parameter collectives (DS-Sync's "
+        "averaging) send the fp32 master weights every precision keeps): auto: 16-bit "
         "under fp16 and bf16 (as Megatron-LM, DeepSpeed and DDP's fp16/bf16 compress hooks send them), else fp32; "
         "fp32: PyTorch DDP's default under autocast (gradients in the fp32 parameters' type); fp16, bf16: that "
         "16-bit type whatever the precision. `syncsim real` casts each dense gradient collective to this type and "
