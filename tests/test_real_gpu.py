@@ -163,8 +163,8 @@ def _real_config(tmp_path: Path, gpus: int, policies: list[str], **workload: Any
 def test_syncsim_real_trains_on_the_gpu_as_numerics_mode(
     tmp_path: Path, backend: str, gpus: int, policies: list[str]
 ) -> None:
-    """Workers and the parameter-server shard all on GPU 0: NCCL at one worker (the shard's traffic
-    on the gloo control group), gloo at two (ring reduce-scatter staged through pinned memory)."""
+    """Workers on GPU 0, the parameter-server shard on the host: NCCL at one worker (the shard's
+    traffic on the gloo control group), gloo at two (ring reduce-scatter staged through pinned memory)."""
     from real.launch import launch
     from sim.api import simulate
 
