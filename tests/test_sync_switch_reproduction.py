@@ -26,6 +26,21 @@ def test_a_hybrids_bsp_share_follows_from_its_logged_steps(setup: repro.Setup, s
     assert setup.bsp_fraction(steps) == fraction
 
 
+def test_an_online_runs_phases_are_replayed_from_its_job_records() -> None:
+    """Policy 1's records (BSP to step 200, ASP to 3,214, BSP to 3,400, ASP to the end; medians over
+    its three runs) in worker-updates of 8 workers: 1,600, 3,012, 1,504 and 57,813."""
+    phases = logs.bundled(logs.PHASES)
+    pattern, ends = repro.replayed_plan(phases, "policy1_freq1_1straggler_10ms", 8)
+    total = 1600 + 3012 + 1504 + 57813
+    assert pattern == "1010"
+    assert ends == pytest.approx((1600 / total, 4612 / total, 6116 / total), abs=1e-4)
+    # policy 2 took the static plan's phases: 400 BSP steps (5% of the updates), then ASP
+    assert repro.replayed_plan(phases, "policy2_freq4_2straggler_30ms", 8) == ("10", (0.05,))
+    assert repro.replayed_plan(phases, "baseline_freq1_1straggler_10ms", 8) == ("10", (0.05,))
+    with pytest.raises(ValueError, match="no_such_run: no job records"):
+        repro.replayed_plan(phases, "no_such_run", 8)
+
+
 def test_the_calibration_targets_are_the_logged_pure_runs() -> None:
     runs = logs.bundled()
     bsp = runs[(runs["experiment"] == repro.BASELINE) & (runs["configuration"] == "bsp") & (runs["steps"] == 8000)]
