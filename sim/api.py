@@ -13,7 +13,7 @@ from sim.compute.workload import ComputePlan, compute_plan
 from sim.config import Config, load_config, parse_config
 from sim.engine.faults import fault_problems
 from sim.engine.run import PolicyRun, bind_policy, run_policy
-from sim.errors import ConfigError
+from sim.errors import ConfigError, RunInterrupted, signal_name
 from sim.estimate.cost import check_limits
 from sim.results import Result
 from sim.results.tables import (
@@ -26,6 +26,7 @@ from sim.results.tables import (
     staleness_frame,
     summary_frame,
     utilization_frame,
+    with_unfinished,
 )
 
 ConfigLike = Union[Config, Mapping[str, Any], str, "os.PathLike[str]"]
@@ -87,7 +88,9 @@ def simulate(
     """Run every policy of `config` on the same cluster, workload and seed.
 
     `on_policy_done` receives the partial result after each policy (to save what is done so far).
-    A policy that fails keeps the rows it produced; its summary row says why it stopped. A config whose
+    A policy that fails keeps the rows it produced; its summary row says why it stopped. Ctrl-C (or
+    SIGTERM, where the command line turns it into `Terminated`) raises `RunInterrupted` carrying the
+    finished policies' result, with an `interrupted` summary row for each of the others. A config whose
     cost estimate (`sim.estimate.cost`) exceeds `simulation.max_estimated_wall_s` or `max_estimated_memory_mb`
     is refused with a ConfigError before anything is built.
     """
@@ -99,14 +102,31 @@ def simulate(
     with _numerics_threads(cfg):
         for i, entry in enumerate(cfg.policies):
             bar = _progress_bar(entry.display, cfg.iterations * cluster.world_size) if progress else None
-            run = run_policy(cfg, i, cluster, plan, on_progress=bar.update if bar else None, task=task)
-            if bar is not None:
-                bar.close()
-            runs.append(run)
-            result = result_of(cfg, cluster, plan, runs)
-            if on_policy_done is not None:
-                on_policy_done(result)
+            try:
+                try:
+                    run = run_policy(cfg, i, cluster, plan, on_progress=bar.update if bar else None, task=task)
+                finally:
+                    if bar is not None:
+                        bar.close()
+                runs.append(run)
+                result = result_of(cfg, cluster, plan, runs)
+                if on_policy_done is not None:
+                    on_policy_done(result)
+            except KeyboardInterrupt as stop:  # while policy i ran, or while its results were handed over
+                so_far = result_of(cfg, cluster, plan, runs)
+                raise _interrupted(so_far, cfg, running=len(runs) == i, stop=stop) from None
     return result
+
+
+def _interrupted(result: Result, cfg: Config, running: bool, stop: KeyboardInterrupt) -> RunInterrupted:
+    """`result` with a summary row for every policy the stop left unfinished (`running`: the first of
+    them was running when it came)."""
+    how = signal_name(stop)
+    unfinished = [(entry.display, entry.name) for entry in cfg.policies[len(result.runs) :]]
+    first = 1 if running else 0
+    result.summary = with_unfinished(result.summary, unfinished[:first], f"interrupted: stopped by {how} while it ran")
+    result.summary = with_unfinished(result.summary, unfinished[first:], f"interrupted: not started, stopped by {how}")
+    return RunInterrupted(result, how)
 
 
 def _require_numerics_packages() -> None:

@@ -5,6 +5,11 @@ for writers that pick the format from the extension), is fsynced, then renamed o
 process killed at any moment leaves each result file absent, old, or complete. `hold_output` locks a
 folder (flock on `.syncsim.lock`, released by the kernel when the holder dies, SIGKILL included) so
 two runs never interleave their files, and removes the temporaries a killed run left there.
+
+A forked child (a sweep's pool worker) shares its parent's open lock, and would keep the folder held
+after the parent is SIGKILLed: children close their copy at fork, and a lock still held while the pid
+it names is gone (left by such a child of an older version, or of a process that forked another way)
+is taken over with a note on stderr: the lock file is replaced by a new one.
 Stdlib only: the emulation's state files use it too.
 """
 
@@ -29,6 +34,24 @@ except ImportError:  # not POSIX: folders are not locked
     fcntl = None  # type: ignore[assignment]
 
 LOCK_NAME = ".syncsim.lock"
+# a new holder writes its pid just after locking: a dead pid read in that instant is re-read after this
+SETTLE_S = 0.2
+_held_fds: set[int] = set()  # this process's lock files, closed in forked children
+
+
+def _forget_locks_in_child() -> None:
+    """Close the forked child's copies of the parent's lock files: the lock stays the parent's alone, so
+    it ends with the parent (a child holding the folder after its parent died would refuse re-runs)."""
+    for fd in list(_held_fds):
+        try:
+            os.close(fd)  # never LOCK_UN: that would release the parent's lock too
+        except OSError:
+            pass
+    _held_fds.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_locks_in_child)
 # what `_temporary` creates; nothing else in a folder is ever removed by `clean_temporaries`
 TEMPORARY = re.compile(r"^\..+\.[0-9a-f]{8}\.tmp(\.[A-Za-z0-9]+)?$")
 
@@ -74,9 +97,9 @@ def hold_output(folder: str | os.PathLike[str], command: Optional[str] = None) -
     if fcntl is None:
         yield out
         return
-    fd = os.open(out / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = _acquire(out, folder)
     try:
-        if not _lock(fd, folder):  # a file system without locks (some network mounts): written unlocked
+        if fd is None:  # a file system without locks (some network mounts): written unlocked
             yield out
             return
         holder = command if command is not None else shlex.join(sys.argv)
@@ -88,7 +111,88 @@ def hold_output(folder: str | os.PathLike[str], command: Optional[str] = None) -
         finally:
             os.ftruncate(fd, 0)  # a later reader of the file sees no stale holder
     finally:
-        os.close(fd)  # releases the lock
+        if fd is not None:
+            _held_fds.discard(fd)
+            os.close(fd)  # releases the lock
+
+
+def _acquire(out: Path, folder: str | os.PathLike[str]) -> Optional[int]:
+    """The locked lock file's descriptor (None where the file system has no locks). A lock whose named
+    holder is dead is taken over: the file is renamed away, and the lock taken on a new one."""
+    path = out / LOCK_NAME
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            locked = _lock(fd, folder)
+        except OutputBusy:
+            dead = _dead_holder(fd)
+            if dead is None:
+                os.close(fd)
+                raise
+            _take_over(fd, path, dead)
+            os.close(fd)
+            continue
+        if locked and not _same_file(fd, path):  # replaced by a take-over meanwhile: lock the new file
+            os.close(fd)
+            continue
+        if not locked:
+            os.close(fd)
+            return None
+        _held_fds.add(fd)
+        return fd
+
+
+def _dead_holder(fd: int) -> Optional[str]:
+    """The holder the lock file names ('pid 123, syncsim sweep a.yaml') if that pid is not running, and
+    still names after `SETTLE_S` (a new holder may not have written its pid yet); None otherwise."""
+    first = os.pread(fd, 4096, 0)
+    pid = first.split(b" ", 1)[0]
+    if not pid.isdigit() or _alive(int(pid)):
+        return None
+    import time
+
+    time.sleep(SETTLE_S)
+    return _holder(fd) if os.pread(fd, 4096, 0) == first else None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def _take_over(fd: int, path: Path, dead: str) -> None:
+    """Move the dead holder's lock file aside (its leftover processes keep their lock on it, harmlessly)
+    so that the next open creates a fresh one; a note says so."""
+    assert fcntl is not None
+    aside = path.with_name(f".{LOCK_NAME.lstrip('.')}.{secrets.token_hex(4)}.tmp")
+    guard = os.open(path.parent, os.O_RDONLY)  # take-overs one at a time: the folder itself is their lock
+    try:
+        fcntl.flock(guard, fcntl.LOCK_EX)
+        if not _same_file(fd, path):  # another process took it over first
+            return
+        os.rename(path, aside)
+    finally:
+        os.close(guard)
+    os.unlink(aside)
+    print(
+        f"note: {path.parent}: took over the lock of a syncsim process that is gone ({dead}); "
+        "processes it left may still run",
+        file=sys.stderr,
+    )
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    """`path` still names the file `fd` has open (a take-over replaces the lock file)."""
+    try:
+        here, there = os.fstat(fd), os.stat(path)
+    except FileNotFoundError:
+        return False
+    return (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
 
 
 def _lock(fd: int, folder: str | os.PathLike[str]) -> bool:

@@ -4,6 +4,7 @@ SIGKILLed at random moments of a multi-policy run."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import random
@@ -344,3 +345,176 @@ def test_run_refuses_a_held_folder_and_clears_a_killed_runs_temporaries(
     done = subprocess.run(syncsim_run(config, out), cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert temporaries(out) == [] and len(finished_policies(out, 2 * 8)) == 4
+
+
+# -- one run's files, whole or marked -------------------------------------------------------------
+
+
+def four_policies(tmp_path: Path, name: str = "four.yaml", **change: object) -> Path:
+    """4 quick policies on 4 workers, as a config file."""
+    policies = [{"name": "ring"}, {"name": "no_sync"}, {"name": "ps"}, {"name": "asp"}]
+    data = {**synthetic(star(4), policies, 10, compute_ms=5.0, iterations=3), **change}
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_a_rerun_into_the_same_out_never_mixes_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("torch")
+    pytest.importorskip("sklearn")
+    from sim.cli import main
+
+    numerics = {"model": "logreg", "global_batch": 16, "eval_every": 2}
+    first = four_policies(tmp_path, "numerics.yaml", policies=[{"name": "ring"}, {"name": "ps"}], numerics=numerics)
+    out = tmp_path / "out"
+    assert main(["run", str(first), "--out", str(out), "--quiet"]) == 0
+    assert (out / "accuracy.csv").is_file() and (out / "accuracy.png").is_file()
+    (out / "notes.md").write_text("mine")  # not a run's file: left alone
+    second = four_policies(tmp_path, policies=[{"name": "no_sync"}, {"name": "asp"}])
+    assert main(["run", str(second), "--out", str(out), "--quiet", "--no-plot"]) == 0
+    capsys.readouterr()
+    for name in ("accuracy.csv", "accuracy.png", "comparison.png", "utilization.png"):
+        assert not (out / name).exists(), f"{name} of the first run is still there"
+    assert (out / "notes.md").read_text() == "mine"
+    back = Result.read(out)
+    assert back.accuracy is None and list(back.summary["policy"]) == ["no_sync", "asp"]
+    assert set(back.iterations["policy"]) == {"no_sync", "asp"}
+
+
+def test_result_write_removes_an_older_accuracy_table(tmp_path: Path) -> None:
+    (tmp_path / "accuracy.csv").write_text("policy,iteration\nold,0\n")
+    simulate(synthetic(star(2), [{"name": "ring"}], 10, iterations=2)).write(tmp_path, plot=False)
+    assert Result.read(tmp_path).accuracy is None
+
+
+def stop_at_policy(monkeypatch: pytest.MonkeyPatch, index: int, stop: type[BaseException]) -> None:
+    """run_policy raises `stop` (Ctrl-C's KeyboardInterrupt, SIGTERM's Terminated) when policy `index` starts."""
+    import sim.api
+
+    real = sim.api.run_policy
+
+    def run_policy(config, i, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if i == index:
+            raise stop()
+        return real(config, i, *args, **kwargs)
+
+    monkeypatch.setattr(sim.api, "run_policy", run_policy)
+
+
+@pytest.mark.parametrize(
+    ("stop", "code", "how"), [(KeyboardInterrupt, 130, "Ctrl-C (SIGINT)"), ("Terminated", 143, "SIGTERM")]
+)
+def test_an_interrupted_run_keeps_finished_policies_and_marks_the_others(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    stop: object,
+    code: int,
+    how: str,
+) -> None:
+    from sim.cli import main
+    from sim.errors import Terminated
+
+    stop_at_policy(monkeypatch, 1, Terminated if stop == "Terminated" else KeyboardInterrupt)  # type: ignore[arg-type]
+    out = tmp_path / "out"
+    assert main(["run", str(four_policies(tmp_path)), "--out", str(out), "--quiet"]) == code
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"stopped by {how}; 1 of 4 policies finished, kept in {out}/"]
+    summary = pd.read_csv(out / "summary.csv")
+    assert list(summary["policy"]) == ["ring", "no_sync", "ps", "asp"]  # every configured policy has a row
+    assert list(summary["status"]) == [
+        "ok",
+        f"interrupted: stopped by {how} while it ran",
+        f"interrupted: not started, stopped by {how}",
+        f"interrupted: not started, stopped by {how}",
+    ]
+    assert set(pd.read_csv(out / "iterations.csv")["policy"]) == {"ring"}
+    assert finished_policies(out, 3 * 4) == ["ring"]
+
+
+def test_ctrl_c_anywhere_in_a_command_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from sim.cli import main
+
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Result, "plot", interrupted)  # Ctrl-C while the figures are drawn
+    assert main(["run", str(four_policies(tmp_path)), "--out", str(tmp_path / "out"), "--quiet"]) == 130
+    assert capsys.readouterr().err.strip() == "syncsim run: stopped by Ctrl-C (SIGINT)"
+    assert finished_policies(tmp_path / "out", 3 * 4) == ["ring", "no_sync", "ps", "asp"]
+
+
+def test_sigterm_stops_a_run_with_one_line_and_every_row(tmp_path: Path) -> None:
+    config = four_policies(tmp_path, iterations=400)
+    out = tmp_path / "out"
+    proc = subprocess.Popen(syncsim_run(config, out), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    assert wait_until(proc, partial(saved, out, 1), 0.01), "the run ended before its first policy was saved"
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err.decode()
+    assert err.decode().strip().startswith("stopped by SIGTERM;") and len(err.decode().strip().splitlines()) == 1
+    summary = pd.read_csv(out / "summary.csv")
+    assert list(summary["policy"]) == ["ring", "no_sync", "ps", "asp"]
+    assert summary["status"].iloc[-1].startswith("interrupted")
+
+
+def test_out_naming_a_file_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from sim.cli import main
+
+    out = tmp_path / "taken.txt"
+    out.write_text("a file")
+    assert main(["run", str(four_policies(tmp_path)), "--out", str(out), "--quiet"]) == 1
+    assert capsys.readouterr().err.strip() == (
+        f"syncsim run: --out {out}: is a file, not a folder; name a folder (it is created if missing)"
+    )
+    assert out.read_text() == "a file"
+
+
+def test_a_read_only_out_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from sim.cli import main
+
+    out = tmp_path / "readonly"
+    out.mkdir()
+    out.chmod(0o555)  # enough for a user; root writes anyway, so the file system also refuses (EROFS)
+    real_open = os.open
+
+    def read_only(path, flags, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if str(path).startswith(str(out)) and flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT):
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", read_only)
+    try:
+        assert main(["run", str(four_policies(tmp_path)), "--out", str(out), "--quiet"]) == 1
+    finally:
+        out.chmod(0o755)
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"syncsim run: --out {out}: cannot create or lock the folder: ") and "\n" not in err, err
+    assert list(out.iterdir()) == []
+
+
+def test_a_full_disk_is_one_line_and_keeps_the_finished_policies(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from sim.cli import main
+
+    writes: list[str] = []
+
+    def filling(path: Path, data: str) -> None:  # the disk fills while the second policy's tables are saved
+        writes.append(Path(path).name)
+        if writes.count("config.yaml") == 2 and Path(path).name == "ops.csv":
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(Path(path).with_name(".ops.csv.0123abcd.tmp")))
+        atomic_write(path, data)
+
+    monkeypatch.setattr(sim.results.result, "atomic_write", filling)
+    out = tmp_path / "out"
+    assert main(["run", str(four_policies(tmp_path)), "--out", str(out), "--quiet"]) == 1
+    assert capsys.readouterr().err.strip() == (
+        f"syncsim run: --out {out}: writing the finished policies' tables: No space left on device (ops.csv); "
+        "free some space (what was finished before is kept)"
+    )
+    assert finished_policies(out, 3 * 4) == ["ring"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -197,3 +198,75 @@ BUNDLED_SWEEPS = sorted((Path(__file__).parent.parent / "configs" / "sweeps").gl
 def test_bundled_sweep_validates_every_point(path: Path) -> None:
     sweep = load_sweep(path)
     assert len(sweep.points) >= 2 and not sweep.bad, [(p.label(), p.error) for p in sweep.bad]
+
+
+def test_a_lock_naming_a_dead_pid_is_taken_over_with_a_note(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What orphans of a SIGKILLed holder leave: the flock still held, the pid it names gone."""
+    import fcntl
+
+    import sim.files
+    from sim.errors import OutputBusy
+    from sim.files import LOCK_NAME, hold_output
+
+    monkeypatch.setattr(sim.files, "SETTLE_S", 0.0)
+    out = tmp_path / "out"
+    out.mkdir()
+    orphan = os.open(out / LOCK_NAME, os.O_RDWR | os.O_CREAT)  # another open file: its flock conflicts
+    try:
+        fcntl.flock(orphan, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.pwrite(orphan, f"{os.getpid()} syncsim sweep live.yaml\n".encode(), 0)
+        with pytest.raises(OutputBusy), hold_output(out):  # a live holder is still refused
+            pass
+        os.ftruncate(orphan, 0)
+        os.pwrite(orphan, b"999999999 syncsim sweep old.yaml\n", 0)  # above any pid_max: no such process
+        with hold_output(out, command="syncsim sweep new.yaml"):
+            assert (out / LOCK_NAME).read_text() == f"{os.getpid()} syncsim sweep new.yaml\n"
+        assert "took over the lock of a syncsim process that is gone (pid 999999999, syncsim sweep old.yaml)" in (
+            capsys.readouterr().err
+        )
+    finally:
+        os.close(orphan)
+
+
+def test_a_sigkilled_sweep_leaves_no_worker_and_no_lock(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Only the sweep's own process is killed (as `kill -9 PID` does): its workers die with it, and a
+    re-run into the folder goes on at once and gives the uninterrupted table."""
+    grid = {"grid": {"workload.gradient_mb": [20.0, 40.0, 60.0, 80.0, 100.0, 120.0]}}
+    path = sweep_file(tmp_path, grid, iterations=6)
+    whole = run_sweep(load_sweep(path), tmp_path / "whole", jobs=1).table
+    out = tmp_path / "killed"
+    cmd = [sys.executable, "-m", "sim.cli", "sweep", str(path), "--out", str(out), "--jobs", "2", "--quiet"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not list(out.glob(f"points/*/{POINT_FILE}")) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert proc.poll() is None, "the sweep finished before it could be killed"
+        workers = children(proc.pid)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        deadline = time.monotonic() + 10
+        while any(alive(pid) for pid in workers) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert workers and not any(alive(pid) for pid in workers), "a worker outlived its sweep"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # whatever is left of the group, before the test ends
+    assert main(["sweep", str(path), "--out", str(out), "--jobs", "1", "--quiet"]) == 0, capsys.readouterr().err
+    pd.testing.assert_frame_equal(pd.read_csv(out / TABLE_FILE), whole)
+
+
+def alive(pid: int) -> bool:
+    """Running, and not a zombie waiting to be reaped."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, IndexError):
+        return False
+
+
+def children(pid: int) -> list[int]:
+    """The processes `pid` started (Linux's /proc)."""
+    tasks = Path(f"/proc/{pid}/task")
+    return [int(child) for task in tasks.iterdir() for child in (task / "children").read_text().split()]

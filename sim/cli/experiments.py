@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from sim.cli.common import Subparsers, add_set, hold
+from sim.cli.common import Subparsers, add_set, exit_code, hold
 from sim.errors import ConfigError
 
 
@@ -97,9 +97,14 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
     try:
         outcome = run_sweep(sweep, out, args.jobs, on_done=done, dask=args.dask)
-    except KeyboardInterrupt:
-        print(f"\ninterrupted; finished points are kept in {out}/points/ (run again to go on)", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as stop:
+        from sim.errors import signal_name
+
+        print(
+            f"\nstopped by {signal_name(stop)}; finished points are kept in {out}/points/ (run again to go on)",
+            file=sys.stderr,
+        )
+        return exit_code(stop)
     finally:
         if bar is not None:
             bar.close()

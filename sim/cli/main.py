@@ -1,23 +1,27 @@
 """`syncsim` command line: the parser (one module per group of commands: `simulation`, `hardware`,
 `experiments`; `emulate` is real.emulate's) and the exit codes every command shares.
 
-Exit codes: 0 success; 1 a policy failed mid-run (results so far are written); 2 invalid config, or
+Exit codes: 0 success; 1 a policy failed mid-run (results so far are written), or the output folder
+cannot be written (read-only, a file, a full disk: one line naming `--out`); 2 invalid config, or
 a run whose cost estimate exceeds a `simulation.max_estimated_*` limit (sim/estimate/cost.py); 3 the output
-folder is held by another running syncsim command.
+folder is held by another running syncsim command; 130 stopped by Ctrl-C, 143 by SIGTERM (one line on
+stderr; what finished is kept).
 """
 
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from collections.abc import Sequence
 from contextlib import ExitStack
 from typing import Optional
 
+from sim.cli.common import exit_code
 from sim.cli.experiments import add_fidelity, add_plot, add_search, add_sweep
 from sim.cli.hardware import add_calibrate, add_profile, add_real, add_validate
 from sim.cli.simulation import add_check, add_list, add_run
-from sim.errors import ConfigError, OutputBusy, SyncsimError
+from sim.errors import ConfigError, OutputBusy, SyncsimError, Terminated, signal_name
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -46,8 +50,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        with ExitStack() as args.held:  # output folders locked by the command
+        with ExitStack() as args.held, _sigterm_interrupts():  # output folders locked by the command
             return int(args.func(args))
+    except KeyboardInterrupt as stop:  # wherever it came (a command's own handler says more)
+        print(f"\nsyncsim {args.command}: stopped by {signal_name(stop)}", file=sys.stderr)
+        return exit_code(stop)
     except ConfigError as exc:
         print(f"config error in {getattr(args, 'config', '?')}:", file=sys.stderr)
         for line in str(exc).splitlines():
@@ -59,3 +66,24 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except SyncsimError as exc:  # a step that could not run (calibration, emulation, a policy): its message
         print(f"syncsim {args.command}: {exc}", file=sys.stderr)
         return 1
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise Terminated("SIGTERM")
+
+
+class _sigterm_interrupts:
+    """While a command runs, SIGTERM stops it as Ctrl-C does (raising `Terminated`, a KeyboardInterrupt),
+    so that it keeps what finished and says so in one line; the previous handler comes back after.
+    Only in the main thread, where Python can install handlers."""
+
+    def __enter__(self) -> None:
+        import threading
+
+        self.previous = None
+        if threading.current_thread() is threading.main_thread():
+            self.previous = signal.signal(signal.SIGTERM, _raise_terminated)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.previous is not None:
+            signal.signal(signal.SIGTERM, self.previous)

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from sim.cli.common import Subparsers, add_set, hold
+from sim.cli.common import Subparsers, add_set, exit_code, hold, writing
 from sim.errors import ConfigError
 
 
@@ -30,23 +30,28 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from sim.api import simulate  # pandas and the engine: only for a run that goes ahead
     from sim.engine.faults import late_faults
     from sim.results.console import summary_table
+    from sim.results.result import clear_run_files
 
     out = hold(args, Path(args.out) if args.out else Path("results") / config.name)
-    first_save = True
+    with writing(out, "clearing the previous run's files"):
+        clear_run_files(out)  # an older run's files must not sit beside this run's (its accuracy.csv, figures)
+    from sim.errors import RunInterrupted
 
     def save(partial) -> None:  # type: ignore[no-untyped-def]
-        nonlocal first_save
-        if first_save:  # an older run's summary must not describe the rows this run now replaces
-            (out / "summary.csv").unlink(missing_ok=True)
-            first_save = False
-        partial.write(out, plot=False, trace=False)  # tables only: cheap, and enough to lose nothing
+        with writing(out, "writing the finished policies' tables"):
+            partial.write(out, plot=False, trace=False)  # tables only: cheap, and enough to lose nothing
 
     try:
         result = simulate(config, progress=not args.quiet and sys.stderr.isatty(), on_policy_done=save)
-    except KeyboardInterrupt:
-        print(f"\ninterrupted; finished policies are in {out}/", file=sys.stderr)
-        return 130
-    result.write(out, plot=not args.no_plot)
+    except RunInterrupted as stop:  # every policy still gets its summary row: the unfinished ones say why
+        with writing(out, "writing the finished policies' tables"):
+            stop.result.write(out, plot=False, trace=False)
+        status = stop.result.summary["status"]
+        finished = f"{sum(~status.str.startswith('interrupted'))} of {len(status)} policies finished"
+        print(f"\nstopped by {stop.signal}; {finished}, kept in {out}/", file=sys.stderr)
+        return exit_code(stop)
+    with writing(out, "writing the results"):
+        result.write(out, plot=not args.no_plot)
     print(summary_table(result.summary))
     tables = "summary, iterations, phases, ops, links, utilization, staleness" + (
         ", accuracy" if config.numerics_on else ""

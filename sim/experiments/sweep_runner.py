@@ -5,12 +5,21 @@ The tidy table, `DIR/sweep.csv`, has one row per point and policy: the point's i
 column per axis (seed included), then every summary column; it is built from the kept files in point
 order, so it does not depend on the order points finished in or on how many runs it took.
 `DIR/errors.csv` lists the points that did not validate or failed, with their coordinates.
+
+Pool workers die with the sweep: on Linux each asks the kernel for SIGKILL when its parent dies
+(PR_SET_PDEATHSIG), so a SIGKILLed sweep leaves no orphan simulating on; they ignore Ctrl-C (the
+terminal sends it to all of them), and on Ctrl-C or SIGTERM the sweep stops them itself.
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import json
+import multiprocessing
 import os
+import signal
+import sys
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,7 +80,10 @@ def run_sweep(
 def _run_parallel(todo: list[Point], out: Path, jobs: int, on_done: Optional[OnDone]) -> None:
     """At most `jobs` points at a time; on an interrupt, points not started are cancelled."""
     pending = iter(todo)
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
+    forked = multiprocessing.get_context().get_start_method() == "fork"  # else the parent is a fork server
+    with ProcessPoolExecutor(
+        max_workers=jobs, initializer=die_with_parent, initargs=(os.getpid() if forked else None,)
+    ) as pool:
         running: dict[Future[Optional[str]], Point] = {}
         try:
             while True:
@@ -87,7 +99,34 @@ def _run_parallel(todo: list[Point], out: Path, jobs: int, on_done: Optional[OnD
                         on_done(point, future.result())
         except BaseException:
             pool.shutdown(wait=False, cancel_futures=True)
+            _stop_workers(pool)  # points in flight are lost (a re-run does them); finished ones are kept
             raise
+
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def die_with_parent(parent: Optional[int]) -> None:
+    """A pool worker's start: SIGKILL when its parent (`parent`, or a fork server) dies (Linux), Ctrl-C
+    left to the sweep, SIGTERM back to its default (the command line's handler was inherited at fork)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if parent is not None and os.getppid() != parent:  # the parent died before the request took effect
+        os._exit(1)
+
+
+def _stop_workers(pool: ProcessPoolExecutor) -> None:
+    """Terminate the pool's processes (they ignore Ctrl-C, and a point can run for minutes)."""
+    terminate = getattr(pool, "terminate_workers", None)  # Python 3.14
+    if terminate is not None:
+        terminate()
+        return
+    for process in list((getattr(pool, "_processes", None) or {}).values()):
+        if process.is_alive():
+            process.terminate()
 
 
 def collect(sweep: Sweep, out: Path) -> tuple[pd.DataFrame, pd.DataFrame]:

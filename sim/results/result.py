@@ -2,7 +2,8 @@
 built in `sim/results/tables.py`).
 
 Files are written atomically (`sim/files.py`), so a crash while writing never leaves half a table,
-and `write` can be called again as more policies finish.
+and `write` can be called again as more policies finish. A run clears the files a run owns
+(`clear_run_files`) before its first write, so a folder never mixes two runs' results.
 """
 
 from __future__ import annotations
@@ -23,6 +24,19 @@ from sim.files import atomic_write
 DETAIL_TABLES = ("iterations", "phases", "ops", "links", "utilization", "staleness", "faults")
 # per-link tables: a real run cannot see what each link carried, so its folder has none of them
 UNMEASURED = ("links", "utilization")
+FIGURES = ("comparison", "utilization", "staleness", "accuracy")
+FIGURE_FORMATS = ("png", "pdf", "svg")  # what `syncsim plot` draws; `write` draws png
+# every file a run's folder may hold (a real run's too: its parameters.npz marks a folder as measured);
+# `clear_run_files` removes them so that a new run into the folder never sits beside an older one's
+RUN_FILES = (
+    "config.yaml",
+    "errors.txt",
+    "trace.json",
+    "parameters.npz",
+    "ranks.csv",
+    *(f"{name}.csv{packed}" for name in ("summary", "accuracy", *DETAIL_TABLES) for packed in ("", ".gz")),
+    *(f"{name}.{fmt}" for name in FIGURES for fmt in FIGURE_FORMATS),
+)
 
 
 @dataclass
@@ -88,6 +102,8 @@ class Result:
             atomic_write(out / f"{name}.csv", getattr(self, name).to_csv(index=False))
         if self.accuracy is not None:
             atomic_write(out / "accuracy.csv", self.accuracy.to_csv(index=False))
+        else:  # an older numerics run's accuracy must not be read back as this run's
+            (out / "accuracy.csv").unlink(missing_ok=True)
         atomic_write(out / "summary.csv", self.summary.to_csv(index=False))
         failed = [run for run in self.runs if run.error is not None]
         if failed:  # the summary says why in one line; the full traceback is for bug reports
@@ -127,6 +143,19 @@ class Result:
                 accuracy_plot(self.accuracy, path, target, self.phases, name, self.time_label)
                 written.append(path)
         return written
+
+
+def clear_run_files(folder: str | os.PathLike[str]) -> list[Path]:
+    """Remove every `RUN_FILES` name from `folder` (call it while holding the folder, before a run writes
+    there): a re-run into an `--out` never leaves an older run's tables or figures beside its own.
+    Other files are left alone. Returns what was removed."""
+    out, removed = Path(folder), []
+    for name in RUN_FILES:
+        path = out / name
+        if path.is_file() or path.is_symlink():
+            path.unlink()
+            removed.append(path)
+    return removed
 
 
 def _empty(name: str) -> pd.DataFrame:

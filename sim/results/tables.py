@@ -2,7 +2,7 @@
 
 iterations: one row per worker per iteration; iteration_s = compute_s + comm_s + wait_s.
 ops: one row per collective (rank -1) and per point-to-point batch or wait.
-summary: one row per policy.
+summary: one row per policy; `status`: ok, `failed: <reason>`, or `interrupted: <what stopped it>`.
 links: one row per network link per policy; utilization: link utilisation over time.
 staleness: histogram of the staleness of updates applied by asynchronous shards.
 accuracy (numerics mode): held-out loss and accuracy of the consensus model (worker -1) and of each
@@ -219,6 +219,17 @@ def summary_frame(
             row.update(accuracy_summary(run, target_accuracy))
         rows.append(row)
     return pd.DataFrame(rows, columns=list(SUMMARY_COLUMNS) + (list(ACCURACY_SUMMARY) if numerics else []))
+
+
+def with_unfinished(summary: pd.DataFrame, unfinished: list[tuple[str, str]], status: str) -> pd.DataFrame:
+    """`summary` plus a row per (label, name) in `unfinished` whose `status` says why it has no results
+    (an interrupted run: every configured policy appears in summary.csv)."""
+    if not unfinished:
+        return summary
+    rows = pd.DataFrame(
+        [{"policy": label, "name": name, "status": status} for label, name in unfinished], columns=summary.columns
+    )
+    return pd.concat([summary, rows], ignore_index=True) if len(summary) else rows
 
 
 def steady_figures(iterations: pd.DataFrame, warmup: int = 0) -> dict[str, dict[str, float]]:
