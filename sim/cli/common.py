@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import sys
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 from sim.errors import ConfigError
+
+T = TypeVar("T")
 
 Subparsers = argparse._SubParsersAction  # what add_subparsers() returns; argparse keeps the name private
 
@@ -40,3 +45,20 @@ def require_torch(command: str) -> None:
             "pip install -c constraints.txt -e '.[numerics]' "
             "(README.md, 'Which PyTorch you get': the CPU or the CUDA build)"
         ) from None
+
+
+def progress(desc: str, at_least: int = 1_000) -> Callable[[Iterator[T], int], Iterable[T]]:
+    """A `progress(items, total)` for long loops (a sweep's points): a bar on stderr when it is a
+    terminal, else one line saying what is under way; silent below `at_least` items."""
+
+    def wrap(items: Iterator[T], total: int) -> Iterable[T]:
+        if total < at_least:
+            return items
+        if not sys.stderr.isatty():
+            print(f"{desc} {total:,} points...", file=sys.stderr, flush=True)
+            return items
+        from tqdm.auto import tqdm
+
+        return tqdm(items, total=total, desc=desc, unit=" points", dynamic_ncols=True, leave=False)
+
+    return wrap
