@@ -91,6 +91,46 @@ def test_a_point_that_does_not_validate_keeps_its_coordinates_and_field() -> Non
     assert sweep.bad[0].label() == "cluster.uplink_gbps=-5"
 
 
+def test_a_billion_point_sweep_is_refused_from_its_axis_lengths(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    axes = {
+        "cluster.uplink_gbps": list(range(1, 1001)),
+        "workload.compute_ms": [float(v) for v in range(1, 1001)],
+        "workload.gradient_mb": [float(v) for v in range(1, 1001)],
+    }
+    start = time.perf_counter()
+    with pytest.raises(
+        ConfigError, match=r"^sweep: 1,000 x 1,000 x 1,000 = 1,000,000,000 points; a sweep has at most 100,000$"
+    ):
+        expand({**base(), "sweep": {"grid": axes}})
+    assert main(["check", str(sweep_file(tmp_path, {"grid": axes}))]) == 2
+    assert "1,000,000,000 points; a sweep has at most 100,000" in capsys.readouterr().err
+    assert time.perf_counter() - start < 1.0  # a bound, not a benchmark: expanding first never finished
+
+
+def test_progress_is_told_the_count_before_any_point_is_built() -> None:
+    seen: list[Any] = []
+
+    def progress(points: Any, total: int) -> Any:
+        seen.append(f"total {total}")
+        for index, coords in points:
+            seen.append(index)
+            yield index, coords
+
+    sweep = expand({**base(), "sweep": {"grid": {"cluster.uplink_gbps": [10, 25]}, "seeds": [0, 1]}}, progress)
+    assert seen == ["total 4", 0, 1, 2, 3] and [p.index for p in sweep.points] == [0, 1, 2, 3] and not sweep.bad
+
+
+def test_check_says_what_it_is_validating_before_a_long_sweep(capsys: pytest.CaptureFixture[str]) -> None:
+    from sim.cli.common import progress
+
+    assert list(progress("validating", at_least=3)(iter([1, 2]), 2)) == [1, 2]
+    assert capsys.readouterr().err == ""  # a short sweep says nothing more
+    assert list(progress("validating", at_least=3)(iter([1, 2, 3]), 3)) == [1, 2, 3]
+    assert capsys.readouterr().err == "validating 3 points...\n"  # stderr is no terminal here: one line, no bar
+
+
 def test_the_table_has_a_row_per_point_and_policy_and_resumes(tmp_path: Path) -> None:
     sweep = load_sweep(sweep_file(tmp_path, {"grid": {"cluster.uplink_gbps": [5, 50]}, "seeds": [0, 1]}))
     out = tmp_path / "out"

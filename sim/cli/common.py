@@ -6,14 +6,18 @@ import argparse
 import errno
 import re
 import signal
-from collections.abc import Iterator
+import sys
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TypeVar
 
 from sim.errors import ConfigError, OutputError, signal_name
 
 # a writer's hidden temporary (sim.files), named in a message as the file it stood for
 TEMPORARY = re.compile(r"^\.(.+)\.[0-9a-f]{8}\.tmp(\.[A-Za-z0-9]+)?$")
+
+T = TypeVar("T")
 
 Subparsers = argparse._SubParsersAction  # what add_subparsers() returns; argparse keeps the name private
 
@@ -77,3 +81,20 @@ def require_torch(command: str) -> None:
 def exit_code(stop: BaseException) -> int:
     """128 + the signal's number, as a shell reports a process it stopped: 143 for SIGTERM, 130 for Ctrl-C."""
     return 128 + int(signal.SIGTERM if signal_name(stop) == "SIGTERM" else signal.SIGINT)
+
+
+def progress(desc: str, at_least: int = 1_000) -> Callable[[Iterator[T], int], Iterable[T]]:
+    """A `progress(items, total)` for long loops (a sweep's points): a bar on stderr when it is a
+    terminal, else one line saying what is under way; silent below `at_least` items."""
+
+    def wrap(items: Iterator[T], total: int) -> Iterable[T]:
+        if total < at_least:
+            return items
+        if not sys.stderr.isatty():
+            print(f"{desc} {total:,} points...", file=sys.stderr, flush=True)
+            return items
+        from tqdm.auto import tqdm
+
+        return tqdm(items, total=total, desc=desc, unit=" points", dynamic_ncols=True, leave=False)
+
+    return wrap

@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from sim.cli.common import Subparsers, add_set, exit_code, hold
+from sim.cli.common import Subparsers, add_set, exit_code, hold, progress
 from sim.errors import ConfigError
 
 
@@ -77,7 +77,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
     if args.jobs is not None and args.jobs < 1:
         raise ConfigError(f"--jobs: expected an integer >= 1, got {args.jobs}")
-    sweep = load_sweep(args.config, args.set)
+    sweep = load_sweep(args.config, args.set, None if args.quiet else progress("validating"))
     out = hold(args, Path(args.out) if args.out else Path("results") / f"{sweep.name}-sweep")
     bad = sweep.bad
     print(f"{args.config}: {len(sweep.points)} points over {', '.join(sweep.axes)}; {len(bad)} do not validate")

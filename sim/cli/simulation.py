@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from sim.cli.common import Subparsers, add_set, exit_code, hold, writing
+from sim.cli.common import Subparsers, add_set, exit_code, hold, progress, writing
 from sim.errors import ConfigError
 
 
@@ -111,9 +111,9 @@ def _check_sweep(args: argparse.Namespace) -> int:
     from sim.estimate.cost import estimate
     from sim.experiments.sweep import load_sweep
 
-    sweep = load_sweep(args.config, args.set)
+    sweep = load_sweep(args.config, args.set, progress("validating"))  # counted first: too many is refused at once
     good = [p for p in sweep.points if p.config is not None]
-    wall = sum(estimate(p.config).wall_s for p in good)  # type: ignore[arg-type]
+    wall = sum(estimate(p.config).wall_s for p in progress("estimating")(iter(good), len(good)))  # type: ignore[arg-type]
     print(
         f"{args.config}: sweep of {len(sweep.points)} points over {', '.join(sweep.axes)}; "
         f"{len(good)} validate, estimated {wall:,.0f} s of simulation in all (before parallel processes)"

@@ -18,6 +18,9 @@ A layer's `forward_s` runs from its first use in the forward pass to the next la
 parameter-free work after it (activations, pooling, attention products) is its own, as the zoo
 folds those FLOPs into a neighbouring layer. Its `backward_s` runs from the previous layer's
 gradients being ready (backward's start, for the first) to its own: what delays a gradient bucket.
+
+A profile file is read only if it is a regular file of at most `MAX_BYTES` (16 MB: some 200,000 layers,
+far more than any zoo model has), so `workload.profile: /dev/zero` is one error line, not a hang.
 """
 
 from __future__ import annotations
@@ -29,10 +32,12 @@ from typing import Any, Union
 
 import yaml
 
+from sim.config.reading import MB, read_bounded
 from sim.errors import ConfigError
 from sim.files import atomic_write
 
 FORMAT = "syncsim-profile"
+MAX_BYTES = 16 * MB  # a measured profile is a few kB
 VERSION = 1
 
 
@@ -84,7 +89,7 @@ def read_profile(path: Union[str, Path]) -> ComputeProfile:
     """A profile file, checked field by field (errors name `workload.profile` and the field)."""
     where = f"workload.profile: {path}"
     try:
-        data = yaml.safe_load(Path(path).read_text())
+        data = yaml.safe_load(read_bounded(path, "workload.profile", MAX_BYTES, "a profile"))
     except OSError as exc:
         raise ConfigError(f"{where}: cannot read it ({exc.strerror})") from None
     except yaml.YAMLError as exc:

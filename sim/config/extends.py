@@ -32,9 +32,9 @@ def resolve_extends(data: Any, path: Path, chain: tuple[Path, ...] = ()) -> Any:
     if len(chain) >= MAX_DEPTH:
         raise ConfigError(f"extends: more than {MAX_DEPTH} levels of base configs (in {path})")
     try:
-        raw = read_yaml(base_path)
-    except ConfigError as exc:  # a missing or unreadable base: said as the field that named it
-        raise ConfigError(f"extends: {exc} (named in {path})") from None
+        raw = read_yaml(base_path, "extends")
+    except ConfigError as exc:  # a missing, unreadable or unbounded base: said as the field that named it
+        raise ConfigError(f"extends: {str(exc).removeprefix('extends: ')} (named in {path})") from None
     base = resolve_extends(raw, base_path, (*chain, here))
     if not isinstance(base, dict):
         raise ConfigError(f"extends: the base config {base_path} is not a mapping of keys but {type(base).__name__}")

@@ -3,7 +3,8 @@
 Configs are often generated (sweeps, notebooks, other programs), so the reader expects anything:
 bytes that are not UTF-8, YAML tags that would build Python objects, a key given twice (PyYAML keeps
 the last one silently), alias bombs (a few lines that expand to billions of values) and documents
-nested thousands deep. Each ends as a `ConfigError` of one line, never a traceback or a hang.
+nested thousands deep, and paths that are not files at all (`/dev/zero`, a FIFO) or are too big
+(`sim.config.reading`). Each ends as a `ConfigError` of one line, never a traceback or a hang.
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ from typing import Any
 
 import yaml
 
+from sim.config.reading import MB, read_bounded
 from sim.errors import ConfigError
 
-MAX_BYTES = 10_000_000  # a config is a few kB; a generated one with long explicit schedules, a few MB
+MAX_BYTES = 10 * MB  # a config is a few kB; a generated one with long explicit schedules, a few MB
 MAX_VALUES = 1_000_000  # values after expanding aliases: a billion-laughs document stops here
 
 
@@ -50,14 +52,13 @@ _Loader.add_implicit_resolver(
 )
 
 
-def read_yaml(path: Path) -> Any:
-    """The plain data of a YAML config file; `ConfigError` naming the file for anything else."""
+def read_yaml(path: Path, field: str = "config") -> Any:
+    """The plain data of a YAML config file; `ConfigError` naming the file for anything else, and
+    `field` (what named the file: `config`, `extends`) when it is no regular file or over `MAX_BYTES`."""
     try:
-        raw = path.read_bytes()
+        raw = read_bounded(path, field, MAX_BYTES, "a config")
     except OSError as exc:
         raise ConfigError(f"cannot read config {str(path)!r}: {exc.strerror}") from None
-    if len(raw) > MAX_BYTES:
-        raise ConfigError(f"{path}: {len(raw):,} bytes; a config is at most {MAX_BYTES:,} bytes")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

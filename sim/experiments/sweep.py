@@ -12,6 +12,11 @@
 Axes are config paths (`sim.config.overrides`). A point is one combination: its coordinates (axis
 path -> value, then `seed`), its config (the base with those values set) and a key, the hash of its
 resolved config, under which its results are kept, so a re-run finds them (`sim.experiments.sweep_runner`).
+
+The number of points is the product of the blocks' lengths (a grid axis, a zip group, the seeds), counted
+before anything is built: a sweep over `MAX_POINTS` is refused at once, however large, and the points of
+an allowed one are made one at a time from `itertools.product`. Validating them costs a few milliseconds
+each, so callers pass `progress` to show it.
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ import copy
 import hashlib
 import itertools
 import json
+import math
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Union
@@ -27,10 +34,14 @@ from typing import Any, Optional, Union
 from sim.config import Config, parse_config
 from sim.config.extends import resolve_extends
 from sim.config.overrides import apply_overrides, parse_path, set_path
-from sim.config.yaml_io import read_yaml
+from sim.config.yaml_io import check_size, read_yaml
 from sim.errors import ConfigError
 
 MAX_POINTS = 100_000  # a grid larger than this is a typo, not an experiment on one machine
+
+Combo = tuple[int, dict[str, Any]]  # a point's index and coordinates, before its config is built
+# wraps the points as they are made (a progress bar): given them and how many there are, yields them
+Progress = Callable[[Iterator[Combo], int], Iterable[Combo]]
 
 
 @dataclass(frozen=True)
@@ -62,13 +73,15 @@ class Sweep:
         return [p for p in self.points if p.config is None]
 
 
-def load_sweep(path: Union[str, Path], overrides: tuple[str, ...] | list[str] = ()) -> Sweep:
+def load_sweep(
+    path: Union[str, Path], overrides: tuple[str, ...] | list[str] = (), progress: Optional[Progress] = None
+) -> Sweep:
     """Read a config file with a `sweep:` section (after `extends:` and `--set`) and expand it."""
     from policies.registry import add_search_folder
 
     add_search_folder(Path(path).parent)  # plug-in policies beside the file, as load_config does
     data = apply_overrides(resolve_extends(read_yaml(Path(path)), Path(path)), overrides)
-    return expand(data)
+    return expand(data, progress)
 
 
 def is_sweep(path: Union[str, Path]) -> bool:
@@ -77,22 +90,37 @@ def is_sweep(path: Union[str, Path]) -> bool:
     return isinstance(data, dict) and "sweep" in data
 
 
-def expand(data: Any) -> Sweep:
+def expand(data: Any, progress: Optional[Progress] = None) -> Sweep:
     """The points of a config mapping with a `sweep:` section; a point that does not validate keeps
-    its error (its coordinates and the field), the others their configs."""
+    its error (its coordinates and the field), the others their configs. The count is checked first;
+    `progress(points, total)` wraps the points as they are made (a progress bar)."""
+    axes, blocks = _section(data)
+    total = _count(blocks)
+    check_size(data)  # each point copies the base and its values: an alias bomb stops here, not in deepcopy
+    base = {key: value for key, value in data.items() if key != "sweep"}
+    name = base.get("name", "experiment") if isinstance(base.get("name"), str) else "experiment"
+    combos: Iterator[Combo] = (
+        (index, {path: value for block in combo for path, value in block})
+        for index, combo in enumerate(itertools.product(*blocks))
+    )
+    made = progress(combos, total) if progress is not None else combos
+    return Sweep(name, axes, [_point(index, base, coords) for index, coords in made])
+
+
+def _section(data: Any) -> tuple[list[str], list[list[tuple[tuple[str, Any], ...]]]]:
+    """The axes and blocks of `data`'s `sweep:` section."""
     if not isinstance(data, dict) or not isinstance(data.get("sweep"), dict):
         raise ConfigError("sweep: this config has no sweep: section (a mapping with grid:, zip: and/or seeds:)")
-    base = {key: value for key, value in data.items() if key != "sweep"}
-    axes, blocks = _axes(data["sweep"])
-    combos = list(itertools.product(*blocks)) if blocks else [()]
-    if len(combos) > MAX_POINTS:
-        raise ConfigError(f"sweep: {len(combos):,} points; a sweep has at most {MAX_POINTS:,}")
-    name = base.get("name", "experiment") if isinstance(base.get("name"), str) else "experiment"
-    points = []
-    for index, combo in enumerate(combos):
-        coords = {path: value for block in combo for path, value in block}
-        points.append(_point(index, base, coords))
-    return Sweep(name, axes, points)
+    return _axes(data["sweep"])
+
+
+def _count(blocks: list[list[tuple[tuple[str, Any], ...]]]) -> int:
+    """The number of points (every combination of one setting per block), refused over `MAX_POINTS`."""
+    total = math.prod(len(block) for block in blocks)
+    if total > MAX_POINTS:
+        sizes = " x ".join(f"{len(block):,}" for block in blocks)
+        raise ConfigError(f"sweep: {sizes} = {total:,} points; a sweep has at most {MAX_POINTS:,}")
+    return total
 
 
 def _axes(spec: dict[str, Any]) -> tuple[list[str], list[list[tuple[tuple[str, Any], ...]]]]:
