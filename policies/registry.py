@@ -1,8 +1,15 @@
-"""One registry from policy names to classes: built-ins, entry points, and `module:Class` paths."""
+"""One registry from policy names to classes: built-ins, entry points, and `module:Class` plug-in files.
+
+A name a user writes loads only what it names: a built-in policy, a class a script `register`ed, an
+installed entry point of the `syncsim.policies` group, or the file `module.py` in the working
+directory or beside the config (its top-level code runs once). Any other `module:Class` is refused
+before anything is imported.
+"""
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import math
 import sys
 from collections.abc import Iterator, Mapping
@@ -33,66 +40,126 @@ BUILTIN: dict[str, str] = {
 }
 
 
+_REGISTERED: dict[str, type[Policy]] = {}  # `register`ed by a script, in this process only
+
+
+def register(name: str, cls: type[Policy]) -> None:
+    """Let configs of this process name `cls` as `name` (a script's own class; another process, a Dask
+    worker or a rank of a real run, needs a plug-in file or an entry point instead)."""
+    if name in BUILTIN or ":" in name or not name:
+        raise SettingError("name", f"cannot register {name!r}: a built-in name, empty, or with ':'")
+    _REGISTERED[name] = _check(name, cls)
+
+
 def available() -> dict[str, str]:
     """Every registered name with the `module:Class` it loads (entry points may add names)."""
     names = dict(BUILTIN)
+    names.update({name: f"{cls.__module__}:{cls.__qualname__}" for name, cls in _REGISTERED.items()})
     for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
         names.setdefault(ep.name, ep.value)
     return names
 
 
-# Folders searched for a plug-in's module when it is not importable as it is: the working directory,
-# then the folders of the config files read so far (`add_search_folder`), as a user expects of
-# `name: my_policies:MyPolicy` with my_policies.py beside the config, without PYTHONPATH=.
+# Folders where a plug-in's file may be, for `name: my_policies:MyPolicy`: the working directory, then
+# the folders of the config files read so far (`add_search_folder`). Nothing else is imported for a
+# user's name: not an installed module, not a module on sys.path (docs/policies.md, "Plug-ins").
 _SEARCH: list[Path] = []
+
+PLUGIN_FORMS = (
+    "a registered name (syncsim list), an installed entry point of the 'syncsim.policies' group, or "
+    "'module:Class' where module.py is a file beside the config or in the working directory"
+)
 
 
 def add_search_folder(folder: Path) -> None:
-    """Also look for plug-in modules in `folder` (the config loader adds each config's folder)."""
+    """Also look for plug-in files in `folder` (the config loader adds each config's folder)."""
     folder = folder.resolve()
     if folder not in _SEARCH:
         _SEARCH.append(folder)
 
 
-def _import(module_name: str) -> Any:
-    """`importlib.import_module`, then, for a top-level module found nowhere, from a search folder that
-    holds it as `name.py` or `name/__init__.py` (that folder joins sys.path, as PYTHONPATH would)."""
+def _refuse(name: str, why: str) -> SettingError:
+    return SettingError("name", f"cannot load policy {name!r}: {why}; allowed: {PLUGIN_FORMS}")
+
+
+def _plugin_file(name: str, module_name: str) -> Path:
+    """The `module_name.py` a user's `module:Class` names, from the search folders; nothing is imported."""
+    if not module_name.isidentifier():
+        raise _refuse(name, f"{module_name!r} is not a file's name (no dots, slashes or relative names)")
+    for folder in (Path.cwd(), *_SEARCH):
+        file = folder / f"{module_name}.py"
+        if file.is_file():
+            return file.resolve()
+    raise _refuse(name, f"no file {module_name}.py in the working directory or beside the config")
+
+
+def _load_file(name: str, module_name: str) -> Any:
+    """Run the plug-in file's top-level code once, as module `module_name` (so its classes pickle by name)."""
+    file = _plugin_file(name, module_name)
+    loaded = sys.modules.get(module_name)
+    if loaded is not None:
+        if getattr(loaded, "__file__", None) and Path(loaded.__file__).resolve() == file:
+            return loaded
+        raise _refuse(name, f"{file} would shadow the module {module_name!r} already imported; rename the file")
+    spec = importlib.util.spec_from_file_location(module_name, file)
+    if spec is None or spec.loader is None:
+        raise _refuse(name, f"{file} cannot be loaded as a Python file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
     try:
-        return importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        top = module_name.split(".")[0]
-        if exc.name != top:
-            raise
-        for folder in (Path.cwd(), *_SEARCH):
-            if (folder / f"{top}.py").is_file() or (folder / top / "__init__.py").is_file():
-                sys.path.append(str(folder))
-                return importlib.import_module(module_name)
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[module_name]
         raise
+    return module
 
 
-def _load(path: str) -> type[Policy]:
-    module_name, _, attr = path.partition(":")
-    try:
-        obj: Any = _import(module_name)
-        for part in attr.split("."):
-            obj = getattr(obj, part)
-    except (ImportError, AttributeError) as exc:
-        raise SettingError("name", f"cannot load policy class {path!r}: {exc}") from None
+def _entry_point(name: str) -> Any:
+    """The installed entry point `name` is (by its name, or its exact `module:attr` value), or None."""
+    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        if name in (ep.name, ep.value):
+            return ep
+    return None
+
+
+def _check(name: str, obj: Any) -> type[Policy]:
     if not (isinstance(obj, type) and issubclass(obj, Policy)):
-        raise SettingError("name", f"{path!r} is not a subclass of policies.base.Policy")
+        raise SettingError("name", f"{name!r} is not a subclass of policies.base.Policy")
     return obj
 
 
 def resolve(name: str) -> type[Policy]:
-    """The class for a registered name or a `module:Class` path."""
-    if ":" in name:
-        return _load(name)
-    names = available()
-    if name not in names:
+    """The class for a built-in name (or its `policies.x:Class` path), a `register`ed name, an installed
+    entry point (by name or `module:attr` value), or a `module:Class` whose module.py is in the working
+    directory or beside the config. Anything else is refused before any import: a user's name never
+    imports an installed module."""
+    if name in BUILTIN or name in BUILTIN.values():  # our own modules, by a fixed table
+        module_name, _, attr = BUILTIN.get(name, name).partition(":")
+        return _check(name, getattr(importlib.import_module(module_name), attr))
+    if name in _REGISTERED:
+        return _REGISTERED[name]
+    ep = _entry_point(name)
+    if ep is not None:
+        try:
+            return _check(name, ep.load())
+        except (ImportError, AttributeError) as exc:
+            raise SettingError("name", f"cannot load policy {name!r} (entry point {ep.value!r}): {exc}") from None
+    if ":" not in name:
+        names = available()
         raise SettingError(
             "name", f"unknown policy {name!r}; allowed: {', '.join(sorted(names))} (or a 'module:Class' path)"
         )
-    return _load(names[name])
+    module_name, _, attr = name.partition(":")
+    parts = attr.split(".")
+    if not all(part.isidentifier() for part in parts):
+        raise _refuse(name, f"{attr!r} is not a class name")
+    try:
+        obj: Any = _load_file(name, module_name)
+        for part in parts:
+            obj = getattr(obj, part)
+    except (ImportError, SyntaxError, AttributeError) as exc:  # in the file's own code, or no such class
+        raise SettingError("name", f"cannot load policy class {name!r}: {exc}") from None
+    return _check(name, obj)
 
 
 def create(name: str, settings: Mapping[str, Any] | None = None) -> Policy:

@@ -18,7 +18,6 @@ communicator on first use, which would otherwise land in step 0) and destroyed w
 from __future__ import annotations
 
 import os
-import pickle
 import re
 import sys
 import time
@@ -32,7 +31,7 @@ import torch.distributed as dist
 
 from policies.base import Bucket
 from policies.phases import Progress
-from real import device_use, transport
+from real import device_use, partial, transport
 from real.accounting import RankReport
 from real.backends import backend_for, training_device, workers_per_node
 from real.executor import RankExecutor
@@ -50,7 +49,6 @@ from sim.engine.op_checks import OpValidator
 from sim.engine.phase_budget import SharedClaims
 from sim.engine.run import bind_policy
 from sim.errors import ConfigError
-from sim.files import atomic_write
 from sim.numerics.batches import ShardSampler, per_worker_batch
 from sim.numerics.optim import FlatOptimizer
 from sim.numerics.replica import Replica, bucket_ranges
@@ -97,12 +95,17 @@ def main(config: Config, out: Path, timeout_s: float, backend: str = "auto") -> 
     trained = PrecisionTask(task_on(task, device), precision, device)  # evaluation uses `task`, on the host
     dist.init_process_group(backend, rank=rank, world_size=world, timeout=timedelta(seconds=timeout_s))
     transport.open_control(timeout_s)
+    run_id = partial.run_id(transport.control())  # names this run's files in <out>/partial/
+    if rank == 0:
+        partial.clear(out, keep=run_id)  # an older run's leftovers; ranks write only after a barrier
     heartbeat = Heartbeat(rank, world, roles=need.roles())
     runs: list[Any] = []
     code = 0
     try:
         for index in range(len(config.policies)):
-            run = _run_policy(config, index, cluster, plan, task, trained, need, rank, timeout_s, heartbeat, out)
+            run = _run_policy(
+                config, index, cluster, plan, task, trained, need, rank, timeout_s, heartbeat, out, run_id
+            )
             if rank == 0 and run is not None:
                 runs.append(run)
                 write(config, cluster, _real_plan(config, plan, cluster), runs, out)
@@ -110,7 +113,7 @@ def main(config: Config, out: Path, timeout_s: float, backend: str = "auto") -> 
         print(f"rank {rank} ({need.role(rank)}): {exc}", file=sys.stderr)
         code = PEER_FAILED
         if rank == 0:
-            _keep_partial(config, cluster, plan, task, runs, len(runs), str(exc), out, timeout_s)
+            _keep_partial(config, cluster, plan, task, runs, len(runs), str(exc), out, timeout_s, run_id)
     finally:
         heartbeat.close()
         if code == 0:
@@ -140,25 +143,25 @@ def _keep_partial(
     error: str,
     out: Path,
     wait_s: float,
+    run_id: str,
 ) -> None:
-    """Rank 0, after a failure: the policy's rows every surviving worker saved, marked failed."""
+    """Rank 0, after a failure: the policy's rows every surviving worker saved (this run's files in
+    `<out>/partial/`, real/partial.py: plain data, never unpickled objects), marked failed; the
+    files are deleted once merged."""
     deadline = time.monotonic() + min(wait_s, 10.0)
-    pattern = f"{index}-rank*.pkl"
     seen = -1
     while time.monotonic() < deadline:  # the others save theirs as their own timeouts fire
-        found = len(list((out / "partial").glob(pattern)))
+        found = len(partial.files(out, index, run_id))
         if found == seen:
             break
         seen = found
         time.sleep(1.0)
-    reports = []
-    for path in sorted((out / "partial").glob(pattern)):
-        with open(path, "rb") as f:
-            reports.append(pickle.load(f))
+    reports = partial.read(out, index, run_id)
     entry = config.policies[index]
     run = assemble(entry, task, reports, 0.0)
     run.error = error
     write(config, cluster, _real_plan(config, plan, cluster), [*runs, run], out)
+    partial.clear(out)
 
 
 def _run_policy(
@@ -173,9 +176,12 @@ def _run_policy(
     timeout_s: float,
     heartbeat: Heartbeat,
     out: Path,
+    run_id: str,
 ) -> Optional[Any]:
     """`task` on the host (evaluation); `trained`: this rank's copy on its device, in the workload's
-    precision (`real.precision.PrecisionTask`)."""
+    precision (`real.precision.PrecisionTask`). After a failure a rank saves its report as plain data
+    (real/partial.py) for rank 0; a finished policy's reports reach rank 0 through `gather_object`,
+    which pickles them, but only between this run's own processes over the control group (no file)."""
     entry = config.policies[index]
     policy = bind_policy(entry, index, cluster, plan)
     specs = list(policy.all_servers())
@@ -206,9 +212,7 @@ def _run_policy(
         heartbeat.mark("failed")
         if run.report is not None:  # keep what this rank measured; rank 0 adds it to the results
             run.finish()
-            partial = out / "partial"
-            partial.mkdir(parents=True, exist_ok=True)
-            atomic_write(partial / f"{index}-rank{rank}.pkl", pickle.dumps(run.report))  # rank 0 reads it whole
+            partial.save(out, index, rank, run_id, run.report)
         raise RankFailure(
             f"policy {entry.display!r} stopped ({_first_sentence(exc)}); " + heartbeat.suspects()
         ) from exc

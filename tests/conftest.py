@@ -4,6 +4,10 @@ from pathlib import Path
 # the tests import their helpers as a plain module
 sys.path.insert(0, str(Path(__file__).parent))
 
+from policies.registry import add_search_folder  # noqa: E402
+
+add_search_folder(Path(__file__).parent)  # configs name test plug-ins as custom_policies:Class
+
 
 import pytest  # noqa: E402
 

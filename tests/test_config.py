@@ -121,7 +121,7 @@ def test_policy_settings_pass_through_and_label() -> None:
         ),
         (
             lambda c: c["policies"].append({"name": "nope.mod:Cls"}),
-            "policies[4].name: cannot load policy class 'nope.mod:Cls'",
+            "policies[4].name: cannot load policy 'nope.mod:Cls': 'nope.mod' is not a file's name",
         ),
         (lambda c: c["policies"].append({"name": "ring"}), "policies[4].label: duplicate label 'ring'"),
         (lambda c: c["policies"][1].update(foo=1), "policies[1].foo: unknown setting for policy 'ring'"),

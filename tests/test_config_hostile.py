@@ -73,7 +73,7 @@ def test_infinite_workload_and_policy_values_are_refused_by_name() -> None:
 
 def test_a_plug_in_with_plain_pydantic_settings_cannot_take_inf() -> None:
     data = quickstart()
-    data["policies"] = [{"name": "tests.custom_policies:LaxSettingsPolicy", "scale": float("inf")}]
+    data["policies"] = [{"name": "custom_policies:LaxSettingsPolicy", "scale": float("inf")}]
     with pytest.raises(ConfigError, match=r"policies\[0\]\.scale: should be a finite number"):
         parse_config(data)
 

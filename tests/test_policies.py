@@ -138,7 +138,7 @@ def test_registry_names_paths_and_errors() -> None:
     ):
         resolve("rign")
     with pytest.raises(SettingError, match="is not a subclass of policies.base.Policy"):
-        resolve("pathlib:Path")
+        resolve("custom_policies:LaxSettings")
 
 
 def test_third_party_policy_by_entry_point(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -152,6 +152,7 @@ def test_third_party_policy_by_entry_point(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setattr(metadata, "entry_points", fake)
     assert "interleaved" in policies.available()
     assert resolve("interleaved").__name__ == "InterleavedRings"
+    assert resolve("custom_policies:InterleavedRings").__name__ == "InterleavedRings"  # its value, too
 
 
 def test_a_plugin_beside_the_config_loads_without_pythonpath(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
@@ -176,11 +177,11 @@ def test_a_plugin_beside_the_config_loads_without_pythonpath(tmp_path, monkeypat
     }
     (folder / "c.yaml").write_text(yaml.safe_dump(cfg))
     monkeypatch.chdir(tmp_path)  # not the config's folder
-    monkeypatch.setattr(sys, "path", list(sys.path))  # the folder joins sys.path: undo it afterwards
+    monkeypatch.setattr(sys, "modules", dict(sys.modules))  # the plug-in's module: forgotten afterwards
     result = simulate(load_config(folder / "c.yaml"))
     assert result.summary["status"].tolist() == ["ok"]
     assert result.summary["name"].tolist() == ["beside_policies:SlowRing"]
-    assert str(folder.resolve()) in sys.path
+    assert str(folder.resolve()) not in sys.path  # the file is run, its folder is not importable
 
 
 def test_a_plugin_in_the_working_directory_loads(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
@@ -191,6 +192,48 @@ def test_a_plugin_in_the_working_directory_loads(tmp_path, monkeypatch) -> None:
     (tmp_path / "cwd_policies.py").write_text("from policies.ring import Ring\n\n\nclass MyRing(Ring):\n    pass\n")
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", ".")])
+    monkeypatch.setattr(sys, "modules", dict(sys.modules))
     assert type(create("cwd_policies:MyRing")).__name__ == "MyRing"
-    with pytest.raises(SettingError, match="cannot load policy class 'absent_policies:X'"):
+    with pytest.raises(SettingError, match="cannot load policy 'absent_policies:X': no file absent_policies.py"):
         create("absent_policies:X")
+
+
+@pytest.mark.parametrize(
+    "name, why",
+    [
+        ("this:s", "no file this.py in the working directory or beside the config"),
+        ("antigravity:Policy", "no file antigravity.py"),
+        ("made_up_module_xyz:Policy", "no file made_up_module_xyz.py"),
+        ("..evil:Policy", "'..evil' is not a file's name"),
+        ("os.path:join", "'os.path' is not a file's name"),
+        ("../evil:Policy", "'../evil' is not a file's name"),
+        ("/tmp/evil:Policy", "'/tmp/evil' is not a file's name"),
+    ],
+)
+def test_a_name_never_imports_an_installed_module(name: str, why: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only a file beside the config or in the working directory, or an entry point, is loaded for a
+    `module:Class`: `this:s` would print the Zen of Python, `subprocess:run` import subprocess."""
+    import sys
+
+    for module in ("this", "antigravity", "made_up_module_xyz"):
+        monkeypatch.delitem(sys.modules, module, raising=False)
+    with pytest.raises(SettingError, match="cannot load policy") as caught:
+        resolve(name)
+    assert why in str(caught.value) and "allowed: a registered name" in str(caught.value)
+    assert "\n" not in str(caught.value)
+    assert not {"this", "antigravity", "made_up_module_xyz"} & set(sys.modules)
+
+
+def test_a_refused_plugin_is_one_line_naming_the_entry() -> None:
+    from sim.config.load import policy_problems
+
+    lines = policy_problems([{"name": "ring"}, {"name": "this:s"}, {"name": "subprocess:run"}])
+    assert [line.split(":")[0] for line in lines] == ["policies[1].name", "policies[2].name"]
+    assert "no file subprocess.py in the working directory or beside the config" in lines[1]
+
+
+def test_a_plugin_file_does_not_shadow_an_imported_module(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / "json.py").write_text("raise SystemExit('must not run')\n")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SettingError, match="would shadow the module 'json' already imported; rename the file"):
+        resolve("json:Policy")

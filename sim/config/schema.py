@@ -216,7 +216,8 @@ class PolicyEntry(BaseModel):
 
     model_config = ConfigDict(extra="allow", frozen=True, strict=True)
     name: Annotated[str, Field(min_length=1)] = Field(
-        description="a registered policy name (`syncsim list`) or a `module:Class` path"
+        description="a registered policy name (`syncsim list`) or `module:Class` with module.py beside the config "
+        "or in the working directory (docs/policies.md)"
     )
     label: Optional[Label] = Field(None, description="the name in results; default: name (labels must be unique)")
 
