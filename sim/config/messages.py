@@ -37,7 +37,7 @@ def _format_error(err: dict[str, Any]) -> str:
 
 def _value_error_line(where: str, msg: str) -> str:
     field, sep, rest = msg.partition(": ")
-    if sep and field.isidentifier():  # a model validator naming the field inside `where`
+    if sep and all(part.isidentifier() for part in field.split(".")):  # a validator naming a field in `where`
         return f"{field}: {rest}" if where == "config" else f"{where}.{field}: {rest}"
     return f"{where}: {msg}"
 
