@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from typing import Annotated, Any, Literal, Optional, Union
 
 import numpy as np
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from policies.base import Bucket, Policy, PolicySettings, SettingError
 from policies.ops import Program, ServerSpec
@@ -66,6 +66,24 @@ class SyncSwitchSettings(PolicySettings):
         description="online: a slow worker has recovered below this x its peers' median; default halfway "
         "between 1 and threshold (must not exceed threshold)",
     )
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _release_with_other_errors(cls, data: Any, handler: Any) -> SyncSwitchSettings:
+        """release above threshold is reported beside the other settings' errors, not after them
+        (a failing field stops the model before SyncSwitch can compare the two)."""
+        try:
+            return handler(data)
+        except ValidationError as exc:
+            release, threshold = (data.get(k) if isinstance(data, dict) else None for k in ("release", "threshold"))
+            threshold = 1.5 if threshold is None and isinstance(data, dict) else threshold
+            numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (release, threshold))
+            failed = {e["loc"][:1] for e in exc.errors()}
+            if not numbers or release <= threshold or ("release",) in failed or ("threshold",) in failed:
+                raise
+            why = ValueError(f"must not exceed threshold ({threshold}), got {release}")
+            extra = {"type": "value_error", "loc": ("release",), "input": release, "ctx": {"error": why}}
+            raise ValidationError.from_exception_data(exc.title, [*exc.errors(), extra]) from None  # type: ignore[list-item]
 
     @field_validator("pattern")
     @classmethod
@@ -112,25 +130,34 @@ class SyncSwitch(Policy):
     def __init__(self, settings: BaseModel | None = None, **kwargs: Any) -> None:
         super().__init__(settings, **kwargs)
         s = self.settings
+        problems: list[tuple[str, str]] = []  # every bad setting at once, not only the first
         if s.switching == "online":
             for field in ("pattern", "switch_at"):
                 if field in s.model_fields_set:
-                    raise SettingError(field, "has no effect with switching: online; remove it")
+                    problems.append((field, "has no effect with switching: online; remove it"))
             if s.release_factor > s.threshold:
-                raise SettingError("release", f"must not exceed threshold ({s.threshold}), got {s.release}")
+                problems.append(("release", f"must not exceed threshold ({s.threshold}), got {s.release}"))
         else:
             for field in ("threshold", "window", "release"):
                 if field in s.model_fields_set:
-                    raise SettingError(field, "has no effect with switching: offline; remove it")
+                    problems.append((field, "has no effect with switching: offline; remove it"))
             wanted = len(s.pattern) - 1
-            if len(s.boundaries) - 1 != wanted:
-                raise SettingError(
-                    "switch_at", f"pattern {s.pattern} switches {wanted} time(s): give {wanted} fraction(s)"
-                )
             cuts = s.boundaries
-            if any(b < a for a, b in zip(cuts, cuts[1:])):
-                raise SettingError("switch_at", f"fractions must not decrease, got {list(cuts[:-1])}")
-        self.first, self.then = inner_policy("first", s.first), inner_policy("then", s.then)
+            if len(cuts) - 1 != wanted:
+                problems.append(
+                    ("switch_at", f"pattern {s.pattern} switches {wanted} time(s): give {wanted} fraction(s)")
+                )
+            elif any(b < a for a, b in zip(cuts, cuts[1:])):
+                problems.append(("switch_at", f"fractions must not decrease, got {list(cuts[:-1])}"))
+        inner = {}
+        for field in ("first", "then"):
+            try:
+                inner[field] = inner_policy(field, getattr(s, field))
+            except SettingError as exc:
+                problems += exc.problems
+        if problems:
+            raise SettingError.of(problems)
+        self.first, self.then = inner["first"], inner["then"]
         self._windows: dict[int, deque[float]] = {}  # rank -> its last `window` paces
         self._paces: dict[int, float] = {}  # rank -> the median of its window
         self._recovered_ranks = 0  # ranks with `window` iterations in a row at pace

@@ -112,3 +112,47 @@ def test_pipelined_agrees_with_stepwise_under_contention(cluster: dict, policies
         assert not result.errors
         times[model] = float(result.summary["mean_iteration_s"].iloc[0])
     assert times["pipelined"] == pytest.approx(times["stepwise"], rel=0.03)
+
+
+@pytest.mark.parametrize("network", ["pipelined", "stepwise", "nccl"])
+def test_dense_wire_bytes_are_every_members_ring_steps_and_match_the_links(network: str) -> None:
+    """A ring all-reduce of n bytes over p ranks puts 2(p-1)·n bytes on the wire in all (each of its
+    2(p-1) steps moves n/p from every member), a reduce-scatter or all-gather (p-1)·n; with one GPU a
+    host, each of those bytes leaves exactly one host by its NIC, so links.csv's host egress is their sum."""
+    n, p, iterations = 6 * MB, 6, 2
+    policies = [{"name": "ring"}, {"name": "hierarchical", "level": "rack"}]  # local groups of 3, cross of 2
+    cfg = synthetic(two_tier(2, 3, 75.0), policies, n / MB, iterations=iterations)
+    if network == "nccl":  # the ring on NCCL's Simple protocol (LL would send a flag beside every value)
+        cfg["simulation"].update(network_model="nccl", nccl={"algorithm": "ring", "protocol": "simple"})
+    else:
+        cfg["simulation"]["collective_model"] = network
+    result = simulate(cfg)
+    ops = result.ops.set_index(["policy", "kind"])["wire_bytes"]
+    assert ops.loc["ring", "AllReduce"].tolist() == pytest.approx([2 * (p - 1) * n] * iterations, rel=1e-12)
+    for kind in ("ReduceScatter", "AllGather"):  # per rack of 3
+        assert ops.loc["hierarchical", kind].tolist() == pytest.approx([2 * n] * 2 * iterations, rel=1e-12)
+    assert ops.loc["hierarchical", "AllReduce"].tolist() == pytest.approx([2 * n / 3] * 3 * iterations, rel=1e-12)
+    links = result.links
+    egress = links[(links["kind"] == "nic") & links["link"].str.startswith("h")].groupby("policy")["bytes"].sum()
+    for policy in ("ring", "hierarchical"):
+        assert egress[policy] == pytest.approx(ops.loc[policy].sum(), rel=1e-9)
+
+
+def test_a_stepwise_ring_step_waits_for_its_upstream_neighbour() -> None:
+    """Two ranks, one all-reduce of 2 MB in 2 steps of T = α + 1 MB / B. Rank 0's sends are delayed by
+    D = 1 ms while step 0 starts, rank 1's from mid-way through that delay on. Step 1 of rank 1 forwards
+    what rank 0 sent in step 0, so it starts at T + D, inside rank 1's delay: 2T + 2D in all. Started
+    on its own step 0 alone, it would start at T, before the delay, and the ring would take 2T + D."""
+    t, d, t0 = ALPHA + 1 * MB / B, 1e-3, 0.010  # t0: the gradient is ready after 10 ms of compute
+    cfg = synthetic(star(2), [{"name": "ring"}], 2.0, compute_ms=10.0, model="stepwise")
+    cfg["faults"] = {
+        "stragglers": [
+            {"ranks": [0], "delay_ms": 1.0, "start_s": t0 / 2, "duration_s": t0 / 2 + d / 2},
+            {"ranks": [1], "delay_ms": 1.0, "start_s": t0 + t + d / 2, "duration_s": 1.0},
+        ]
+    }
+    result = simulate(cfg)
+    assert not result.errors
+    ar = result.ops.iloc[0]
+    assert ar["launched_s"] == pytest.approx(t0, rel=1e-12)
+    assert ar["finished_s"] - ar["launched_s"] == pytest.approx(2 * t + 2 * d, rel=1e-9)

@@ -132,6 +132,24 @@ def test_explicit_group_size_chunks_islands_and_shifts_alternate_patterns() -> N
     assert ranks_of(p, 1) == [(6, 7, 0, 1), (2, 3, 4, 5)]  # ordered by first rank; (6, 7, 0, 1) is a ring order
 
 
+def test_groups_smaller_than_a_rack_shift_on_alternate_local_patterns_in_every_rack() -> None:
+    """2 racks of 4, group_size 2, mixing_period 2: cycle 2 x lcm(2, 4) = 8. Local patterns (even steps)
+    alternate the cut at 0 and the cut shifted by ceil(2/2) = 1 in each rack; mixing pattern k (step
+    2k + 1) pairs rack 0's rank k mod 4 with rack 1's, and chunks the rest by 2, shifted on odd k."""
+    p = bound(cluster(2, 4), group_size=2)
+    cut, shifted = [(0, 1), (2, 3), (4, 5), (6, 7)], [(3, 0), (1, 2), (7, 4), (5, 6)]
+    assert p.cycle_length == 8 and p.group_sizes == (2, 2)
+    assert [ranks_of(p, s) for s in (0, 2, 4, 6)] == [cut, shifted, cut, shifted]
+    assert ranks_of(p, 1) == [(0, 4), (1, 2), (3,), (5, 6), (7,)]
+    assert ranks_of(p, 3) == [(0,), (1, 5), (2, 3), (4,), (6, 7)]
+    assert ranks_of(p, 5) == [(0, 1), (2, 6), (3,), (4, 5), (7,)]
+    assert ranks_of(p, 7) == [(0,), (1, 2), (3, 7), (4,), (5, 6)]
+    # an odd group size shifts by ceil(g/2): 3 racks of 4 in groups of 3, cut at 2 on the shifted patterns
+    p = bound(cluster(3, 4), group_size=3, mixing_period=3)
+    assert ranks_of(p, 0) == [(0, 1, 2), (3,), (4, 5, 6), (7,), (8, 9, 10), (11,)]
+    assert ranks_of(p, 1) == [(2, 3, 0), (1,), (6, 7, 4), (5,), (10, 11, 8), (9,)]
+
+
 @pytest.mark.parametrize(
     "view", [star(6, 2), cluster(3, 4, 2, oversubscription=1.0), cluster(2, 2, oversubscription=0.5)]
 )

@@ -134,3 +134,54 @@ def test_a_deadlock_under_periodic_background_is_caught_by_the_stall_timeout() -
     cfg["simulation"]["stall_timeout_s"] = 10.0
     error = simulate(cfg).errors["custom_policies:HalfTheRanks"]
     assert error.startswith("DeadlockError:") and "never reached it" in error
+
+
+@pytest.mark.parametrize(
+    "faults, message",
+    [
+        ({"slow_workers": [{"ranks": [0, 1, 1], "compute_factor": 3}]}, r"slow_workers\[0\].ranks: rank 1 listed"),
+        (
+            {"stragglers": [{"ranks": [2, 0, 2, 0], "compute_factor": 2, "start_s": 0, "duration_s": 1}]},
+            r"faults.stragglers\[0\].ranks: ranks \[0, 2\] listed more than once",
+        ),
+    ],
+)
+def test_a_rank_listed_twice_in_one_entry_is_refused(faults: dict, message: str) -> None:
+    """Listed twice, a rank would get the entry's factor twice (3 x 3 = 9x slower): refused instead."""
+    cfg = synthetic(star(4), [{"name": "ring"}], 10)
+    cfg["faults"] = faults
+    with pytest.raises(ConfigError, match=message):
+        parse_config(cfg)
+
+
+def test_a_slow_worker_is_slowed_by_its_factor_once() -> None:
+    """no_sync, 30 ms of compute a step: rank 1 at compute_factor 3 takes 90 ms a step, not 270 ms."""
+    cfg = synthetic(star(2), [{"name": "no_sync"}], 1, compute_ms=30.0, iterations=2)
+    cfg["faults"] = {"slow_workers": [{"ranks": [1], "compute_factor": 3.0}]}
+    it = simulate(cfg).iterations
+    end = it[it["rank"] == 1]["end_s"].max()
+    assert end == pytest.approx(2 * 0.090, rel=1e-9)
+
+
+def test_a_background_flow_from_a_host_to_itself_is_refused_at_validation() -> None:
+    cfg = synthetic(star(2), [{"name": "ring"}], 10)
+    cfg["background"] = [{"hosts": ["h1", "h1"], "gbps": 1}]
+    with pytest.raises(ConfigError, match=r"background\[0\].hosts: a flow from 'h1' to itself"):
+        parse_config(cfg)
+
+
+def test_every_problem_of_a_background_flow_and_a_straggler_is_reported_at_once() -> None:
+    cfg = synthetic(star(2), [{"name": "ring"}], 10)
+    cfg["background"] = [{"hosts": ["h0", "h0"], "fraction": 0.5, "on_s": 1.0}]
+    cfg["faults"] = {"stragglers": [{"ranks": [0], "uplinks": "all", "compute_factor": 2, "count": 1, "duration_s": 1}]}
+    with pytest.raises(ConfigError) as caught:
+        parse_config(cfg)
+    lines = str(caught.value).splitlines()
+    assert lines == [
+        "faults.stragglers[0].ranks: give exactly one target of ranks, uplinks (got ranks, uplinks)",
+        "faults.stragglers[0].start_s: give exactly one timing of start_s, every_s (got none)",
+        "faults.stragglers[0].count: applies only to a random process (every_s)",
+        "background[0].hosts: a flow from 'h0' to itself crosses no link; name two different hosts",
+        "background[0].fraction: applies only to uplinks; give hosts a rate in gbps",
+        "background[0].on_s: on_s and off_s go together",
+    ]

@@ -63,25 +63,29 @@ def test_ring_allreduce_matches_closed_form(p: int, mb: float, model: str) -> No
     "p, k, server_gbps",
     [(8, 2, 25.0), (8, 8, 25.0), (16, 4, 100.0), (4, 1, 10.0), (12, 3, 40.0)],
 )
-def test_ps_dedicated_matches_closed_form(p: int, k: int, server_gbps: float, model: str) -> None:
+@pytest.mark.parametrize("mb", [100, 0.01])
+def test_ps_dedicated_matches_closed_form(p: int, k: int, server_gbps: float, model: str, mb: float) -> None:
     """p workers push n/k to each of k dedicated servers, then pull it back: per phase
-    max(n/B_worker, p*n/(k*B_server)); alpha is GPU -> host -> switch -> server."""
-    n = 100 * MB
+    max(n/B_worker, p*n/(k*B_server)); alpha is GPU -> host -> switch -> server. Exact (docs/physics.md);
+    at 10 kB the 11 us of alpha are most of a phase."""
+    n = mb * MB
     cluster = star(p, server_hosts=k, server_nic_gbps=server_gbps)
-    t = second_iteration_time(synthetic(cluster, [{"name": "ps", "placement": "dedicated"}], 100, model=model))
+    t = second_iteration_time(synthetic(cluster, [{"name": "ps", "placement": "dedicated"}], mb, model=model))
     alpha = (INTRA_US + 2 * LINK_US) * US
     phase = max(n / (25 * GBPS), p * n / (k * server_gbps * GBPS))
-    assert t == pytest.approx(2 * (alpha + phase), rel=0.01)
+    assert t == pytest.approx(2 * (alpha + phase), rel=1e-9)
 
 
 @pytest.mark.parametrize("model", MODELS)
 @pytest.mark.parametrize("p", [2, 4, 8, 16])
-def test_ps_colocated_matches_closed_form(p: int, model: str) -> None:
-    """One shard per host (k = p): each NIC sends (p-1)/p of n out and receives as much, per phase."""
-    n = 100 * MB
-    t = second_iteration_time(synthetic(star(p), [{"name": "ps"}], 100, model=model))
+@pytest.mark.parametrize("mb", [100, 0.01])
+def test_ps_colocated_matches_closed_form(p: int, model: str, mb: float) -> None:
+    """One shard per host (k = p): each NIC sends (p-1)/p of n out and receives as much, per phase.
+    Exact; at 10 kB the path latency is most of a phase."""
+    n = mb * MB
+    t = second_iteration_time(synthetic(star(p), [{"name": "ps"}], mb, model=model))
     alpha = (INTRA_US + 2 * LINK_US) * US
-    assert t == pytest.approx(2 * (alpha + (p - 1) / p * n / (25 * GBPS)), rel=0.01)
+    assert t == pytest.approx(2 * (alpha + (p - 1) / p * n / (25 * GBPS)), rel=1e-9)
 
 
 def test_ps_apply_time_adds_once_per_round() -> None:

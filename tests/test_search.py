@@ -32,6 +32,29 @@ def test_a_generous_tolerance_halves_down_to_the_smallest_fraction() -> None:
     assert result.reference == result.table["final_accuracy"].iloc[0]
 
 
+def test_the_tolerance_is_the_line_between_passing_and_failing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Accuracies set per fraction (exact in binary): full BSP 0.75, tolerance 0.125. Fraction 0.5
+    (0.6875) passes, 0.25 sits exactly on the line 0.625 and passes, 0.125 (0.5) falls short: the
+    search stops there, before the smallest fraction, and chooses 0.25."""
+    import sim.experiments.search as search
+
+    accuracy = {1.0: 0.75, 0.5: 0.6875, 0.25: 0.625, 0.125: 0.5, 0.0625: 0.75}
+
+    def fake_simulate(config):  # type: ignore[no-untyped-def]
+        fraction = config.policies[0].settings["switch_at"]
+        row = {"status": "ok", "final_accuracy": accuracy[fraction], "best_accuracy": accuracy[fraction]}
+        row.update(sim_time_s=1.0, throughput_samples_s=1.0, switches=1)
+        return type("Result", (), {"summary": pd.DataFrame([row])})()
+
+    monkeypatch.setattr(search, "simulate", fake_simulate)
+    result = offline_search(config(), tolerance=0.125, start=0.5, smallest=0.0625)
+    assert list(result.table["fraction"]) == [1.0, 0.5, 0.25, 0.125]
+    assert list(result.table["passes"]) == [True, True, True, False]
+    assert result.best == 0.25 and list(result.table["chosen"]) == [False, False, True, False]
+    tighter = offline_search(config(), tolerance=0.0625, start=0.5, smallest=0.0625)
+    assert list(tighter.table["passes"]) == [True, True, False] and tighter.best == 0.5
+
+
 def test_the_search_stops_at_the_first_fraction_that_falls_short() -> None:
     """Whatever the accuracies: every fraction tried but the last passes, the last is the first
     failure (or the smallest), and the chosen one is the smallest that passed."""

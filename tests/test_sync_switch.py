@@ -211,3 +211,31 @@ def test_the_docs_example_policies_are_valid() -> None:
     config = parse_config(synthetic(star(8), yaml.safe_load(block)["policies"], 1.0))
     prepare(config)
     assert [p.display for p in config.policies] == ["sync_switch", "bsp25_then_asp", "online"]
+
+
+@pytest.mark.parametrize(
+    "settings, expected",
+    [
+        (
+            {"switching": "online", "threshold": 2.0, "release": 3.0, "window": 0},
+            ["window: should be greater than or equal to 1 (got 0)", "release: must not exceed threshold (2.0)"],
+        ),
+        (
+            {"switching": "online", "threshold": 2.0, "release": 3.0, "pattern": "101"},
+            ["pattern: has no effect with switching: online", "release: must not exceed threshold (2.0)"],
+        ),
+        (
+            {"switch_at": [0.5, 0.2], "pattern": "101", "then": {"name": "asp", "bogus": 1}},
+            ["switch_at: fractions must not decrease", "then.bogus: unknown setting for policy 'asp'"],
+        ),
+    ],
+)
+def test_every_bad_setting_is_reported_in_one_pass(settings: dict, expected: list[str]) -> None:
+    """release above threshold beside another setting's error, and the wrapper's checks beside the
+    inner policies': each config has two problems, and both are named."""
+    cfg = synthetic(star(2), [{"name": "sync_switch", **settings}], 1.0)
+    with pytest.raises(ConfigError) as caught:
+        parse_config(cfg)
+    lines = str(caught.value).splitlines()
+    for line in expected:
+        assert any(got.startswith(f"policies[0].{line}") for got in lines), (line, lines)

@@ -9,27 +9,45 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Optional, Union
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import AfterValidator, BaseModel, Field, model_validator
 
 from sim.config.types import MAX_COUNT, Factor, Fraction, Gbps, PosSeconds, Rank, Seconds, Strict
 
+
+def _each_once(ranks: list[int]) -> list[int]:
+    """A rank listed twice in one entry would have the entry's factor applied twice: refuse it."""
+    twice = sorted({r for r in ranks if ranks.count(r) > 1})
+    if twice:
+        shown = f"rank {twice[0]}" if len(twice) == 1 else f"ranks {twice}"
+        raise ValueError(f"{shown} listed more than once; list each rank once")
+    return ranks
+
+
 Uplinks = Union[Literal["all"], Annotated[list[str], Field(min_length=1)]]
-Ranks = Annotated[list[Rank], Field(min_length=1)]
+Ranks = Annotated[list[Rank], Field(min_length=1), AfterValidator(_each_once)]
 Interval = Annotated[float, Field(ge=1e-3, le=1e9)]  # seconds; shorter on/off or Poisson gaps flood the event queue
 
 
-def _exactly_one(model: BaseModel, names: tuple[str, ...], what: str) -> str:
+def _exactly_one(model: BaseModel, names: tuple[str, ...], what: str, problems: list[str]) -> str | None:
+    """The one field of `names` that is set; otherwise a problem is added and None returned."""
     given = [n for n in names if getattr(model, n) is not None]
     if len(given) != 1:
         shown = ", ".join(given) if given else "none"
-        raise ValueError(f"{names[0]}: give exactly one {what} of {', '.join(names)} (got {shown})")
+        problems.append(f"{names[0]}: give exactly one {what} of {', '.join(names)} (got {shown})")
+        return None
     return given[0]
+
+
+def _report(problems: list[str]) -> None:
+    """Every problem of one entry at once, one line each (sim.config.messages splits them)."""
+    if problems:
+        raise ValueError("\n".join(problems))
 
 
 class SlowWorker(Strict):
     """A worker that is always slower (a weaker or shared GPU)."""
 
-    ranks: Ranks = Field(description="the slow workers")
+    ranks: Ranks = Field(description="the slow workers, each listed once (the factor applies once)")
     compute_factor: Factor = Field(description="compute time multiplier (2 = twice as slow)")
 
 
@@ -56,13 +74,15 @@ class Straggler(Strict):
 
     @model_validator(mode="after")
     def _shape(self) -> Straggler:
-        target = _exactly_one(self, ("ranks", "uplinks"), "target")
-        effect = _exactly_one(self, ("compute_factor", "delay_ms", "bandwidth_factor"), "effect")
-        _exactly_one(self, ("start_s", "every_s"), "timing")
-        if effect == "compute_factor" and target != "ranks":
-            raise ValueError("compute_factor: applies to ranks, not uplinks")
+        problems: list[str] = []
+        target = _exactly_one(self, ("ranks", "uplinks"), "target", problems)
+        effect = _exactly_one(self, ("compute_factor", "delay_ms", "bandwidth_factor"), "effect", problems)
+        _exactly_one(self, ("start_s", "every_s"), "timing", problems)
+        if effect == "compute_factor" and target == "uplinks":
+            problems.append("compute_factor: applies to ranks, not uplinks")
         if self.count is not None and self.every_s is None:
-            raise ValueError("count: applies only to a random process (every_s)")
+            problems.append("count: applies only to a random process (every_s)")
+        _report(problems)
         return self
 
 
@@ -70,7 +90,7 @@ class BackgroundFlow(Strict):
     """Traffic of other jobs: a rate-capped flow that competes max-min fairly with training traffic."""
 
     hosts: Optional[Annotated[list[str], Field(min_length=2, max_length=2)]] = Field(
-        None, description="[source, destination] hosts of a one-way flow"
+        None, description="[source, destination]: two different hosts of a one-way flow"
     )
     uplinks: Optional[Uplinks] = Field(None, description="rack uplinks crossed, both directions (rack names or all)")
     gbps: Optional[Gbps] = Field(None, description="the flow's rate cap")
@@ -82,12 +102,16 @@ class BackgroundFlow(Strict):
 
     @model_validator(mode="after")
     def _shape(self) -> BackgroundFlow:
-        target = _exactly_one(self, ("hosts", "uplinks"), "target")
-        rate = _exactly_one(self, ("gbps", "fraction"), "rate")
-        if rate == "fraction" and target != "uplinks":
-            raise ValueError("fraction: applies only to uplinks; give hosts a rate in gbps")
+        problems: list[str] = []
+        target = _exactly_one(self, ("hosts", "uplinks"), "target", problems)
+        rate = _exactly_one(self, ("gbps", "fraction"), "rate", problems)
+        if self.hosts is not None and self.hosts[0] == self.hosts[1]:
+            problems.append(f"hosts: a flow from {self.hosts[0]!r} to itself crosses no link; name two different hosts")
+        if rate == "fraction" and target == "hosts":
+            problems.append("fraction: applies only to uplinks; give hosts a rate in gbps")
         if (self.on_s is None) != (self.off_s is None):
-            raise ValueError("on_s: on_s and off_s go together")
+            problems.append("on_s: on_s and off_s go together")
+        _report(problems)
         return self
 
 

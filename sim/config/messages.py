@@ -29,13 +29,17 @@ def _format_error(err: dict[str, Any]) -> str:
         return f"{where}.topology: unknown topology {err['ctx']['tag']!r}; allowed: star, two_tier, custom"
     if kind == "missing":
         return f"{where}: required"
-    if kind == "value_error":
-        field, sep, rest = msg.partition(": ")
-        if sep and field.isidentifier():  # a model validator naming the field inside `where`
-            return f"{field}: {rest}" if where == "config" else f"{where}.{field}: {rest}"
-        return f"{where}: {msg}"
+    if kind == "value_error":  # a validator may report several problems, one a line
+        return "\n".join(_value_error_line(where, line) for line in msg.split("\n"))
     shown = err.get("input")
     return f"{where}: {msg}" + ("" if isinstance(shown, (dict, list)) else f" (got {shown!r})")
+
+
+def _value_error_line(where: str, msg: str) -> str:
+    field, sep, rest = msg.partition(": ")
+    if sep and all(part.isidentifier() for part in field.split(".")):  # a validator naming a field in `where`
+        return f"{field}: {rest}" if where == "config" else f"{where}.{field}: {rest}"
+    return f"{where}: {msg}"
 
 
 def describe(errors: list[dict[str, Any]], data: Any, root: type[BaseModel]) -> list[str]:
@@ -44,7 +48,7 @@ def describe(errors: list[dict[str, Any]], data: Any, root: type[BaseModel]) -> 
     unknown: dict[str, list[str]] = {}
     for err in errors:
         if err["type"] != "extra_forbidden":
-            lines.append(_format_error(err))
+            lines.extend(_format_error(err).split("\n"))
             continue
         section = _where(err["loc"][:-1])
         if section not in unknown:
