@@ -55,12 +55,30 @@ CHEAP: dict[str, Callable[[], Any]] = {
     **from_run_all("ring_1024", "compare_64", "bert_ring_1024", "resnet_ring_4096"),
     **from_run_all("zen_64", "sparse_allgather_64", "ring_256_stepwise"),
 }
+STAR_4 = {"topology": "star", "hosts": 4, "gpus_per_host": 1, "gpu": "V100", "nic_gbps": 25}
+# What the policies' programs alone do not show: a fault storm, many server shards, a large numerics model.
+CHEAP.update({
+    "straggler_every_ms": scaled("quickstart.yaml", iterations=30, policies=[{"name": "ring"}], faults={"stragglers": [
+        {"ranks": list(range(8)), "compute_factor": 2, "every_s": 0.001, "duration_s": 0.0005}]}),
+    "ps_16384_shards": lambda: {"name": "shards", "iterations": 3, "cluster": STAR_4,
+                                "workload": {"model": "resnet50", "batch_size": 64},
+                                "policies": [{"name": "ps", "shards": 16384}]},
+    "numerics_deepfm_1e6_rows": lambda: {"name": "deepfm", "iterations": 3, "cluster": STAR_4,
+                                         "workload": {"model": "deepfm", "batch_size": 64},
+                                         "numerics": {"model": "deepfm", "dataset": "synthetic",
+                                                      "zoo": {"features": 1_000_000}},
+                                         "policies": [{"name": "ring"}]},
+})  # fmt: skip
 COSTLY: dict[str, Callable[[], Any]] = {
     "numerics_16to1_digits": bundled("numerics_16to1_digits.yaml"),
     "sync_switch_cifar10_resnet32": bundled("papers/sync_switch_cifar10_resnet32.yaml"),
     **from_run_all("asp_256", "bert_ring_4096", "bert_hier_4096", "resnet_hier_16384"),
 }
 HUGE = {
+    "1,000 x 1,000 hosts under a raised limit (answered unbuilt)": scaled(
+        "quickstart.yaml", iterations=1, policies=[{"name": "ring"}],
+        cluster={"topology": "two_tier", "racks": 1000, "hosts_per_rack": 1000},
+        simulation={"max_estimated_wall_s": 1e5, "max_estimated_memory_mb": 1e6}),
     "1,000 racks x 1,000 hosts": scaled("quickstart.yaml", cluster={"topology": "two_tier", "racks": 1000,
                                                                        "hosts_per_rack": 1000}),
     "1e9 iterations": scaled("quickstart.yaml", iterations=1_000_000_000),
@@ -68,7 +86,8 @@ HUGE = {
 
 
 def time_checks(folder: Path) -> None:
-    """`syncsim check` of configs far over the limits: refused from the estimate, nothing built."""
+    """`syncsim check` of huge configs: refused from the estimate, or (a cluster too large to build within
+    check's budget) accepted from it; nothing built either way."""
     for label, build in HUGE.items():
         path = folder / "huge.yaml"
         path.write_text(yaml.safe_dump(build()))

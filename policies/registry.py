@@ -8,6 +8,7 @@ before anything is imported.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 import math
@@ -55,9 +56,21 @@ def available() -> dict[str, str]:
     """Every registered name with the `module:Class` it loads (entry points may add names)."""
     names = dict(BUILTIN)
     names.update({name: f"{cls.__module__}:{cls.__qualname__}" for name, cls in _REGISTERED.items()})
-    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+    for ep in _entry_points():
         names.setdefault(ep.name, ep.value)
     return names
+
+
+def _entry_points() -> tuple[Any, ...]:
+    """The installed entry points of the `syncsim.policies` group. Scanning every installed package's
+    metadata takes milliseconds, so it is done once per process (per `metadata.entry_points` function:
+    a test that replaces it gets a fresh scan); a package installed mid-process is seen by the next one."""
+    return _scan(metadata.entry_points)
+
+
+@functools.lru_cache(maxsize=4)
+def _scan(entry_points: Any) -> tuple[Any, ...]:
+    return tuple(entry_points(group=ENTRY_POINT_GROUP))
 
 
 # Folders where a plug-in's file may be, for `name: my_policies:MyPolicy`: the working directory, then
@@ -116,7 +129,7 @@ def _load_file(name: str, module_name: str) -> Any:
 
 def _entry_point(name: str) -> Any:
     """The installed entry point `name` is (by its name, or its exact `module:attr` value), or None."""
-    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+    for ep in _entry_points():
         if name in (ep.name, ep.value):
             return ep
     return None

@@ -156,3 +156,78 @@ def test_the_python_api_refuses_too(monkeypatch: pytest.MonkeyPatch) -> None:
         simulate(cheap(max_estimated_memory_mb=1))
     monkeypatch.undo()
     assert not simulate(cheap(max_estimated_memory_mb=10_000)).errors
+
+
+def test_check_answers_a_cluster_too_large_to_build_quickly_from_its_estimate(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """1,000 x 1,000 hosts under a raised wall limit: accepted from the estimate, the 4M-link graph never built."""
+    refuse_to_build(monkeypatch)
+    data = {**yaml.safe_load(QUICKSTART.read_text()), "iterations": 1, "policies": [{"name": "ring"}]}
+    data["cluster"] = {**data["cluster"], "racks": 1000, "hosts_per_rack": 1000}
+    data["simulation"] = {"max_estimated_wall_s": 1e5, "max_estimated_memory_mb": 1e6}
+    assert main(["check", str(write(tmp_path, data))]) == 0
+    out = capsys.readouterr().out
+    assert "ok as far as the config and its estimate go - 1,000,000 GPUs" in out
+    assert "note: the cluster was not built (~40 s for 4,002,000 links)" in out
+
+
+def _storm() -> dict[str, Any]:
+    """A straggler on every rank firing every millisecond, over ~30,000 simulated seconds of compute."""
+    data = {**yaml.safe_load(QUICKSTART.read_text()), "iterations": 300_000, "policies": [{"name": "ring"}]}
+    data["faults"] = {"stragglers": [{"ranks": list(range(8)), "compute_factor": 2, "every_s": 0.001,
+                                      "duration_s": 0.0005}]}  # fmt: skip
+    return data
+
+
+@pytest.mark.parametrize(
+    "data, limit, term",
+    [
+        (_storm(), "max_estimated_wall_s", "mostly fault and background events: ~"),
+        (  # 2^20 shards on 4 hosts: each a process, its state and a slice of every bucket's ops
+            {"iterations": 20, "cluster": {"topology": "star", "hosts": 4, "nic_gbps": 25},
+             "workload": {"model": "resnet50", "batch_size": 64},
+             "simulation": {"max_estimated_memory_mb": 2000},
+             "policies": [{"name": "ps", "shards": 2**20}]},
+            "max_estimated_memory_mb", "mostly server shards: ~",
+        ),
+        (  # numerics DeepFM with 10^7 rows: 64 replicas of ~1.1e8 parameters with gradients and momentum
+            {"iterations": 20, "cluster": {"topology": "star", "hosts": 64, "nic_gbps": 25},
+             "workload": {"model": "deepfm", "batch_size": 64},
+             "numerics": {"model": "deepfm", "dataset": "synthetic", "zoo": {"features": 10_000_000}},
+             "policies": [{"name": "ring"}]},
+            "max_estimated_memory_mb", "mostly numerics model, optimizer state and batches: ~",
+        ),
+    ],
+    ids=["straggler_every_ms", "ps_2e20_shards", "numerics_deepfm_1e7"],
+)  # fmt: skip
+def test_check_refuses_what_the_program_alone_does_not_show_naming_the_term(
+    data: dict[str, Any],
+    limit: str,
+    term: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Fault storms, server shards and numerics models are counted, and the refusal names what dominates."""
+    refuse_to_build(monkeypatch)
+    assert main(["check", str(write(tmp_path, data))]) == 2
+    err = capsys.readouterr().err
+    assert f"simulation.{limit}: this run is estimated" in err
+    assert term in err
+
+
+def test_numerics_memory_follows_the_feature_rows_and_the_optimizer() -> None:
+    base = {"iterations": 2, "cluster": {"topology": "star", "hosts": 4, "nic_gbps": 25},
+            "workload": {"model": "deepfm", "batch_size": 64}, "policies": [{"name": "ring"}],
+            "numerics": {"model": "deepfm", "dataset": "synthetic", "zoo": {"features": 1000}}}  # fmt: skip
+    small = dict(estimate(parse_config(base)).memory_terms)
+    big = {**base, "numerics": {**base["numerics"], "zoo": {"features": 10_000_000}}}
+    adam = {**big, "numerics": {**big["numerics"], "optimizer": {"name": "adam"}}}
+    model = "numerics model, optimizer state and batches"
+    grown = dict(estimate(parse_config(big)).memory_terms)[model] - small[model]
+    # 4 workers x (params, grad, momentum) + the consensus and its momentum: 14 fp32 copies of 11 values per row
+    assert grown == pytest.approx((10_000_000 - 1000) * 11 * 4 * 14 / 1e6, rel=1e-6)
+    assert (
+        dict(estimate(parse_config(adam)).memory_terms)[model] > dict(estimate(parse_config(big)).memory_terms)[model]
+    )

@@ -237,3 +237,20 @@ def test_a_plugin_file_does_not_shadow_an_imported_module(tmp_path, monkeypatch)
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SettingError, match="would shadow the module 'json' already imported; rename the file"):
         resolve("json:Policy")
+
+
+def test_installed_entry_points_are_scanned_once_per_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Scanning every package's metadata costs milliseconds: lookups after the first reuse the scan."""
+    real = metadata.entry_points
+    calls = []
+
+    def counting(**kwargs):  # type: ignore[no-untyped-def]
+        calls.append(kwargs)
+        return real(**kwargs)
+
+    monkeypatch.setattr(metadata, "entry_points", counting)
+    for _ in range(3):
+        policies.available()
+        with pytest.raises(SettingError):
+            resolve("no_such_policy_name")
+    assert len(calls) == 1

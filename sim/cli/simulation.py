@@ -64,6 +64,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 1 if result.errors else 0
 
 
+# `check` builds the cluster (to check fault targets and policy placement against it) only when the
+# estimate says that takes at most this long; a larger cluster is answered from the estimate alone.
+CHECK_BUILD_BUDGET_S = 2.0
+
+
 def add_check(sub: Subparsers) -> None:
     """`syncsim check CONFIG`: validate a config (or every point of a sweep) and estimate its cost."""
     check = sub.add_parser("check", help="validate a config and estimate its cost, without running it")
@@ -84,8 +89,26 @@ def _cmd_check(args: argparse.Namespace) -> int:
     if problems := limit_problems(cost, config):  # refused before building the cluster: check stays fast
         print(cost, flush=True)  # before the error lines on stderr
         raise ConfigError("\n".join(problems))
+    build_s = dict(cost.wall_terms).get("building the cluster", 0.0)
+    if build_s > CHECK_BUILD_BUDGET_S:  # answer from the estimate: building alone would take longer than check may
+        print(
+            f"{args.config}: ok as far as the config and its estimate go - {cost.workers:,} GPUs on {cost.hosts:,} "
+            f"hosts, {cost.links:,} links; policies: " + ", ".join(p.display for p in config.policies)
+        )
+        print(cost)
+        print(
+            f"note: the cluster was not built (~{build_s:,.0f} s for {cost.links:,} links): what needs it (fault "
+            "targets, policy placement, server hosts) is checked when `syncsim run` starts, before simulating"
+        )
+        return 0
     from sim.api import prepare
 
+    if build_s > 0.5 and sys.stderr.isatty() or build_s > 1.0:
+        print(
+            f"building the cluster ({cost.links:,} links, ~{build_s:.0f} s) to check it ...",
+            file=sys.stderr,
+            flush=True,
+        )
     cluster, plan = prepare(config)
     view = cluster.view
     buckets = f"{len(plan.buckets)} bucket" + ("s" if len(plan.buckets) != 1 else "")

@@ -16,16 +16,27 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 from policies.registry import create
 from sim.catalog.gpus import get_gpu
 from sim.catalog.zoo import MODEL_NAMES, get_model
+from sim.catalog.zoo.recsys import CRITEO_HASHED_FEATURES, DEEPFM_EMBEDDING_DIM
 from sim.compute.workload import compute_plan
 from sim.config import Config
 from sim.errors import ConfigError
-from sim.estimate.counts import Load, Shape, builtin, policy_load, shape_of, sparse_buckets
+from sim.estimate.counts import (
+    Extra,
+    Load,
+    Shape,
+    builtin,
+    fault_load,
+    policy_load,
+    shape_of,
+    shard_count,
+    sparse_buckets,
+)
 
 # Wall seconds (2-core machine, Python 3.11, the engine of commit 6c9dc2b), fitted on measured runs.
 S_PER_EVENT = 7.4e-6  # per event as if no worker shared one (`Load.work`)
@@ -54,6 +65,15 @@ B_PER_ENTRY = 1_800.0  # a class's links, paths and routes in the network's tabl
 B_PER_TRACE_EVENT = 700.0  # trace.json's events as dicts, then as text
 MB_SPARSE = 150.0  # sparse census chunks (4M rows at a time)
 MB_TORCH = 300.0  # numerics mode: torch and scikit-learn
+# Fault processes, background cycles and server shards (each shard: a process, its state and its slice
+# of every bucket's push and pull ops, built when the policy starts).
+B_PER_FAULT_ROW = 600.0
+S_PER_SHARD = 30e-6
+B_PER_SHARD = 4_000.0
+B_PER_SHARD_BUCKET = 1_000.0
+# Numerics mode with a zoo model: fp32 values; each worker's replica holds parameters, a gradient and
+# its optimizer's slots (momentum: 1, adam: 2); the servers or the consensus one more set.
+BYTES_PER_VALUE = 4
 MEMORY_SHARE = 0.8  # default memory limit: this share of the machine's physical memory
 
 
@@ -83,6 +103,13 @@ class Estimate:
     wall_s: float
     memory_mb: float
     result_rows: float
+    wall_terms: tuple[tuple[str, float], ...] = field(default=())  # what the wall time is made of (seconds)
+    memory_terms: tuple[tuple[str, float], ...] = field(default=())  # what the peak memory is made of (MB)
+
+    def dominant(self, kind: str) -> tuple[str, float]:
+        """The largest term of `kind` ('wall' or 'memory'): what a limit's message names."""
+        terms = self.wall_terms if kind == "wall" else self.memory_terms
+        return max(terms, key=lambda term: term[1], default=("", 0.0))
 
     @property
     def collectives(self) -> float:
@@ -125,25 +152,48 @@ def estimate(config: Config) -> Estimate:
     sparse = sparse_buckets(plan)
     rows: list[PolicyCost] = []
     loads: list[Load] = []
+    # faults and background flows act over the run's simulated time: at least its compute
+    faults = fault_load(config, shape, config.iterations * plan.compute_s)
+    wall_terms = {"SimPy events and flows": 0.0, "fault and background events": 0.0, "server shards": 0.0}
+    shard_mb = fault_mb = 0.0
     for entry in config.policies:
         policy = create(entry.name, entry.settings)
         load = policy_load(policy, shape, plan, sparse, config, float(config.iterations))
         loads.append(load)
+        extra = Extra(faults.events, faults.recomputes, faults.fault_rows, shard_count(policy, shape))
         note = "" if builtin(policy) else "a plug-in: counted as one all-reduce of all ranks per bucket"
-        rows.append(PolicyCost(entry.display, load.collectives, load.flows, load.events,
-                               _wall(load, config, shape), _rows_mb(load), note))  # fmt: skip
+        program, fault_s, shard_s = _wall(load, config, shape), _fault_wall(extra, load), extra.shards * S_PER_SHARD
+        wall_terms["SimPy events and flows"] += program
+        wall_terms["fault and background events"] += fault_s
+        wall_terms["server shards"] += shard_s
+        shard_mb = max(shard_mb, extra.shards * (B_PER_SHARD + len(plan.buckets) * B_PER_SHARD_BUCKET) / 1e6)
+        fault_mb += extra.fault_rows * B_PER_FAULT_ROW / 1e6
+        rows.append(PolicyCost(entry.display, load.collectives, load.flows, load.events + extra.events,
+                               program + fault_s + shard_s, _rows_mb(load) + extra.fault_rows * B_PER_FAULT_ROW / 1e6,
+                               note))  # fmt: skip
     total = sum(loads, Load())
     inflight = max(shape.workers * len(plan.buckets) * B_PER_RANK_BUCKET + load.entries * B_PER_ENTRY for load in loads)
-    memory = MB_BASE + (shape.links * B_PER_LINK + inflight) / 1e6 + sum(r.memory_mb for r in rows)
-    memory += MB_NUMBA * any(load.recomputes > NUMBA_AFTER for load in loads)
-    memory += MB_SPARSE * any(load.sparse_rows > 0 for load in loads) + _numerics_mb(config, shape)
-    wall = S_FIXED + shape.links * S_PER_LINK_BUILT + sum(r.wall_s for r in rows)
+    memory_terms = {
+        "the process (imports)": MB_BASE,
+        "the cluster's links": shape.links * B_PER_LINK / 1e6,
+        "in-flight calls and flows": inflight / 1e6,
+        "result rows": sum(_rows_mb(load) for load in loads),
+        "fault rows": fault_mb,
+        "server shards": shard_mb,
+        "numerics model, optimizer state and batches": _numerics_mb(config, shape),
+        "compiled kernel and sparse census": MB_NUMBA * any(load.recomputes > NUMBA_AFTER for load in loads)
+        + MB_SPARSE * any(load.sparse_rows > 0 for load in loads),
+    }
+    wall_terms["building the cluster"] = shape.links * S_PER_LINK_BUILT
+    wall_terms["imports and plots"] = S_FIXED
     if config.simulation.trace:
         events = min(config.simulation.trace_max_events, 3 * total.iteration_rows + total.op_rows)
-        wall, memory = wall + events * S_PER_TRACE_EVENT, memory + events * B_PER_TRACE_EVENT / 1e6
-    result_rows = total.iteration_rows + total.op_rows + total.staleness_rows
+        wall_terms["trace.json"] = events * S_PER_TRACE_EVENT
+        memory_terms["trace.json"] = events * B_PER_TRACE_EVENT / 1e6
+    result_rows = total.iteration_rows + total.op_rows + total.staleness_rows + faults.fault_rows * len(loads)
     return Estimate(shape.workers, shape.hosts, shape.links, len(plan.buckets), config.iterations, tuple(rows),
-                    wall, memory, result_rows)  # fmt: skip
+                    sum(wall_terms.values()), sum(memory_terms.values()), result_rows,
+                    tuple(wall_terms.items()), tuple(memory_terms.items()))  # fmt: skip
 
 
 def memory_limit_mb(config: Config) -> Optional[float]:
@@ -163,7 +213,8 @@ def limit_problems(est: Estimate, config: Config) -> list[str]:
     if est.wall_s > wall:
         lines.append(
             f"simulation.max_estimated_wall_s: this run is estimated at ~{duration(est.wall_s)} of wall time "
-            f"({sci(est.events)} SimPy events), over the limit of {sci(wall) if wall >= 1e5 else f'{wall:g}'} s; "
+            f"({sci(est.events)} SimPy events; mostly {_term(est, 'wall')}), over the limit of "
+            f"{sci(wall) if wall >= 1e5 else f'{wall:g}'} s; "
             "raise simulation.max_estimated_wall_s to run it anyway"
         )
     memory = memory_limit_mb(config)
@@ -171,7 +222,8 @@ def limit_problems(est: Estimate, config: Config) -> list[str]:
         whose = "" if config.simulation.max_estimated_memory_mb is not None else " (80% of this machine's memory)"
         lines.append(
             f"simulation.max_estimated_memory_mb: this run is estimated to need ~{megabytes(est.memory_mb)} of "
-            f"memory at its peak ({sci(est.result_rows)} result rows), over the limit of {memory:,.0f} MB{whose}; "
+            f"memory at its peak ({sci(est.result_rows)} result rows; mostly {_term(est, 'memory')}), over the "
+            f"limit of {memory:,.0f} MB{whose}; "
             "raise simulation.max_estimated_memory_mb to run it anyway"
         )
     return lines
@@ -183,6 +235,18 @@ def check_limits(config: Config) -> Estimate:
     if lines := limit_problems(est, config):
         raise ConfigError("\n".join(lines))
     return est
+
+
+def _term(est: Estimate, kind: str) -> str:
+    name, value = est.dominant(kind)
+    return f"{name}: ~{duration(value) if kind == 'wall' else megabytes(value)}"
+
+
+def _fault_wall(extra: Extra, load: Load) -> float:
+    """Fault and background events, and the re-solves their network changes cause (each sweeping the
+    classes live at the time, as the policy's own recomputes do)."""
+    per_solve = load.solved / load.recomputes if load.recomputes else load.entries
+    return extra.events * S_PER_EVENT + extra.recomputes * (S_PER_RECOMPUTE + S_PER_ENTRY * per_solve)
 
 
 def _wall(load: Load, config: Config, shape: Shape) -> float:
@@ -228,11 +292,33 @@ def _numerics_step_s(config: Config, shape: Shape) -> float:
 
 
 def _numerics_mb(config: Config, shape: Shape) -> float:
-    """Numerics mode: torch, and with a zoo model every worker's replica, gradient and optimizer state."""
+    """Numerics mode: torch, and with a zoo model every worker's parameters, gradient and optimizer slots,
+    the servers' (or consensus) copy, and the synthetic samples."""
     n = config.numerics
     if not config.numerics_on or n is None:
         return 0.0
-    return MB_TORCH + (shape.workers * get_model(n.model).params * 16 / 1e6 if n.model in MODEL_NAMES else 0.0)
+    if n.model not in MODEL_NAMES:
+        return MB_TORCH
+    spec = get_model(n.model)
+    params = float(spec.params)
+    if n.model == "deepfm" and n.zoo.features is not None:  # the hashed table: a weight and an embedding per row
+        params += (n.zoo.features - CRITEO_HASHED_FEATURES) * (1 + DEEPFM_EMBEDDING_DIM)
+    slots = 2 if n.optimizer.name == "adam" else 1 if n.optimizer.momentum > 0 else 0
+    copies = shape.workers * (2 + slots) + 1 + slots
+    return MB_TORCH + (params * copies * BYTES_PER_VALUE + n.zoo.samples * _sample_bytes(config)) / 1e6
+
+
+def _sample_bytes(config: Config) -> float:
+    """One synthetic sample of a zoo model: an fp32 image, int64 token ids, or DeepFM's field ids."""
+    n = config.numerics
+    assert n is not None
+    spec = get_model(n.model)
+    if "token" in spec.sample:
+        return 8.0 * n.zoo.sequence
+    if "Criteo" in spec.sample:
+        return 8.0 * 39
+    side = n.zoo.image_size or (32 if "32x32" in spec.sample else 224)
+    return 4.0 * 3 * side * side
 
 
 # ------------------------------------------------------------------------------------- printing

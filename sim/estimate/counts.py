@@ -311,3 +311,52 @@ def _sampler_events(config: Config, shape: Shape, compute_s: float) -> float:
     kept = max(4, min(sim.utilization_samples, 2_000_000 // links))
     samples = max(compute_s, 1e-3) / (sim.utilization_interval_ms * 1e-3)
     return samples if samples <= kept else kept + kept / 2 * math.log2(samples / kept)
+
+
+@dataclass(frozen=True)
+class Extra:
+    """What a policy's run carries beside its program: fault and background processes, server shards."""
+
+    events: float = 0.0  # SimPy events of fault occurrences and background on/off cycles
+    recomputes: float = 0.0  # max-min re-solves when a fault or background flow changes the network
+    fault_rows: float = 0.0  # rows of faults.csv (one per occurrence or window)
+    shards: float = 0.0  # parameter-server shards the policy starts (each a process, its state, its slices)
+
+
+def fault_load(config: Config, shape: Shape, sim_s: float) -> Extra:
+    """Fault and background events over `sim_s` simulated seconds (a lower bound of the run's length:
+    its compute alone). A random straggler fires about `sim_s / every_s` times, each occurrence a wait, a
+    process, its end and a change per target rank; a network effect re-solves the rates at start and end.
+    An on/off background flow opens and closes its flows every `on_s + off_s`."""
+    events = recomputes = rows = 0.0
+    for s in config.faults.stragglers:
+        occurrences = 1.0 if s.every_s is None else max(sim_s / s.every_s, 1.0)
+        targets = len(s.ranks) if s.ranks is not None else (shape.racks if s.uplinks == "all" else len(s.uplinks or ()))
+        hit = min(s.count, targets) if s.count is not None else targets
+        events += occurrences * (4.0 + hit)
+        recomputes += occurrences * (2.0 if s.compute_factor is None else 0.0)
+        rows += occurrences
+    for b in config.background:
+        cycles = 1.0 if b.on_s is None or b.off_s is None else max(sim_s / (b.on_s + b.off_s), 1.0)
+        flows = 1.0 if b.hosts is not None else 2.0 * (shape.racks if b.uplinks == "all" else len(b.uplinks or ()))
+        events += cycles * (3.0 + flows)
+        recomputes += cycles * 2.0
+        rows += cycles
+    return Extra(events, recomputes, rows)
+
+
+def shard_count(policy: Policy, shape: Shape) -> float:
+    """The server shards `policy` starts (the largest of its phases'), without binding it."""
+    phases = [policy.first, policy.then] if policy.name == "sync_switch" and builtin(policy) else [policy]  # type: ignore[attr-defined]
+    most = 0.0
+    for p in phases:
+        s = p.settings
+        if not builtin(p) or p.name not in ("ps", "asp", "ssp", "sparse_ps"):
+            continue
+        if s.shards != "auto":
+            most = max(most, float(s.shards))
+        elif s.hosts is not None:
+            most = max(most, float(len(set(s.hosts))))
+        else:
+            most = max(most, float(shape.server_hosts if s.placement == "dedicated" else shape.hosts))
+    return most
