@@ -84,6 +84,29 @@ def test_a_bad_sweep_section_names_the_field(spec: dict[str, Any], message: str)
         expand({**base(), "sweep": spec})
 
 
+def test_every_bad_axis_is_reported_in_one_pass() -> None:
+    spec = {"grid": {"cluster..x": [1], "policies[0]x": [2], "workload.batch_size": 3}, "seeds": [1, 1]}
+    with pytest.raises(ConfigError) as caught:
+        expand({**base(), "sweep": spec})
+    lines = str(caught.value).splitlines()
+    assert [line.split(": ")[:2] for line in lines] == [
+        ["sweep.grid", "'cluster..x'"],
+        ["sweep.grid", "'policies[0]x'"],
+        ["sweep.grid.workload.batch_size", "expected a non-empty list of values, got 3"],
+        ["sweep.seeds", "[1, 1] lists a seed twice"],
+    ]
+
+
+def test_a_point_reports_every_axis_path_that_names_nothing_and_every_bad_value() -> None:
+    spec = {"grid": {"policies[5].x": [1], "policies[9].group_size": [2], "cluster.uplink_gbps": [-5]}}
+    (point,) = expand({**base(), "sweep": spec}).bad
+    assert str(point.error).split(" / ") == [
+        "policies[5].x: policies has 2 item(s) (indices 0-1)",
+        "policies[9].group_size: policies has 2 item(s) (indices 0-1)",
+        "cluster.uplink_gbps: Input should be greater than or equal to 0.001 (got -5)",
+    ]
+
+
 def test_a_point_that_does_not_validate_keeps_its_coordinates_and_field() -> None:
     sweep = expand({**base(), "sweep": {"grid": {"cluster.uplink_gbps": [10, -5]}}})
     assert [p.index for p in sweep.bad] == [1]

@@ -107,8 +107,12 @@ def test_custom_topology_racks_and_min_cut_uplinks() -> None:
     [
         (lambda c: c["links"].append({"a": "a", "b": "nowhere"}), r"cluster\.links\[5\]: unknown node 'nowhere'"),
         (lambda c: c["nodes"].append({"name": "a", "kind": "switch"}), "node name 'a' is used twice"),
-        (lambda c: c["links"].append({"a": "t0", "b": "a"}), "two links join 't0' and 'a'"),
-        (lambda c: c["links"].pop(), "the network is not connected"),
+        (lambda c: c["links"].append({"a": "t0", "b": "a"}), r"links\[5\]: links\[0\] already joins 't0' and 'a'"),
+        (lambda c: c["links"].append({"a": "t0", "b": "t0"}), r"links\[5\]: joins 't0' to itself"),
+        (lambda c: c["links"].pop(), r"cluster\.links: the network is not connected \(2 separate parts"),
+        (lambda c: c["nodes"].append({"name": "a.g1", "kind": "server"}), "'a.g1' is the name of host 'a''s GPU 1"),
+        (lambda c: c["nodes"].append({"name": "s", "kind": "switch", "gpus": 2}), r"nodes\[6\]\.gpus: applies only"),
+        (lambda c: c["nodes"].append({"name": "s", "kind": "switch", "rack": "r0"}), r"nodes\[6\]\.rack: applies"),
     ],
 )
 def test_custom_topology_errors(change, message: str) -> None:  # type: ignore[no-untyped-def]
@@ -116,3 +120,16 @@ def test_custom_topology_errors(change, message: str) -> None:  # type: ignore[n
     change(bad)
     with pytest.raises(ConfigError, match=message):
         cluster_of(bad)
+
+
+def test_custom_topology_reports_every_problem_in_one_pass() -> None:
+    bad = {**CUSTOM, "nodes": [*CUSTOM["nodes"], {"name": "b", "kind": "switch"}]}
+    bad["links"] = [*CUSTOM["links"][:-1], {"a": "c", "b": "nowhere"}, {"a": "b", "b": "t0"}]  # t1's part cut off
+    with pytest.raises(ConfigError) as caught:
+        parse_config(synthetic(bad, [{"name": "ring"}]))
+    assert str(caught.value).splitlines() == [
+        "cluster.nodes[6].name: node name 'b' is used twice",
+        "cluster.links[4]: unknown node 'nowhere'; allowed: the names under cluster.nodes",
+        "cluster.links[5]: links[1] already joins 'b' and 't0'; merge them into one",
+        "cluster.links: the network is not connected (2 separate parts, containing 'a', 'c')",
+    ]

@@ -6,6 +6,7 @@ the path, one error per union branch). This turns them into what a user can act 
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel
@@ -17,6 +18,7 @@ def _where(loc: tuple[Any, ...]) -> str:
     return ".".join(p if not p.isdigit() else f"[{p}]" for p in parts).replace(".[", "[") or "config"
 
 
+_FIELD = re.compile(r"[A-Za-z_]\w*(\[\d+\])*(\.[A-Za-z_]\w*(\[\d+\])*)*")
 BRANCHES = ("star", "two_tier", "custom", "int", "float", "str", "bool")
 
 
@@ -37,7 +39,7 @@ def _format_error(err: dict[str, Any]) -> str:
 
 def _value_error_line(where: str, msg: str) -> str:
     field, sep, rest = msg.partition(": ")
-    if sep and all(part.isidentifier() for part in field.split(".")):  # a validator naming a field in `where`
+    if sep and _FIELD.fullmatch(field):  # a validator naming a field in `where` (`ranks`, `links[3]`, `a.b`)
         return f"{field}: {rest}" if where == "config" else f"{where}.{field}: {rest}"
     return f"{where}: {msg}"
 

@@ -124,60 +124,88 @@ def _count(blocks: list[list[tuple[tuple[str, Any], ...]]]) -> int:
 
 
 def _axes(spec: dict[str, Any]) -> tuple[list[str], list[list[tuple[tuple[str, Any], ...]]]]:
-    """The axis names and, per block (a grid axis, a zip group, the seeds), its list of settings."""
+    """The axis names and, per block (a grid axis, a zip group, the seeds), its list of settings.
+    Every problem of the section is reported at once, one line each."""
+    problems: list[str] = []
     unknown = sorted(set(spec) - {"grid", "zip", "seeds"})
     if unknown:
-        raise ConfigError(f"sweep: unknown key(s) {', '.join(unknown)}; allowed: grid, zip, seeds")
+        problems.append(f"sweep: unknown key(s) {', '.join(unknown)}; allowed: grid, zip, seeds")
     axes: list[str] = []
     blocks: list[list[tuple[tuple[str, Any], ...]]] = []
 
-    def axis(path: Any, values: Any, where: str) -> list[Any]:
+    def axis(path: Any, values: Any, where: str) -> Optional[list[Any]]:
+        """The axis's values, or None with its problems added."""
         if not isinstance(path, str):
-            raise ConfigError(f"{where}: an axis is a config path (text), got {path!r}")
-        parse_path(path)
+            problems.append(f"{where}: an axis is a config path (text), got {path!r}")
+            return None
+        try:
+            parse_path(path)
+        except ConfigError as exc:
+            problems.append(f"{where}: {exc}")
+            return None
         if path in axes:
-            raise ConfigError(f"{where}.{path}: the axis is swept twice")
-        if not isinstance(values, list) or not values:
-            raise ConfigError(f"{where}.{path}: expected a non-empty list of values, got {values!r}")
+            problems.append(f"{where}.{path}: the axis is swept twice")
+            return None
         axes.append(path)
+        if not isinstance(values, list) or not values:
+            problems.append(f"{where}.{path}: expected a non-empty list of values, got {values!r}")
+            return None
         return values
 
     grid = spec.get("grid") or {}
     if not isinstance(grid, dict):
-        raise ConfigError(f"sweep.grid: expected a mapping of axis -> list of values, got {grid!r}")
+        problems.append(f"sweep.grid: expected a mapping of axis -> list of values, got {grid!r}")
+        grid = {}
     for path, values in grid.items():
-        blocks.append([((path, value),) for value in axis(path, values, "sweep.grid")])
+        if (checked := axis(path, values, "sweep.grid")) is not None:
+            blocks.append([((path, value),) for value in checked])
     groups = spec.get("zip") or []
     if not isinstance(groups, list) or not all(isinstance(g, dict) and g for g in groups):
-        raise ConfigError("sweep.zip: expected a list of groups, each a mapping of axis -> list of values")
+        problems.append("sweep.zip: expected a list of groups, each a mapping of axis -> list of values")
+        groups = []
     for i, group in enumerate(groups):
-        columns = [(path, axis(path, values, f"sweep.zip[{i}]")) for path, values in group.items()]
+        checked_columns = [(path, axis(path, values, f"sweep.zip[{i}]")) for path, values in group.items()]
+        columns = [(path, values) for path, values in checked_columns if values is not None]
+        if len(columns) < len(checked_columns):
+            continue
         lengths = {len(values) for _, values in columns}
         if len(lengths) > 1:
             shown = ", ".join(f"{path}: {len(values)}" for path, values in columns)
-            raise ConfigError(f"sweep.zip[{i}]: the axes of a group move together and need equal lengths ({shown})")
+            problems.append(f"sweep.zip[{i}]: the axes of a group move together and need equal lengths ({shown})")
+            continue
         blocks.append([tuple((path, values[k]) for path, values in columns) for k in range(lengths.pop())])
     seeds = spec.get("seeds")
     if seeds is not None:
         if "seed" in axes:
-            raise ConfigError("sweep.seeds: seed is already an axis; sweep it in one place")
-        if not isinstance(seeds, list) or not seeds or not all(type(s) is int and s >= 0 for s in seeds):
-            raise ConfigError(f"sweep.seeds: expected a non-empty list of integers >= 0, got {seeds!r}")
-        if len(set(seeds)) != len(seeds):
-            raise ConfigError(f"sweep.seeds: {seeds} lists a seed twice")
-        axes.append("seed")
-        blocks.append([(("seed", seed),) for seed in seeds])
-    if not blocks:
-        raise ConfigError("sweep: nothing to sweep; give grid:, zip: or seeds:")
+            problems.append("sweep.seeds: seed is already an axis; sweep it in one place")
+        elif not isinstance(seeds, list) or not seeds or not all(type(s) is int and s >= 0 for s in seeds):
+            problems.append(f"sweep.seeds: expected a non-empty list of integers >= 0, got {seeds!r}")
+        elif len(set(seeds)) != len(seeds):
+            problems.append(f"sweep.seeds: {seeds} lists a seed twice")
+        else:
+            axes.append("seed")
+            blocks.append([(("seed", seed),) for seed in seeds])
+    if not blocks and not problems:
+        problems.append("sweep: nothing to sweep; give grid:, zip: or seeds:")
+    if problems:
+        raise ConfigError("\n".join(problems))
     return axes, blocks
 
 
 def _point(index: int, base: dict[str, Any], coords: dict[str, Any]) -> Point:
+    """A point's config, or every problem of it: each axis path that names no place in the config,
+    then what validation finds in the rest."""
     data = copy.deepcopy(base)
-    try:
-        for path, value in coords.items():
+    problems: list[str] = []
+    for path, value in coords.items():
+        try:
             set_path(data, path, copy.deepcopy(value))
+        except ConfigError as exc:
+            problems.append(str(exc))
+    try:
         config = parse_config(data)
     except ConfigError as exc:
-        return Point(index, coords, None, " / ".join(str(exc).splitlines()))
+        problems += [line for line in str(exc).splitlines() if line not in problems]
+    if problems:
+        return Point(index, coords, None, " / ".join(problems))
     return Point(index, coords, config)
