@@ -109,7 +109,7 @@ def _run_one_policy(monkeypatch: pytest.MonkeyPatch, policy: dict, rank: int) ->
     trained = type("Trained", (), {"device": torch.device("cpu")})()
     need = placement(config)
     heartbeat = type("Quiet", (), {"mark": lambda self, state: None})()
-    session._run_policy(config, 0, cluster, plan, task, trained, need, rank, TIMEOUT, heartbeat, Path("unused"))
+    session._run_policy(config, 0, cluster, plan, task, trained, need, rank, TIMEOUT, heartbeat, Path("unused"), "0")
     pol, buckets = bound(policy)
     return recorder.calls, planned_groups(pol, 4, config.iterations, buckets)
 
