@@ -80,6 +80,7 @@ class DSSync(Policy):
         super().bind(view, model)
         s = self.settings
         self.world_size = view.world_size
+        self.parameter_ratio = model.parameter_ratio  # bytes of parameters per byte of gradient, per bucket
         self.islands: tuple[tuple[int, ...], ...] = tuple(ds.islands(view))
         wanted = [len(i) for i in self.islands] if s.group_size == "auto" else [s.group_size] * len(self.islands)
         # a group never outgrows its island: a bigger one would cross an oversubscribed uplink
@@ -210,4 +211,4 @@ class DSSync(Policy):
         # the local optimizer has just stepped this bucket's parameters; the group averages them
         group = self._table(step)[1][rank]
         if group.size > 1:  # the bucket's parameters: fp32 master weights, whatever type gradients travel in
-            yield AllReduce(group, bucket.nbytes * self.bound_model.parameter_ratio, payload=Payload.PARAMETERS)
+            yield AllReduce(group, bucket.nbytes * self.parameter_ratio, payload=Payload.PARAMETERS)

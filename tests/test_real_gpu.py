@@ -12,7 +12,6 @@ path runs on a single GPU too, over NCCL's socket transport instead of NVLink.""
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +27,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 from real.backends import backend_for, device_for  # noqa: E402
 from real.calibrate import measure  # noqa: E402
 from real.hooks import make_hook_state, policy_hook  # noqa: E402
+from real.launch import emulated_host_env, free_port  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -68,9 +68,7 @@ def _worker(rank: int, backend: str, world: int, init: str, out: str) -> None:
 
 
 def _spawn(tmp_path: Path, backend: str, world: int) -> list[dict[str, Any]]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     mp.spawn(_worker, args=(backend, world, f"tcp://127.0.0.1:{port}", str(tmp_path)), nprocs=world)
     return [torch.load(tmp_path / f"{backend}-rank{r}.pt") for r in range(world)]
 
@@ -225,9 +223,7 @@ def _calibration_worker(rank: int, backend: str, world: int, init: str, out: str
 
 @pytest.mark.parametrize(("backend", "world"), [("nccl", 1), ("gloo", 2)])
 def test_calibration_measures_on_the_gpu(tmp_path: Path, backend: str, world: int) -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     mp.spawn(_calibration_worker, args=(backend, world, f"tcp://127.0.0.1:{port}", str(tmp_path)), nprocs=world)
     result = torch.load(tmp_path / f"calibration-{backend}-rank0.pt")
     assert result["profile_device"] == torch.cuda.get_device_name(0)  # CUDA events, not the CPU
@@ -323,15 +319,9 @@ def nodes_of_one(rank: int) -> dict[str, str]:
     """The environment that makes each rank a node of its own, as NCCL sees it, all on GPU 0:
     NCCL tells hosts apart by NCCL_HOSTID (else hostname and boot id) and refuses two ranks on one
     GPU only within a host, so ranks of different ids on one GPU talk over its socket transport.
-    With fewer GPUs than workers this runs every multi-rank NCCL code path on one GPU."""
-    return {
-        "LOCAL_RANK": "0",
-        "LOCAL_WORLD_SIZE": "1",
-        "NCCL_HOSTID": f"syncsim-gpu-test-{rank}",
-        "NCCL_NET": "Socket",
-        "NCCL_SOCKET_IFNAME": "=lo",
-        "NCCL_IB_DISABLE": "1",
-    }
+    With fewer GPUs than workers this runs every multi-rank NCCL code path on one GPU. The NCCL
+    settings are an emulated host's (`real.launch.emulated_host_env`), on the loopback interface."""
+    return {**emulated_host_env(f"syncsim-gpu-test-{rank}", "lo"), "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}
 
 
 @pytest.mark.parametrize(("gpus", "policies", "sparse"), NCCL_RUNS)
@@ -418,9 +408,7 @@ def _overlap_worker(rank: int, init: str, out: str) -> None:
 def test_a_late_group_does_not_hold_back_another_groups_collective(tmp_path: Path) -> None:
     """Waiting for one group's collective must not put the compute stream, and so every later
     collective, behind it (three ranks: on three GPUs, or as nodes of one on GPU 0)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     mp.spawn(_overlap_worker, args=(f"tcp://127.0.0.1:{port}", str(tmp_path)), nprocs=3)
     finished = torch.load(tmp_path / "overlap-rank0.pt")
     print(f"slow group finished after {finished['slow']:.3f} s, quick group after {finished['quick']:.3f} s")

@@ -6,7 +6,6 @@ them, and leave what numerics mode leaves. One spawn of two gloo processes."""
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ from real import executor as ex  # noqa: E402
 from real import protocol as wire  # noqa: E402
 from real.collectives import start  # noqa: E402
 from real.hooks import FlatReplica  # noqa: E402
+from real.launch import free_port  # noqa: E402
 from real.server import ShardServer  # noqa: E402
 from sim.catalog.gpus import get_gpu  # noqa: E402
 from sim.compute.workload import compute_plan  # noqa: E402
@@ -72,12 +72,6 @@ def _worker(rank: int, init: str, size: int, out: str) -> None:
         dist.destroy_process_group()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _numerics(task: Task, ops: list[Any]) -> Any:
     """Worker 0's gradient after `ops` in numerics mode, gradients sent in fp16."""
     reps = Replicas(CFG, task, WORLD, (1.0,), 10, 0, "test", False, gradient_precision="fp16")
@@ -90,7 +84,7 @@ def _numerics(task: Task, ops: list[Any]) -> Any:
 def test_fp16_gradients_travel_in_16_bits_as_the_simulator_counts_and_numerics_mode_rounds(tmp_path: Path) -> None:
     task = Task(CFG, 0)
     size = task.size
-    mp.spawn(_worker, args=(f"tcp://127.0.0.1:{_free_port()}", size, str(tmp_path)), nprocs=WORLD)
+    mp.spawn(_worker, args=(f"tcp://127.0.0.1:{free_port()}", size, str(tmp_path)), nprocs=WORLD)
     ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(WORLD)]
 
     # the simulator's bucket of these `size` values under fp16 (gradient_precision auto)

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from sim.catalog.gpus import GPU_NAMES, get_gpu
 from sim.catalog.zoo import MODEL_NAMES, canonical_name
 from sim.config.calibration import CalibrationConfig
+from sim.config.custom_topology import wiring_problems
 from sim.config.faults import BackgroundFlow, FaultsConfig
 from sim.config.numerics import NumericsConfig
 from sim.config.sparsity import SparsityConfig
@@ -110,61 +111,9 @@ class CustomCluster(ClusterBase):
 
     @model_validator(mode="after")
     def _wiring(self) -> CustomCluster:
-        if problems := wiring_problems(self):
+        if problems := wiring_problems(self.nodes, self.links, self.gpus_per_host):
             raise ValueError("\n".join(problems))
         return self
-
-
-def wiring_problems(c: CustomCluster) -> list[str]:
-    """Every problem of a custom topology's nodes and links, one line each, found without building it
-    (`sim.cluster.topology` would stop at the first): names used twice, fields a node's kind ignores,
-    links to unknown nodes, to themselves or twice between one pair, and a network in several parts."""
-    problems: list[str] = []
-    kinds: dict[str, str] = {}
-    gpus = {n.name: n.gpus or c.gpus_per_host for n in c.nodes if n.kind == "host"}
-    for i, node in enumerate(c.nodes):
-        host, dot_g, index = node.name.rpartition(".g")
-        if node.name in kinds:
-            problems.append(f"nodes[{i}].name: node name {node.name!r} is used twice")
-        elif dot_g and index.isascii() and index.isdigit() and len(index) < 8 and int(index) < gpus.get(host, 0):
-            problems.append(f"nodes[{i}].name: {node.name!r} is the name of host {host!r}'s GPU {index}")
-        kinds.setdefault(node.name, node.kind)
-        if node.gpus is not None and node.kind != "host":
-            problems.append(f"nodes[{i}].gpus: applies only to kind host (a {node.kind} has no GPUs)")
-        if node.rack is not None and node.kind == "switch":
-            problems.append(f"nodes[{i}].rack: applies only to hosts and servers (a switch's rack follows its hosts)")
-    parent = {name: name for name in kinds}
-
-    def root(name: str) -> str:
-        while parent[name] != name:
-            parent[name] = parent[parent[name]]
-            name = parent[name]
-        return name
-
-    pairs: dict[frozenset[str], int] = {}
-    for i, link in enumerate(c.links):
-        unknown = [end for end in dict.fromkeys((link.a, link.b)) if end not in kinds]
-        for end in unknown:
-            problems.append(f"links[{i}]: unknown node {end!r}; allowed: the names under cluster.nodes")
-        if link.a == link.b:
-            problems.append(f"links[{i}]: joins {link.a!r} to itself; a link joins two different nodes")
-            continue
-        pair = frozenset((link.a, link.b))
-        if pair in pairs:
-            problems.append(
-                f"links[{i}]: links[{pairs[pair]}] already joins {link.a!r} and {link.b!r}; merge them into one"
-            )
-        pairs.setdefault(pair, i)
-        if not unknown:
-            parent[root(link.a)] = root(link.b)
-    first: dict[str, str] = {}  # a part's root -> its first name in sorted order
-    for name in sorted(kinds):
-        first.setdefault(root(name), name)
-    if len(first) > 1:
-        parts = sorted(first.values())
-        shown = ", ".join(map(repr, parts[:10])) + (f" and {len(parts) - 10:,} more" if len(parts) > 10 else "")
-        problems.append(f"links: the network is not connected ({len(parts):,} separate parts, containing {shown})")
-    return problems
 
 
 ClusterConfig = Annotated[Union[StarCluster, TwoTierCluster, CustomCluster], Field(discriminator="topology")]

@@ -1,0 +1,52 @@
+"""What a custom topology's nodes and links can get wrong, all found at validation (so `syncsim check`
+lists every problem at once) without building the cluster (`sim.cluster.topology` builds it from a
+validated config)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import networkx as nx
+
+
+def wiring_problems(nodes: Sequence[Any], links: Sequence[Any], gpus_per_host: int) -> list[str]:
+    """One line per problem: names used twice or taken by a host's GPU, fields a node's kind ignores,
+    links to unknown nodes, to themselves or twice between one pair, and a network in several parts."""
+    problems: list[str] = []
+    kinds: dict[str, str] = {}
+    gpus = {n.name: n.gpus or gpus_per_host for n in nodes if n.kind == "host"}
+    for i, node in enumerate(nodes):
+        host, dot_g, index = node.name.rpartition(".g")
+        if node.name in kinds:
+            problems.append(f"nodes[{i}].name: node name {node.name!r} is used twice")
+        elif dot_g and index.isascii() and index.isdigit() and len(index) < 8 and int(index) < gpus.get(host, 0):
+            problems.append(f"nodes[{i}].name: {node.name!r} is the name of host {host!r}'s GPU {index}")
+        kinds.setdefault(node.name, node.kind)
+        if node.gpus is not None and node.kind != "host":
+            problems.append(f"nodes[{i}].gpus: applies only to kind host (a {node.kind} has no GPUs)")
+        if node.rack is not None and node.kind == "switch":
+            problems.append(f"nodes[{i}].rack: applies only to hosts and servers (a switch's rack follows its hosts)")
+    graph = nx.Graph()
+    graph.add_nodes_from(kinds)
+    pairs: dict[frozenset[str], int] = {}
+    for i, link in enumerate(links):
+        unknown = [end for end in dict.fromkeys((link.a, link.b)) if end not in kinds]
+        for end in unknown:
+            problems.append(f"links[{i}]: unknown node {end!r}; allowed: the names under cluster.nodes")
+        if link.a == link.b:
+            problems.append(f"links[{i}]: joins {link.a!r} to itself; a link joins two different nodes")
+            continue
+        pair = frozenset((link.a, link.b))
+        if pair in pairs:
+            problems.append(
+                f"links[{i}]: links[{pairs[pair]}] already joins {link.a!r} and {link.b!r}; merge them into one"
+            )
+        pairs.setdefault(pair, i)
+        if not unknown:
+            graph.add_edge(link.a, link.b)
+    if graph.number_of_nodes() and not nx.is_connected(graph):
+        parts = sorted(min(part) for part in nx.connected_components(graph))
+        shown = ", ".join(map(repr, parts[:10])) + (f" and {len(parts) - 10:,} more" if len(parts) > 10 else "")
+        problems.append(f"links: the network is not connected ({len(parts):,} separate parts, containing {shown})")
+    return problems
