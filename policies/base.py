@@ -101,6 +101,13 @@ class Policy:
         self.view = view
         self.model = model
 
+    def pinned_settings(self) -> dict[str, Any]:
+        """The settings with every choice `bind` made from the cluster's figures written out (an `auto`
+        resolved), so that a cluster of the same shape with other link speeds gets the same plan;
+        calibration writes them when a measured figure would change the plan (docs/calibration.md).
+        Default: the settings as given. Call after `bind`."""
+        return self.settings.model_dump(mode="json", exclude_unset=True)
+
     def servers(self) -> Sequence[ServerSpec]:
         """Parameter-server shards this policy needs the backend to run (none by default)."""
         return ()

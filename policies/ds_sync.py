@@ -194,6 +194,20 @@ class DSSync(Policy):
                 del self._cache[next(iter(self._cache))]
         return table
 
+    def pinned_settings(self) -> dict[str, Any]:
+        """`schedule: auto` becomes the explicit cycle of patterns it planned (its islands follow the
+        uplinks' oversubscription, a measured figure); `shuffle` keeps its draw with `group_size`
+        resolved. An explicit schedule is pinned already."""
+        given = super().pinned_settings()
+        if self.settings.schedule == "auto":
+            assert self.cycle_length is not None  # the auto schedule is cyclic
+            kept = {k: v for k, v in given.items() if k not in _UNUSED["list"]}
+            cycle = [[list(group.ranks) for group in self.pattern(step)] for step in range(self.cycle_length)]
+            return kept | {"schedule": cycle}
+        if self.settings.schedule == "shuffle":
+            return given | {"group_size": self.group_sizes[0]}
+        return given
+
     # -- what tests and docs inspect --------------------------------------------------------------
 
     def pattern(self, step: int) -> list[Group]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -54,6 +54,9 @@ class Hierarchical(Policy):
             cross = Group(tuple(ranks[i] for ranks in local_groups))
             for r in cross.ranks:
                 self.cross_of[r] = cross
+
+    def pinned_settings(self) -> dict[str, Any]:
+        return super().pinned_settings() | {"level": self.level}
 
     def on_gradients(self, rank: int, step: int, bucket: Bucket) -> Program:
         key = (rank, bucket.nbytes)

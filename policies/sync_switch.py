@@ -179,6 +179,17 @@ class SyncSwitch(Policy):
     def phase_policies(self) -> Sequence[Policy]:
         return (self.first, self.then)
 
+    def pinned_settings(self) -> dict[str, Any]:
+        """`first` and `then` pinned as their own policies pin themselves."""
+        given = super().pinned_settings()
+        for field, policy in (("first", self.first), ("then", self.then)):
+            spec = getattr(self.settings, field)
+            name = spec if isinstance(spec, str) else spec["name"]
+            pinned = policy.pinned_settings()
+            if pinned or field in given:
+                given[field] = {"name": name, **pinned}
+        return given
+
     # -- phases -----------------------------------------------------------------------------------
     def next_phase(self, progress: Progress) -> Optional[Phase[Policy]]:
         if progress.left <= 0:

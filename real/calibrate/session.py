@@ -79,7 +79,7 @@ def main(config: Config, path: Path, timeout_s: float, backend: str = "auto") ->
         nics_per_host=config.cluster.nics_per_host,
     )
     if report is not None:
-        write_calibrated_config(report, config, path)
+        write_calibrated_config(report, config, path, echo=print)
         for name, rows in report.rows().items():
             atomic_write(path.with_name(f"{path.stem}.{name}.csv"), pd.DataFrame(rows).to_csv(index=False))
         print(report.summary())
