@@ -110,8 +110,10 @@ def test_calibrating_the_bundled_real_config_on_loopback_keeps_every_policys_pla
         notes[0].startswith("plan kept: workload.bucket_mb 0.05 -> ")
         and "1 bucket(s) where the real run cuts 4" in notes[0]
     )
-    assert notes[1].startswith("plan kept: policies[2] (ds_sync): the measured cluster plans")
-    assert "120 all_reduce of 4 ranks" in notes[1] and "(was 4 buckets: 180 all_reduce of 2 ranks)" in notes[1]
+    assert notes[1].startswith(
+        "plan kept: policies[2] (ds_sync): the measured figures would plan 4 buckets: 120 all_reduce of 4 ranks "
+        "instead of 4 buckets: 180 all_reduce of 2 ranks (the real run's); pinned to the real run's with schedule: "
+    )
     assert all(note in path.read_text() for note in notes)  # and the file's header keeps them
 
 
@@ -164,7 +166,9 @@ def test_a_plan_no_setting_can_pin_is_reported_as_changed(monkeypatch: pytest.Mo
     calibrated = base | {"cluster": {k: v for k, v in base["cluster"].items() if k != "uplink_gbps"}}
     data, notes = keep_plans(base, calibrated)
     assert data["policies"] == [{"name": "ds_sync"}]  # left as it was
-    assert len(notes) == 1 and notes[0].startswith("PLAN CHANGED: policies[0] (ds_sync): the measured cluster plans")
+    assert len(notes) == 1 and notes[0].startswith(
+        "PLAN CHANGED: policies[0] (ds_sync): the measured figures would plan"
+    )
 
 
 def test_the_calibrated_cluster_keeps_the_base_structure_and_replaces_the_measured_figures() -> None:

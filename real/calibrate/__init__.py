@@ -6,7 +6,8 @@
         report.rows()                                               # raw measurements, flat rows per kind
 
 `measure`, `probe` (message sizes) and `profiled` (a zoo model's per-layer compute) run on a process
-group; `figures`, `fit`, `sizes` and `export` are pure and import no torch, so measurements can be
+group; `figures`, `fit`, `sizes`, `export` and `plans` (every policy keeps the plan it has in the base
+config) are pure and import no torch, so measurements can be
 fitted anywhere; `calibrate` (and those submodules) load torch only when used. docs/calibration.md.
 """
 

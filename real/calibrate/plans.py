@@ -14,6 +14,7 @@ predicts another algorithm).
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Mapping
 from typing import Any, Optional
 
@@ -23,7 +24,7 @@ from sim.config import Config, parse_config
 from sim.engine.policy_plans import PolicyPlan, plan_change, policy_plans
 from sim.errors import ConfigError
 
-SHOWN = 60  # a pinned setting longer than this many characters is shown by its length
+SHOWN = 80  # a pinned setting longer than this many characters is shown by its length
 
 
 def keep_plans(base: Mapping[str, Any], calibrated: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
@@ -48,9 +49,9 @@ def keep_plans(base: Mapping[str, Any], calibrated: Mapping[str, Any]) -> tuple[
     pinned = policy_plans(_plannable(data)) if changed else after
     for i in changed:
         b, a, p = before[i], after[i], pinned[i]
-        what = f"policies[{i}] ({b.label}): the measured cluster plans {plan_change(b, a)}"
+        what = f"policies[{i}] ({b.label}): the measured figures would plan {plan_change(b, a)} (the real run's)"
         if p == b:
-            notes.append(f"plan kept: {what}; pinned to the real run's plan ({_shown(data['policies'][i], b)})")
+            notes.append(f"plan kept: {what}; pinned to the real run's with {_shown(data['policies'][i], b)}")
         else:  # the entry as it was: a pin that does not restore the plan is no better
             data["policies"][i] = entries[i]
             notes.append(f"PLAN CHANGED: {what}; its settings cannot pin it, so the prediction is of another plan")
@@ -106,7 +107,7 @@ def _shown(entry: Mapping[str, Any], plan: PolicyPlan) -> str:
     for key, value in entry.items():
         if key in ("name", "label") or given.get(key) == value:
             continue
-        text = str(value)
+        text = json.dumps(value, separators=(",", ":"))
         if len(text) > SHOWN and isinstance(value, list):
             text = f"a list of {len(value)}"
         parts.append(f"{key}: {text}")

@@ -149,12 +149,12 @@ def _members(op: Op) -> tuple[int, ...]:
 
 
 def plan_change(before: PolicyPlan, after: PolicyPlan) -> str:
-    """How `after` differs from `before`, for a reader (empty when the plans are equal)."""
+    """'<after> instead of <before>' for a reader (empty when the plans are equal)."""
     if before == after:
         return ""
     old, new = before.describe(), after.describe()
     if old != new:
-        return f"{new} (was {old})"
+        return f"{new} instead of {old}"
     if before.shards != after.shards:
-        return f"shards on {list(after.shards)} (was {list(before.shards)})"
-    return f"{new}, but other groups of ranks"
+        return f"shards on {list(after.shards)} instead of {list(before.shards)}"
+    return f"{new}, with other groups of ranks"
