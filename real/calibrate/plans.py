@@ -61,23 +61,28 @@ def keep_plans(base: Mapping[str, Any], calibrated: Mapping[str, Any]) -> tuple[
 def _keep_buckets(base: Config, data: dict[str, Any]) -> Optional[str]:
     """Scale a synthetic workload's `bucket_mb` so that its gradient is cut into the base's buckets
     (equal layers: every closed bucket holds k layers; a cap halfway between k - 1 and k layers keeps
-    k); the note, or None when the buckets are the base's already (or cannot be matched)."""
+    k); the note (BUCKETS CHANGED where no cap matches), or None when the buckets are the base's."""
     workload = data.get("workload") or {}
     config = _plannable(data)
     gpu = get_gpu(config.cluster.gpu)
     layers = [b.layers for b in compute_plan(base.workload, get_gpu(base.cluster.gpu)).buckets]
     now = [b.layers for b in compute_plan(config.workload, gpu).buckets]
     w = config.workload
-    if now == layers or w.model != "synthetic" or base.workload.model != "synthetic" or w.gradient_mb is None:
+    if now == layers:
         return None
+    unmatched = (
+        f"BUCKETS CHANGED: the measured workload is cut into {len(now)} bucket(s) where the real run cuts {len(layers)}"
+    )
+    if w.model != "synthetic" or base.workload.model != "synthetic" or w.gradient_mb is None:
+        return unmatched
     if w.synthetic_layers != base.workload.synthetic_layers:
-        return None
+        return unmatched
     per_bucket = max(len(members) for members in layers)
     cap = float(f"{(per_bucket - 0.5) * w.gradient_mb / w.synthetic_layers:.4g}")
     trial = copy.deepcopy(data)
     trial["workload"] = dict(workload) | {"bucket_mb": cap}
     if [b.layers for b in compute_plan(_plannable(trial).workload, gpu).buckets] != layers:
-        return None
+        return unmatched
     data["workload"] = trial["workload"]
     return (
         f"plan kept: workload.bucket_mb {w.bucket_mb:g} -> {cap:g}: the measured gradient ({w.gradient_mb:g} MB) "
