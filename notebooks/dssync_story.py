@@ -35,8 +35,9 @@ table.pivot_table(index=by, columns="policy", values="throughput_samples_s", sor
 # %% [markdown]
 # ## Throughput against the uplink
 #
-# A line per scheme and placement. Ring and hierarchical all-reduce slow down as soon as the uplink
-# is slower than a rack's NICs together; DS-Sync's groups cross the uplinks only in mixing steps.
+# A panel per placement, a line per scheme, on a log axis (the uplinks halve). Ring and hierarchical
+# all-reduce slow down as soon as the uplink is slower than a rack's NICs together; DS-Sync's groups
+# cross the uplinks only in mixing steps.
 
 # %%
 files = sweep_plot(table, "throughput_samples_s", "cluster.uplink_gbps", out / "throughput", "DS-Sync's cluster")

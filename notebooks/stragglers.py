@@ -23,9 +23,11 @@
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from matplotlib.patches import Patch
 
 from sim import load_config, simulate
 from sim.bundled import bundled
+from sim.results.plots import line_styles  # syncsim's own: coinciding curves stay visible
 
 WINDOW = 5  # the online policy's `window`: slow (or recovered) iterations in a row before it switches
 D = {"placement": "dedicated"}  # every policy's shards on their own hosts, as in the bundled config
@@ -52,27 +54,31 @@ table.assign(vs_bsp=summary["throughput_samples_s"] / summary.loc["ps", "through
 # %% [markdown]
 # ## Iteration times through the straggler
 #
-# One panel per scheme: every iteration of a fast worker (rank 0) and of a straggler, against the
-# simulated time it ended. Grey: the straggler window. Blue: the policy's asynchronous phases, from
-# `result.phases` (SSP and ASP are asynchronous throughout).
+# One panel per scheme: every iteration of a fast worker (rank 0, dots) and of a straggler (crosses),
+# against the simulated time it ended. Grey: the straggler window. Blue: the policy's asynchronous
+# phases, from `result.phases` (SSP and ASP are asynchronous throughout).
 
 # %%
 it = result.iterations
 phases = result.phases
 labels = list(summary.index)
 fig, axes = plt.subplots(len(labels), 1, figsize=(8, 1.5 * len(labels)), sharex=True, sharey=True)
+window = Patch(color="0.85", label=f"straggler window (ranks {', '.join(map(str, slow_ranks))})")
+asynchronous = Patch(color="tab:blue", alpha=0.12, label="asynchronous phase")
 for ax, label in zip(axes, labels):
     rows = it[it["policy"] == label]
-    ax.axvspan(t0, t1, color="0.85", lw=0)
+    ax.axvspan(t0, t1, color=window.get_facecolor(), lw=0)
     for _, ph in phases[(phases["policy"] == label) & ~phases["synchronous"]].iterrows():
         ax.axvspan(ph["start_s"], ph["end_s"], color="tab:blue", alpha=0.12, lw=0)
-    for rank, color, kind in ((0, "tab:green", "fast"), (slow_ranks[0], "tab:red", "straggler")):
+    for rank, color, marker, kind in ((0, "tab:green", "o", "fast"), (slow_ranks[0], "tab:red", "x", "straggler")):
         mine = rows[rows["rank"] == rank]
-        ax.plot(mine["end_s"], mine["iteration_s"] * 1e3, ".", ms=3, color=color, label=f"rank {rank} ({kind})")
-    ax.set_ylabel(label, rotation=0, ha="right")
-axes[0].legend(loc="upper right", fontsize=8, ncol=2)
-axes[-1].set_xlabel("simulated time (s)")
-fig.supylabel("iteration (ms)")
+        ax.plot(mine["end_s"], mine["iteration_s"] * 1e3, marker, ms=2.5, color=color, label=f"rank {rank} ({kind})")
+    ax.set_ylabel(label, rotation=0, ha="right", labelpad=12)
+# one legend above the panels, over no data: the two workers, and what the shading means
+handles = [*axes[0].get_legend_handles_labels()[0], window, asynchronous]
+axes[0].legend(handles=handles, loc="lower left", bbox_to_anchor=(0, 1.02), ncol=2, frameon=False, markerscale=2)
+axes[-1].set_xlabel("Simulated time (s)")
+fig.supylabel("Iteration time (ms)")
 plt.tight_layout()
 
 # %% [markdown]
@@ -203,11 +209,12 @@ by = st.groupby(["policy", "straggler"])[["weighted", "updates"]].sum()
 mean_staleness = (by["weighted"] / by["updates"]).unstack("straggler")
 mean_staleness = mean_staleness.rename(columns={False: "others", True: "stragglers"})
 fig, ax = plt.subplots(figsize=(8, 3))
-for label in ("ssp_s2", "ssp_s8", "asp", "online"):
-    ax.plot(share.index, share[label], marker="o", ms=3, label=label)
-ax.set_xlabel("staleness (updates applied between read and push)")
-ax.set_ylabel("share of updates")
-ax.legend()
+shown = ("ssp_s2", "ssp_s8", "asp", "online")
+for label, style in zip(shown, line_styles(len(shown), markers=True)):
+    ax.plot(share.index, share[label], label=label, **style)
+ax.set_xlabel("Staleness (updates applied between read and push)")
+ax.set_ylabel("Share of updates")
+ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
 mean_staleness.assign(all=summary["mean_staleness"]).loc[[p for p in labels if p != "ps"]].round(2)
 
 # %%
@@ -251,17 +258,19 @@ trained = simulate(load_config(bundled("sync_switch_search_digits.yaml"), overri
 acc = trained.accuracy[trained.accuracy["model"] == "consensus"]
 w = trained.faults.iloc[0]
 fig, (by_time, by_step) = plt.subplots(1, 2, figsize=(10, 3.5), sharey=True)
-by_time.axvspan(w["start_s"], w["end_s"], color="0.85", lw=0)
-for label, rows in acc.groupby("policy", sort=False):
-    by_time.plot(rows["time_s"], rows["accuracy"], marker=".", label=label)
-    by_step.plot(rows["iteration"], rows["accuracy"], marker=".", label=label)
+by_time.axvspan(w["start_s"], w["end_s"], color="0.85", lw=0, label="straggler window")
+curves = list(acc.groupby("policy", sort=False))
+for (label, rows), style in zip(curves, line_styles(len(curves), markers=True)):  # BSP-like runs coincide
+    (line,) = by_time.plot(rows["time_s"], rows["accuracy"], label=label, **style)
+    by_step.plot(rows["iteration"], rows["accuracy"], label=label, color=line.get_color(), **style)
 for ax in (by_time, by_step):
-    ax.axhline(0.94, color="k", lw=0.5, ls="--")
+    ax.axhline(0.94, color="k", lw=0.8, ls="--", label="target (94%)")
     ax.set_ylim(0.7, 1)
-by_time.set_xlabel("simulated time (s)")
-by_step.set_xlabel("iteration")
-by_time.set_ylabel("test accuracy (consensus model)")
-by_step.legend()
+by_time.set_xlabel("Simulated time (s)")
+by_step.set_xlabel("Iteration")
+by_time.set_ylabel("Test accuracy (consensus model)")
+handles, names = by_time.get_legend_handles_labels()  # the policies, the window and the target
+by_step.legend(handles, names, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
 plt.tight_layout()
 cols = ["throughput_samples_s", "sim_time_s", "switches", "time_to_target_s", "final_accuracy"]
 trained.summary.set_index("policy")[cols].round(3)

@@ -35,9 +35,12 @@ summary[["mean_iteration_s", "mean_compute_s", "mean_comm_s", "mean_wait_s", "th
 
 # %%
 parts = summary[["mean_compute_s", "mean_comm_s", "mean_wait_s"]] * 1e3
+parts.columns = ["compute", "communication (not hidden)", "waiting"]
 ax = parts.plot.barh(stacked=True, figsize=(7, 3.5))
-ax.set_xlabel("ms per iteration (mean over workers)")
+ax.set_xlabel("Time per iteration (ms, mean over workers)")
+ax.set_ylabel("")
 ax.invert_yaxis()
+ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)  # beside the bars, not over them
 plt.tight_layout()
 
 # %%

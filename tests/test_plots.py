@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from sim.results.plots import accuracy_plot, identical_columns, joined_names, line_styles, utilization_plot
+from sim.results.plots import accuracy_plot, identical_columns, line_styles, save_figure, utilization_plot
 
 
 def samples(policy: str, link: str, kind: str, values: list[float], step: float) -> list[dict]:
@@ -28,24 +28,93 @@ def test_identical_uplinks_are_one_line_and_each_policy_keeps_its_own_time_axis(
     )
     utilization_plot(pd.DataFrame(rows), Path("unused.png"))
     ring, fast = drawn[0].axes
-    assert [line.get_label() for line in ring.lines] == ["tor0->core0 = tor1->core0", "core0->tor0"]
+    assert [line.get_label() for line in ring.lines] == ["tor0, tor1 → core0", "core0 → tor0"]
     assert ring.get_xlim() == (0, 3.0) and fast.get_xlim() == pytest.approx((0, 0.03))
-    assert [line.get_label() for line in fast.lines] == ["tor0->core0", "NICs (mean)"]
+    assert [line.get_label() for line in fast.lines] == ["tor0 → core0", "NICs (mean)"]
 
 
 def test_many_distinct_links_become_a_mean_and_a_band(drawn: list) -> None:
     rows = [r for i in range(12) for r in samples("asp", f"l{i}", "uplink", [i / 12, 1 - i / 12], 1.0)]
     utilization_plot(pd.DataFrame(rows), Path("unused.png"))
     (ax,) = drawn[0].axes
-    assert [line.get_label() for line in ax.lines] == ["uplink (mean)"]
+    assert [line.get_label() for line in ax.lines] == ["uplink links (mean)"]
     assert ax.lines[0].get_ydata().tolist() == pytest.approx([11 / 24, 13 / 24])
-    assert len(ax.collections) == 1  # the min-max band
+    assert len(ax.collections) == 1  # the min-max band, named in the legend
+    assert legend_texts(ax) == ["uplink links (mean)", "uplink links (min-max)"]
 
 
-def test_identical_columns_and_their_names() -> None:
+def test_identical_columns() -> None:
     frame = pd.DataFrame({"a": [1.0, 2.0], "b": [1.0, 2.0 + 1e-12], "c": [2.0, 1.0], "d": [1.0, 2.0]})
     assert identical_columns(frame) == [["a", "b", "d"], ["c"]]
-    assert joined_names(["a", "b", "c", "d", "e"]) == "a = b = c (+2 identical)"
+
+
+def legend_texts(ax) -> list[str]:  # type: ignore[no-untyped-def]
+    return [t.get_text() for t in ax.get_legend().get_texts()]
+
+
+def test_a_bidirectional_pair_is_one_compact_label_in_a_legend_beside_the_data(drawn: list) -> None:
+    both = [0.5, 1.0, 0.0]
+    rows = [r for link in ("tor0->core0", "core0->tor0", "tor1->core0", "core0->tor1")
+            for r in samples("ring", link, "uplink", both, 1.0)]  # fmt: skip
+    utilization_plot(pd.DataFrame(rows), Path("unused.png"))
+    (ax,) = drawn[0].axes
+    assert legend_texts(ax) == ["tor0, tor1 ↔ core0"]
+    anchor = ax.get_legend().get_bbox_to_anchor().transformed(ax.transAxes.inverted())
+    assert anchor.x0 > 1.0  # right of the axes, over no data
+    assert ax.get_ylabel() == "Utilisation" and ax.get_xlabel() == "Simulated time (s)"
+
+
+def test_a_policy_without_traffic_gets_no_panel_only_a_note(drawn: list) -> None:
+    rows = (
+        samples("no_sync", "tor0->core0", "uplink", [0.0, 0.0], 1.0)
+        + samples("no_sync", "h0->tor0", "nic", [0.0, 0.0], 1.0)
+        + samples("ring", "tor0->core0", "uplink", [0.5, 1.0], 1.0)
+    )
+    assert utilization_plot(pd.DataFrame(rows), Path("unused.png")) is True
+    (ax,) = drawn[0].axes
+    assert ax.get_title(loc="left") == "ring"
+    assert [t.get_text() for t in drawn[0].texts] == ["not shown, no network traffic: no_sync"]
+    quiet = pd.DataFrame(samples("no_sync", "tor0->core0", "uplink", [0.0, 0.0], 1.0))
+    assert utilization_plot(quiet, Path("unused.png")) is False and len(drawn) == 1  # nothing to draw
+
+
+def test_a_run_with_only_no_sync_writes_no_utilization_figure(tmp_path: Path) -> None:
+    from helpers import star, synthetic
+
+    from sim import simulate
+
+    files = simulate({**synthetic(star(4), [{"name": "no_sync"}], 10.0, compute_ms=5.0), "iterations": 2}).plot(
+        tmp_path
+    )
+    assert [f.name for f in files] == ["comparison.png"] and not (tmp_path / "utilization.png").exists()
+
+
+@pytest.mark.filterwarnings("ignore:Tight layout not applied")  # too wide a legend for tight_layout alone
+def test_a_legend_outside_the_axes_is_saved_whole(tmp_path: Path) -> None:
+    from matplotlib.image import imread
+
+    from sim.results.plots import figure
+
+    fig, ax = figure(figsize=(4, 3))
+    ax.plot([0, 1], [0, 1], label="a rather long legend entry that sits right of the axes")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    save_figure(fig, tmp_path / "f.png")
+    height, width = imread(tmp_path / "f.png").shape[:2]
+    assert width / height > 4 / 3 + 0.3  # the canvas grew to hold the legend rather than cutting it off
+
+
+def test_shaded_asynchronous_phases_and_switches_are_in_the_legend(drawn: list) -> None:
+    curve = [{"worker": -1, "iteration": i, "time_s": 0.1 * i, "accuracy": 0.1 * i} for i in range(5)]
+    frame = pd.DataFrame([{**row, "policy": p} for p in ("ps", "switch") for row in curve])
+    phases = pd.DataFrame(
+        [
+            {"policy": "switch", "phase": 0, "synchronous": True, "start_s": 0.0, "end_s": 0.2, "switch_s": 0.0},
+            {"policy": "switch", "phase": 1, "synchronous": False, "start_s": 0.21, "end_s": 0.4, "switch_s": 0.01},
+        ]
+    )
+    accuracy_plot(frame, Path("unused.png"), target=0.3, phases=phases)
+    _, ax_iter = drawn[0].axes
+    assert legend_texts(ax_iter) == ["ps", "switch", "switch: asynchronous phase", "switch: switch", "target"]
 
 
 def test_coinciding_accuracy_curves_get_different_dashes_and_widths(drawn: list) -> None:
@@ -56,6 +125,7 @@ def test_coinciding_accuracy_curves_get_different_dashes_and_widths(drawn: list)
     styles = {(line.get_linestyle(), line.get_linewidth()) for line in ax_time.lines}
     assert len(styles) == 3  # the same data, three looks: the ones beneath show through
     assert [s["ls"] == "-" for s in line_styles(8)] == [True] + [False] * 7
+    assert len({s["marker"] for s in line_styles(8, markers=True)}) == 8
 
 
 def test_the_search_and_validation_figures_name_their_config(drawn: list) -> None:

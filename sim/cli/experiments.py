@@ -122,6 +122,15 @@ def add_plot(sub: Subparsers) -> None:
     plot.add_argument("folder", help="a folder `syncsim run` or `syncsim sweep` wrote")
     plot.add_argument("--metric", default="throughput_samples_s", help="sweeps: the summary column to draw")
     plot.add_argument("--x", help="sweeps: the axis on the x axis (default: the first numeric axis that varies)")
+    plot.add_argument("--xlabel", help="sweeps: the x axis's label (default: the axis's name in words, with its unit)")
+    plot.add_argument("--ylabel", help="sweeps: the y axis's label (default: the metric in words, with its unit)")
+    plot.add_argument(
+        "--logx",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="sweeps: a log x axis, or --no-logx a linear one (default: log when the values are log-spaced)",
+    )
+    plot.add_argument("--logy", action="store_true", help="sweeps: a log y axis")
     plot.set_defaults(func=_cmd_plot)
 
 
@@ -139,11 +148,15 @@ def _cmd_plot(args: argparse.Namespace) -> int:
         if table.empty:
             raise ConfigError(f"{folder / TABLE_FILE}: no finished points to draw")
         x = pick_x(table, args.x)
-        name = folder.name
-        title = f"{name}: {args.metric} " + (f"vs {x}" if x is not None else "per policy")
-        files = sweep_plot(table, args.metric, x, folder / f"sweep_{args.metric}", title)
+        scales = {"xlabel": args.xlabel, "ylabel": args.ylabel, "logx": args.logx, "logy": args.logy}
+        files = sweep_plot(table, args.metric, x, folder / f"sweep_{args.metric}", folder.name, **scales)
         print("wrote " + ", ".join(str(f) for f in files))
         return 0
+    flags = {"--x": args.x, "--xlabel": args.xlabel, "--ylabel": args.ylabel, "--logy": args.logy or None}
+    flags["--logx" if args.logx else "--no-logx"] = args.logx
+    given = [flag for flag, value in flags.items() if value is not None]
+    if given:  # a run's figures have fixed axes
+        raise ConfigError(f"{', '.join(given)}: only for a sweep folder (one with {TABLE_FILE})")
     try:
         result = Result.read(folder)
     except FileNotFoundError as exc:

@@ -10,6 +10,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from sim.files import atomic_path
+from sim.results.labels import link_names
 
 
 def figure(nrows: int = 1, ncols: int = 1, figsize: tuple[float, float] = (7, 4), **kwargs: Any) -> tuple[Figure, Any]:
@@ -36,11 +37,11 @@ def comparison_plot(
         ax_time.bar(x, ok[column] * 1e3, bottom=bottom * 1e3, label=name)
         bottom = bottom + ok[column]
     ax_time.scatter(x, ok["p99_iteration_s"] * 1e3, color="black", marker="_", s=300, zorder=3, label="p99 iteration")
-    ax_time.set_ylabel("ms per iteration (mean)")
+    ax_time.set_ylabel("Time per iteration (ms, mean)")
     ax_time.set_title("Iteration time")
-    ax_time.legend(fontsize=8)
+    below(ax_time, ncol=4)
     ax_tput.bar(x, ok["throughput_samples_s"], color="tab:green")
-    ax_tput.set_ylabel("samples / s")
+    ax_tput.set_ylabel("Throughput (samples/s)")
     ax_tput.set_title("Throughput")
     for ax in (ax_time, ax_tput):
         ax.set_xticks(list(x), labels, rotation=20, ha="right")
@@ -50,47 +51,64 @@ def comparison_plot(
         workers = rows["rank"].nunique() or 1
         (line,) = ax_iter.plot(rows["end_s"], (pd.RangeIndex(1, len(rows) + 1) / workers), label=label, **style)
         shade_phases(ax_iter, phases, label, line.get_color())
-    ax_iter.set_xlabel(time_label)
-    ax_iter.set_ylabel("updates / workers")
+    ax_iter.set_xlabel(time_label[:1].upper() + time_label[1:])
+    ax_iter.set_ylabel("Updates per worker")
     ax_iter.set_title("Progress")
-    ax_iter.legend(fontsize=8)
+    beside(ax_iter)
     save_captioned(fig, path, config_name)
 
 
-def utilization_plot(utilization: pd.DataFrame, path: Path, config_name: str | None = None) -> None:
+def utilization_plot(utilization: pd.DataFrame, path: Path, config_name: str | None = None) -> bool:
     """Link utilisation over time, one panel per policy on its own time axis (a fast policy is not a
     sliver of a slow one's). Links whose curves are identical (the symmetric uplinks of a balanced
-    scheme) are drawn once and named together; beyond `MAX_LINES` distinct curves a panel shows each
-    kind's mean and min-max band instead. NIC links, if sampled, appear as their mean."""
+    scheme) are drawn once and named together (`tor0, tor1 ↔ core0`); beyond `MAX_LINES` distinct
+    curves a panel shows each kind's mean and min-max band instead. NIC links, if sampled, appear as
+    their mean. A policy that sent nothing (`no_sync`) gets no panel, only a note; returns whether a
+    figure was written (none when no policy sent anything)."""
     policies = list(dict.fromkeys(utilization["policy"]))
-    if not policies:
-        return
-    fig, axes = figure(len(policies), 1, figsize=(12, 2.5 * len(policies)), squeeze=False)
-    for ax, label in zip(axes[:, 0], policies):
+    busy = [p for p in policies if (utilization.loc[utilization["policy"] == p, "utilization"] > 0).any()]
+    if not busy:
+        return False
+    fig, axes = figure(len(busy), 1, figsize=(10, 2.4 * len(busy)), squeeze=False)
+    for ax, label in zip(axes[:, 0], busy):
         rows = utilization[utilization["policy"] == label]
         network = rows[rows["kind"] != "nic"]
         curves = network.pivot_table(index="time_s", columns="link", values="utilization", sort=False)
         groups = identical_columns(curves)
         if len(groups) <= MAX_LINES:
             for names, style in zip(groups, line_styles(len(groups))):
-                ax.plot(curves.index, curves[names[0]].to_numpy(), label=joined_names(names), **style)
+                ax.plot(curves.index, curves[names[0]].to_numpy(), label=link_names(names), **style)
         else:
             for kind, links in network.groupby("kind", sort=False)["link"]:
                 kind_curves = curves[list(dict.fromkeys(links))]
-                (line,) = ax.plot(kind_curves.index, kind_curves.mean(axis=1), lw=1.2, label=f"{kind} (mean)")
+                (line,) = ax.plot(kind_curves.index, kind_curves.mean(axis=1), lw=1.2, label=f"{kind} links (mean)")
                 ax.fill_between(kind_curves.index, kind_curves.min(axis=1), kind_curves.max(axis=1),
-                                color=line.get_color(), alpha=0.2, lw=0, label=f"{kind} (min-max)")  # fmt: skip
+                                color=line.get_color(), alpha=0.2, lw=0, label=f"{kind} links (min-max)")  # fmt: skip
         nics = rows[rows["kind"] == "nic"]
         if len(nics):
             mean = nics.groupby("time_s")["utilization"].mean()
-            ax.plot(mean.index, mean.to_numpy(), lw=1.5, color="black", ls="--", label="NICs (mean)")
+            ax.plot(mean.index, mean.to_numpy(), lw=1.2, color="black", ls="--", label="NICs (mean)")
         ax.set_ylim(0, 1.05)
         ax.set_xlim(0, rows["time_s"].max() if len(rows) else 1)
-        ax.set_ylabel("utilisation")
-        ax.set_xlabel("simulated time (s)", fontsize=8)
-        ax.set_title(label, fontsize=10)
-        ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.005, 1.0), frameon=False)  # beside, not over
+        ax.set_ylabel("Utilisation")
+        ax.set_title(label, fontsize=10, loc="left")
+        beside(ax)
+    axes[-1, 0].set_xlabel("Simulated time (s)")  # each panel has its own scale; the unit is said once
+    idle = [p for p in policies if p not in busy]
+    if idle:
+        fig.text(0.01, 0.0, f"not shown, no network traffic: {', '.join(idle)}", fontsize=8, color="0.35", va="top")
     save_captioned(fig, path, config_name)
+    return True
+
+
+def beside(ax: Axes, **kwargs: Any) -> None:
+    """The axes' legend to their right, outside the data (saving with a tight bounding box keeps it whole)."""
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, fontsize=8, **kwargs)
+
+
+def below(ax: Axes, ncol: int = 2) -> None:
+    """The axes' legend under them, clear of rotated tick labels."""
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), frameon=False, fontsize=8, ncol=ncol)
 
 
 MAX_LINES = 8  # distinct link curves a utilisation panel draws one by one
@@ -105,18 +123,20 @@ def identical_columns(curves: pd.DataFrame) -> list[list[str]]:
     return list(groups.values())
 
 
-def joined_names(names: list[str], shown: int = 3) -> str:
-    """`a = b = c`, or `a = b = c (+4 identical)`."""
-    text = " = ".join(names[:shown])
-    return text + (f" (+{len(names) - shown} identical)" if len(names) > shown else "")
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "*")
 
 
-def line_styles(count: int) -> list[dict]:
+def line_styles(count: int, markers: bool = False) -> list[dict]:
     """Styles that keep coinciding curves visible: only the first line is solid; each later one is
-    thinner and dashed, so one drawn over another leaves the first showing through its gaps."""
+    thinner and dashed, so one drawn over another leaves the first showing through its gaps. With
+    `markers`, each also gets its own marker shape (for curves sampled at few points)."""
     dashes = ["-", (0, (6, 2)), (0, (4, 2, 1, 2)), (0, (1, 1.5)), (0, (8, 3, 1, 3, 1, 3)), (0, (3, 3))]
     pick = [0, *(1 + i % (len(dashes) - 1) for i in range(count - 1))]
-    return [{"ls": dashes[d], "lw": max(1.0, 3.0 - 0.4 * i)} for i, d in enumerate(pick[:count])]
+    styles = [{"ls": dashes[d], "lw": max(1.0, 3.0 - 0.4 * i)} for i, d in enumerate(pick[:count])]
+    if markers:
+        for i, style in enumerate(styles):
+            style.update(marker=MARKERS[i % len(MARKERS)], markersize=max(3.0, 7.0 - 0.5 * i))
+    return styles
 
 
 def staleness_plot(staleness: pd.DataFrame, path: Path, config_name: str | None = None) -> None:
@@ -125,9 +145,9 @@ def staleness_plot(staleness: pd.DataFrame, path: Path, config_name: str | None 
     for (label, rows), style in zip(groups, line_styles(len(groups))):
         counts = rows.groupby("staleness")["updates"].sum()
         ax.step(counts.index, counts / counts.sum(), where="mid", label=label, **style)
-    ax.set_xlabel("staleness (updates by others since the worker's last pull)")
-    ax.set_ylabel("share of updates")
-    ax.legend(fontsize=8)
+    ax.set_xlabel("Staleness (updates by others since the worker's last pull)")
+    ax.set_ylabel("Share of updates")
+    beside(ax)
     save_captioned(fig, path, config_name)
 
 
@@ -147,15 +167,20 @@ def accuracy_plot(
         (line,) = ax_time.plot(rows["time_s"], rows["accuracy"], label=label, **style)
         shade_phases(ax_time, phases, str(label), line.get_color())
         ax_iter.plot(rows["iteration"], rows["accuracy"], label=label, color=line.get_color(), **style)
-    for ax, xlabel in ((ax_time, time_label), (ax_iter, "iterations (updates / workers)")):
+    for ax, xlabel in (
+        (ax_time, time_label[:1].upper() + time_label[1:]),
+        (ax_iter, "Iterations (updates per worker)"),
+    ):
         if target is not None:
             ax.axhline(target, color="grey", ls=":", lw=1, label="target")
         ax.set_xlabel(xlabel)
         ax.grid(alpha=0.3)
-    ax_time.set_ylabel("held-out accuracy (consensus model)")
+    ax_time.set_ylabel("Held-out accuracy (consensus model)")
     ax_time.set_title("Time to accuracy")
     ax_iter.set_title("Accuracy per iteration")
-    ax_iter.legend(fontsize=8)
+    handles, labels = ax_time.get_legend_handles_labels()  # with the shaded phases, which only ax_time has
+    unique = dict(zip(labels, handles))
+    beside(ax_iter, handles=list(unique.values()), labels=list(unique.keys()))
     save_captioned(fig, path, config_name)
 
 
@@ -186,17 +211,24 @@ def search_plot(
 
 
 def shade_phases(ax: Axes, phases: pd.DataFrame | None, label: str, color: str) -> None:
-    """A policy that switched (Sync-Switch): its asynchronous phases shaded, its switches dotted."""
+    """A policy that switched (Sync-Switch): its asynchronous phases shaded, its switches dotted, both
+    named once in the legend."""
     if phases is None:
         return
     rows = phases[phases["policy"] == label]
     if len(rows) < 2:
         return
+    shaded = switched = False
     for row in rows.itertuples(index=False):
         if not row.synchronous:
-            ax.axvspan(row.start_s, row.end_s, color=color, alpha=0.08, lw=0)
+            name = "_" if shaded else f"{label}: asynchronous phase"  # `_`: not in the legend
+            ax.axvspan(row.start_s, row.end_s, color=color, alpha=0.08, lw=0, label=name)
+            shaded = True
         if row.phase > 0:
-            ax.axvline(row.start_s - row.switch_s, color=color, ls=":", lw=1)
+            ax.axvline(
+                row.start_s - row.switch_s, color=color, ls=":", lw=1, label="_" if switched else f"{label}: switch"
+            )
+            switched = True
 
 
 def save_captioned(fig: Figure, path: Path, config_name: str | None = None) -> None:
@@ -211,4 +243,4 @@ def save_figure(fig: Figure, path: Path) -> None:
     never half a file."""
     fig.tight_layout()
     with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=110)
+        fig.savefig(tmp, dpi=150, bbox_inches="tight")  # tight: legends placed outside the axes stay whole

@@ -131,8 +131,8 @@ class Result:
                 self.summary, self.iterations, out / f"comparison.{fmt}", self.phases, name, self.time_label
             )
             written.append(out / f"comparison.{fmt}")
-            if len(self.utilization):  # none in a real run: no figure rather than an empty one
-                utilization_plot(self.utilization, out / f"utilization.{fmt}", name)
+            # none in a real run, or when no policy sent anything: no figure rather than an empty one
+            if len(self.utilization) and utilization_plot(self.utilization, out / f"utilization.{fmt}", name):
                 written.append(out / f"utilization.{fmt}")
             if len(self.staleness):
                 staleness_plot(self.staleness, out / f"staleness.{fmt}", name)
