@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from sim.errors import ConfigError
+from sim.errors import UsageError
 from sim.results.plots import Axes, figure, line_styles, save_figure
 
 FORMATS = ("png", "pdf", "svg")
@@ -29,7 +29,7 @@ def pick_x(table: pd.DataFrame, x: str | None) -> str | None:
     axes = [a for a in axes_of(table) if a != "seed"]
     if x is not None:
         if x not in axes:
-            raise ConfigError(f"--x: {x!r} is not an axis of this sweep; allowed: {', '.join(axes) or '(none)'}")
+            raise UsageError(f"--x: {x!r} is not an axis of this sweep; allowed: {', '.join(axes) or '(none)'}")
         return x
     numeric = [a for a in axes if pd.api.types.is_numeric_dtype(table[a]) and table[a].nunique() > 1]
     varied = [a for a in axes if table[a].nunique() > 1]
@@ -41,7 +41,7 @@ def sweep_plot(table: pd.DataFrame, metric: str, x: str | None, path_stem: Path,
     bars when `x` is not numeric or None) and write it as PNG, PDF and SVG; returns the files."""
     if metric not in table.columns:
         allowed = [c for c in table.columns if pd.api.types.is_numeric_dtype(table[c])]
-        raise ConfigError(f"--metric: no column {metric!r} in the sweep table; allowed: {', '.join(allowed)}")
+        raise UsageError(f"--metric: no column {metric!r} in the sweep table; allowed: {', '.join(allowed)}")
     ok = table[table["status"] == "ok"] if "status" in table else table
     # other axes that vary within a policy split its line (an axis that only names the policy does not)
     others = [a for a in axes_of(table) if a not in (x, "seed") and ok.groupby("policy")[a].nunique().max() > 1]
