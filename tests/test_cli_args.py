@@ -214,3 +214,7 @@ def test_plot_and_sweep_flags_are_argument_errors(tmp_path: Path, capsys: pytest
     one_argument_error(capsys.readouterr().err, "plot", "folder: ")
     assert main(["sweep", str(QUICKSTART), "--jobs", "0"]) == 2
     one_argument_error(capsys.readouterr().err, "sweep", "--jobs: expected an integer >= 1, got 0")
+    assert main(["search", str(SEARCH), "--out", str(tmp_path / "s"), "--seeds", "0"]) == 2
+    one_argument_error(capsys.readouterr().err, "search", "--seeds: expected an integer >= 1, got 0")
+    assert main(["search", str(SEARCH), "--out", str(tmp_path / "s"), "--start", "0.1", "--smallest", "0.2"]) == 2
+    one_argument_error(capsys.readouterr().err, "search", "--smallest, --start: need 0 < --smallest (0.2) <= --start")

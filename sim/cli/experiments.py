@@ -32,6 +32,12 @@ def _cmd_search(args: argparse.Namespace) -> int:
     from sim.experiments.search import SearchError, offline_search
     from sim.files import atomic_write
 
+    if args.seeds < 1:
+        raise UsageError(f"--seeds: expected an integer >= 1, got {args.seeds}")
+    if not 0 <= args.tolerance < float("inf"):
+        raise UsageError(f"--tolerance: expected a finite accuracy difference >= 0, got {args.tolerance}")
+    if not 0 < args.smallest <= args.start < 1:
+        raise UsageError(f"--smallest, --start: need 0 < --smallest ({args.smallest}) <= --start ({args.start}) < 1")
     config = load_config(args.config, args.set)
     out = hold(args, Path(args.out))
 
