@@ -8,10 +8,12 @@ post-accumulate-grad hook on its parameters marks its gradients ready (`sim.comp
 span covers). On a GPU the requested device is made current for the whole measurement (the
 module, the batch, autocast and every allocation live there, whichever device was current before),
 and the stamps are CUDA events recorded on that device's current stream, read after synchronizing
-that device; on the CPU, `time.perf_counter`. After `warmup` untimed iterations, each layer's time is the median
-over `repeats` timed ones. The precision (fp32, tf32, fp16, bf16) is set as training sets it
-(`real.precision`): TF32 switches, and autocast for fp16 and bf16. fp16 profiles the scaled loss's
-backward as fp16 training runs it; the loss scale changes no kernel, so it is left out here.
+that device; on the CPU, `time.perf_counter`. After `warmup` untimed iterations, each layer's time is
+the median over `repeats` timed ones, recorded with its spread (minimum, quartiles, maximum), as is
+the whole iteration's (`step_s`), so that a measurement disturbed by other work shows
+(`sim.compute.profile.unsteady_spans`). The precision (fp32, tf32, fp16, bf16) is set as training
+sets it (`real.precision`): TF32 switches, and autocast for fp16 and bf16. fp16 profiles the scaled
+loss's backward as fp16 training runs it; the loss scale changes no kernel, so it is left out here.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from real.precision import autocast, check, configure_tf32
 from sim.catalog.zoo import canonical_name, get_model
 from sim.catalog.zoo.recsys import CRITEO_HASHED_FEATURES
 from sim.catalog.zoo.transformers import SEQUENCE_LENGTHS
-from sim.compute.profile import ComputeProfile, LayerTime
+from sim.compute.profile import ComputeProfile, LayerTime, Spread
 from sim.numerics.zoo_nets import FIELDS, build_zoo_module, flat_layout
 from sim.numerics.zoo_task import IMAGE_MODELS, objective, token_sequences
 
@@ -113,6 +115,7 @@ def _measure(
     handles = _hooks(module, layout, clock, forward_marks, ready_marks, counts)
     configure_tf32(precision)
     samples: list[tuple[list[float], list[float]]] = []
+    steps: list[float] = []  # each timed iteration, forward and backward
     try:
         for i in range(warmup + repeats):
             for marks in (forward_marks, ready_marks, counts):
@@ -128,23 +131,29 @@ def _measure(
             clock.wait()
             if i >= warmup:
                 samples.append(_spans(len(layout), forward_marks, ready_marks, start, backward_start, end, clock))
+                steps.append(clock.seconds(start, end))
     finally:
         for handle in handles:
             handle.remove()
-    layers = tuple(
-        LayerTime(
-            layer_name,
-            statistics.median(s[0][index] for s in samples),
-            statistics.median(s[1][index] for s in samples),
+    layers = []
+    for index, (layer_name, _) in enumerate(layout):
+        forward, backward = [s[0][index] for s in samples], [s[1][index] for s in samples]
+        layers.append(
+            LayerTime(
+                layer_name,
+                statistics.median(forward),
+                statistics.median(backward),
+                Spread.of(forward),
+                Spread.of(backward),
+            )
         )
-        for index, (layer_name, _) in enumerate(layout)
-    )
     if where.type == "cuda":
         device_name = torch.cuda.get_device_name(where)
     else:
         device_name = f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
     notes = {"torch": str(torch.__version__), "warmup": warmup, "repeats": repeats, "statistic": "median", "seed": seed}
-    return ComputeProfile(name, batch, precision, layers, device_name, notes)
+    step = statistics.median(steps)
+    return ComputeProfile(name, batch, precision, tuple(layers), device_name, notes, step, Spread.of(steps))
 
 
 def _hooks(

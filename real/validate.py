@@ -13,7 +13,7 @@ By default the cluster is an emulated one built from the config (`syncsim emulat
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -83,12 +83,16 @@ def validate(
     timeout_s: float = 120.0,
     warmup: int = 3,
     queue: str = "fair",
+    overrides: Sequence[str] = (),
 ) -> Validation:
-    """`queue`: the links' discipline when the emulation is built here (`tag` None)."""
+    """`queue`: the links' discipline when the emulation is built here (`tag` None); `overrides`:
+    `KEY=VALUE` settings applied to the config (`--set`), which the calibrated config then holds."""
     out.mkdir(parents=True, exist_ok=True)
     calibrated = out / "calibrated.yaml"
-    with _emulation(config_path, tag, queue) as running:
-        outcome = launch(config_path, calibrated, timeout_s=timeout_s, emulation=running, calibrate=True)
+    with _emulation(config_path, tag, queue, overrides) as running:
+        outcome = launch(
+            config_path, calibrated, timeout_s=timeout_s, emulation=running, calibrate=True, overrides=overrides
+        )
         if not outcome.ok:
             raise ValidationError(f"calibration failed: {outcome.failed}")
         outcome = launch(calibrated, out / "real", timeout_s=timeout_s, emulation=running)
@@ -106,14 +110,16 @@ def validate(
 
 
 @contextlib.contextmanager
-def _emulation(config_path: Path, tag: Optional[str], queue: str) -> Iterator[Optional[str]]:
+def _emulation(
+    config_path: Path, tag: Optional[str], queue: str, overrides: Sequence[str] = ()
+) -> Iterator[Optional[str]]:
     """An existing emulation (`tag`), or one built from the config and torn down afterwards."""
     if tag is not None:
         yield tag
         return
     from real.emulate import emulated_cluster
 
-    with emulated_cluster(load_config(config_path), queue=queue) as emu:
+    with emulated_cluster(load_config(config_path, overrides), queue=queue) as emu:
         yield emu.tag
 
 

@@ -135,8 +135,10 @@ def _require_numerics_packages() -> None:
             __import__(module)
         except ImportError:
             raise ConfigError(
-                f"numerics: needs torch and scikit-learn ({module} is missing); "
-                "install them with: pip install -c constraints.txt -e '.[numerics]'"
+                f"numerics: needs torch and scikit-learn ({module} is missing); install them with: "
+                "pip install --no-deps torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu && "
+                "pip install -c constraints.txt -e '.[numerics]' (PyTorch's CPU build; README.md, "
+                "'Which PyTorch you get', has the CUDA build for GPUs)"
             ) from None
 
 

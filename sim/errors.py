@@ -9,6 +9,12 @@ class ConfigError(SyncsimError, ValueError):
     """A config (or a policy setting) is invalid; the message names the field and the allowed values."""
 
 
+class UsageError(ConfigError):
+    """A command-line argument has a bad value (`--x`, `--set`, `--nproc`); the message names the flag and
+    the allowed values. `syncsim` reports it as an argument error (exit 2, argparse's convention), not as
+    an error in the config; code that catches ConfigError still catches it."""
+
+
 class PolicyError(SyncsimError):
     """A policy yielded an operation the engine cannot execute; the message names the policy and the op."""
 

@@ -47,14 +47,15 @@ def test_a_bad_flag_is_one_line_naming_it_and_exit_2(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str], line: str
 ) -> None:
     assert main(["calibrate", str(config_file(tmp_path)), "--out", str(tmp_path / "c.yaml"), *flags]) == 2
-    assert capsys.readouterr().err == f"syncsim calibrate: {line}\n"
+    assert capsys.readouterr().err == f"syncsim calibrate: argument error: {line}\n"
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
 def test_nccl_without_cuda_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["calibrate", str(config_file(tmp_path)), "--out", "c.yaml", "--backend", "nccl"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("syncsim calibrate: --backend: 'nccl' needs a CUDA device") and err.count("\n") == 1
+    assert err.startswith("syncsim calibrate: argument error: --backend: 'nccl' needs a CUDA device")
+    assert err.count("\n") == 1
 
 
 def test_the_config_section_is_validated_by_field(tmp_path: Path) -> None:

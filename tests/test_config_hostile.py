@@ -164,7 +164,9 @@ def test_real_without_torch_says_how_to_install(
     monkeypatch.setitem(sys.modules, "torch", None)  # import torch now raises ImportError
     assert main(["real", str(ROOT / "configs" / "real_2x2_digits.yaml"), "--out", str(tmp_path / "r")]) == 2
     err = capsys.readouterr().err
-    assert "torch is not installed; install it with: pip install -c constraints.txt" in err
+    # PyTorch's CPU wheel, as the README installs it (not PyPI's multi-GB CUDA build), and the CUDA build named for GPUs
+    cpu = "pip install --no-deps torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"
+    assert f"torch is not installed; install it with: {cpu}" in err and "CUDA build" in err
     assert "Traceback" not in err
 
 

@@ -12,7 +12,7 @@ import yaml
 from sim.api import prepare, simulate
 from sim.catalog.zoo import get_model
 from sim.cli import main
-from sim.compute.profile import ComputeProfile, LayerTime, read_profile, write_profile
+from sim.compute.profile import ComputeProfile, LayerTime, Spread, read_profile, unsteady_spans, write_profile
 from sim.config import load_config
 from sim.errors import ConfigError
 
@@ -65,6 +65,13 @@ def test_every_layer_gets_its_own_measured_span() -> None:
     # stays inside the span of the layer in use around it, as documented; every called layer has its own
     assert profile.layers[0].name == "fm.linear" and profile.layers[0].forward_s == 0
     assert all(t.forward_s > 0 for t in profile.layers[1:])
+    # each median comes with its spread over the repeats, as does the whole step's
+    for t in profile.layers:
+        for median, spread in ((t.forward_s, t.forward_spread), (t.backward_s, t.backward_spread)):
+            assert spread is not None and spread.min_s <= spread.q1_s <= median <= spread.q3_s <= spread.max_s
+    step = profile.step_spread
+    assert profile.step_s is not None and step is not None and step.min_s <= profile.step_s <= step.max_s
+    assert profile.step_s >= max(t.forward_s + t.backward_s for t in profile.layers)
 
 
 @pytest.mark.parametrize(
@@ -94,6 +101,14 @@ def test_a_bad_profile_file_is_one_line_and_exit_2(tmp_path: Path, capsys: pytes
         "version": ({**data, "version": 2}, "version 2; this syncsim reads version 1"),
         "format": ({**data, "format": "x"}, "not a compute profile"),
         "time": ({**data, "layers": [{**data["layers"][0], "backward_s": -1}]}, "layers[0].backward_s: expected"),
+        "spread": (
+            {
+                **data,
+                "layers": [{**data["layers"][0], "forward_spread": {"min_s": 2, "q1_s": 1, "q3_s": 3, "max_s": 4}}],
+            },
+            "layers[0].forward_spread: expected 0 <= min_s <= q1_s <= q3_s <= max_s",
+        ),
+        "step": ({**data, "step_spread": [1, 2]}, "step_spread: expected a mapping of min_s, q1_s, q3_s, max_s"),
     }
     for case, (broken, message) in cases.items():
         (tmp_path / "p.yaml").write_text(yaml.safe_dump(broken))
@@ -127,6 +142,77 @@ def test_the_profile_command_writes_a_profile_and_refuses_bad_flags(
     with pytest.raises(SystemExit) as exit_info:  # argparse: the model must be a zoo model
         main(["profile", "resnet", "--batch", "4", "--out", str(out)])
     assert exit_info.value.code == 2
+
+
+def test_a_spread_is_unsteady_past_a_quarter_iqr_or_a_doubled_range() -> None:
+    assert Spread.of([5.0, 1.0, 4.0, 2.0, 3.0]) == Spread(1.0, 2.0, 4.0, 5.0)  # quartiles within the samples
+    assert Spread.of([0.2]) == Spread(0.2, 0.2, 0.2, 0.2)  # one repeat: no spread
+    assert Spread(0.100, 0.101, 0.104, 0.150).unsteady(0.102) is None  # a quiet machine's few percent
+    assert Spread(0.100, 0.101, 0.140, 0.150).unsteady(0.120) == "IQR 33% of the median"
+    # issue 33's loaded run: one repeat of 8.2 s among ~127 ms ones leaves the IQR small, not the range
+    assert Spread(0.125, 0.126, 0.128, 8.2).unsteady(0.127) == "max 65.6x min"
+
+
+def spread_profile(step: Spread, layers: dict[str, tuple[float, Spread]]) -> ComputeProfile:
+    rows = tuple(LayerTime(name, s, s, spread, Spread.of([s])) for name, (s, spread) in layers.items())
+    return ComputeProfile("resnet32", 4, "fp32", rows, "test", {}, step_s=0.1, step_spread=step)
+
+
+def test_unsteady_spans_name_the_step_and_the_layers_that_matter() -> None:
+    steady, noisy = Spread(0.099, 0.1, 0.1, 0.101), Spread(0.04, 0.045, 0.07, 0.09)
+    profile = spread_profile(
+        Spread(0.05, 0.08, 0.12, 0.3),  # the step: IQR 40% of 0.1 s, range 6x
+        {
+            "conv1": (0.05, Spread(0.049, 0.05, 0.05, 0.051)),
+            "fc": (0.05, noisy),  # half the step, and its forward spread is large
+            "bn1": (0.0005, Spread(0.0001, 0.0002, 0.0009, 0.001)),  # noisy but 0.5% of the step: not judged
+        },
+    )
+    assert unsteady_spans(profile) == [
+        "the step (IQR 40% of the median, max 6.0x min)",
+        "fc forward (IQR 50% of the median, max 2.2x min)",
+    ]
+    quiet = spread_profile(steady, {"conv1": (0.05, Spread(0.049, 0.05, 0.05, 0.051))})
+    assert unsteady_spans(quiet) == []
+
+
+def test_spreads_survive_the_file_and_old_profiles_still_read(tmp_path: Path) -> None:
+    profile = spread_profile(Spread(0.05, 0.08, 0.12, 0.3), {"conv1": (0.05, Spread(0.04, 0.045, 0.07, 0.09))})
+    assert read_profile(write_profile(profile, tmp_path / "new.yaml")) == profile
+    old = {  # a version-1 profile written before spreads were recorded
+        "format": "syncsim-profile",
+        "version": 1,
+        "model": "resnet32",
+        "batch_size": 4,
+        "precision": "fp32",
+        "device": "cpu",
+        "notes": {"repeats": 10, "statistic": "median"},
+        "layers": [{"name": "conv1", "forward_s": 0.001, "backward_s": 0.002}],
+    }
+    (tmp_path / "old.yaml").write_text(yaml.safe_dump(old))
+    back = read_profile(tmp_path / "old.yaml")
+    assert back.layers == (LayerTime("conv1", 0.001, 0.002),) and back.layers[0].forward_spread is None
+    assert back.step_s is None and back.step_spread is None and unsteady_spans(back) == []
+
+
+def test_the_profile_command_warns_when_the_repeats_disagree(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import real.profiler as profiler
+
+    loaded = spread_profile(Spread(0.05, 0.08, 0.12, 0.3), {"conv1": (0.05, Spread(0.04, 0.045, 0.07, 0.09))})
+    quiet = spread_profile(Spread(0.099, 0.1, 0.1, 0.101), {"conv1": (0.05, Spread(0.049, 0.05, 0.05, 0.051))})
+    argv = ["profile", "resnet32", "--batch", "4", "--out", str(tmp_path / "p.yaml")]
+    monkeypatch.setattr(profiler, "measure_profile", lambda *args: loaded)
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert err.startswith("warning: timings varied a lot between the 10 repeats (IQR over 25% of the median, ")
+    assert "the step (IQR 40% of the median, max 6.0x min); conv1 forward (" in err
+    assert "re-run on a quiet machine" in err and err.count("\n") == 1
+    assert read_profile(tmp_path / "p.yaml").step_spread == loaded.step_spread  # recorded beside the medians
+    monkeypatch.setattr(profiler, "measure_profile", lambda *args: quiet)
+    assert main(argv) == 0
+    assert capsys.readouterr().err == ""
 
 
 class FakeCuda:

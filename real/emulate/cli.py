@@ -20,7 +20,7 @@ from real.emulate.errors import EmulationError
 from real.emulate.names import namespace_prefix, tag_from_name
 from real.emulate.plan import DEFAULT_SUBNET, plan_config
 from real.emulate.shaping import QUEUES
-from sim.errors import ConfigError
+from sim.errors import ConfigError, UsageError
 
 EXIT_CONFIG = 2
 EXIT_EMULATION = 3
@@ -32,13 +32,17 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     common.add_argument(
         "--state-dir", help=f"where emulations are recorded (default: ${state.ENV} or {state.DEFAULT_DIR})"
     )
+    overrides = argparse.ArgumentParser(add_help=False)  # what sim.cli.common.add_set adds to `syncsim` commands
+    overrides.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="change one setting of the config (as YAML)"
+    )
     emulate = subparsers.add_parser(
         "emulate",
         help="an emulated cluster of network namespaces with shaped links (Linux, root)",
         description="Build the `cluster:` of a config as network namespaces joined by shaped veths and bridges.",
     )
     sub = emulate.add_subparsers(dest="emulate_command", required=True)
-    up = sub.add_parser("up", parents=[common], help="create the emulated cluster of a config")
+    up = sub.add_parser("up", parents=[common, overrides], help="create the emulated cluster of a config")
     up.add_argument("config", help="YAML config file (its cluster: section is built)")
     up.add_argument("--tag", help="names the emulation's namespaces (default: from the config's name)")
     up.add_argument("--scale", type=float, default=1.0, help="multiply every link rate by this (default 1)")
@@ -53,7 +57,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     up.add_argument("--replace", action="store_true", help="take down a running emulation with the same tag first")
     up.set_defaults(func=_guarded(_cmd_up))
-    down = sub.add_parser("down", parents=[common], help="delete an emulated cluster (only what `up` recorded)")
+    down = sub.add_parser(
+        "down", parents=[common, overrides], help="delete an emulated cluster (only what `up` recorded)"
+    )
     which = down.add_mutually_exclusive_group(required=True)
     which.add_argument("config", nargs="?", help="the config it was brought up from (its tag comes from the name)")
     which.add_argument("--tag", help="the emulation's tag")
@@ -72,6 +78,10 @@ def _guarded(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse
     def run(args: argparse.Namespace) -> int:
         try:
             return command(args)
+        except UsageError as exc:  # a flag's value, not the config
+            for line in str(exc).splitlines():
+                print(f"emulate: argument error: {line}", file=sys.stderr)
+            return EXIT_CONFIG
         except ConfigError as exc:
             print(f"config error in {getattr(args, 'config', None) or 'emulate options'}:", file=sys.stderr)
             for line in str(exc).splitlines():
@@ -90,7 +100,9 @@ def _guarded(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse
 def _cmd_up(args: argparse.Namespace) -> int:
     from sim.config import load_config
 
-    plan = plan_config(load_config(args.config), args.tag, scale=args.scale, subnet=args.subnet, queue=args.queue)
+    plan = plan_config(
+        load_config(args.config, args.set), args.tag, scale=args.scale, subnet=args.subnet, queue=args.queue
+    )
     emulation = lifecycle.up(plan, replace=args.replace, state_dir=args.state_dir)
     print(
         f"emulation {plan.tag!r} up: {len(plan.hosts)} hosts, {len(plan.bridges)} bridges, subnet {plan.subnet}, "
@@ -117,7 +129,7 @@ def _cmd_down(args: argparse.Namespace) -> int:
     else:
         from sim.config import load_config
 
-        tag = tag_from_name(load_config(args.config).name)
+        tag = tag_from_name(load_config(args.config, args.set).name)
     deleted = lifecycle.down(tag, state_dir=args.state_dir, kill=args.kill)
     print(f"emulation {tag!r} down: deleted {len(deleted)} namespaces")
     return 0

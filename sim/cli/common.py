@@ -1,4 +1,5 @@
-"""What every `syncsim` command shares: `--set` overrides, the held output folder, the torch check."""
+"""What every `syncsim` command shares: the parser's one-line argument errors, `--set` overrides, the
+package version, the held output folder, the torch check."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import sys
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TypeVar
+from typing import NoReturn, TypeVar
 
 from sim.errors import ConfigError, OutputError, signal_name
 
@@ -21,8 +22,25 @@ T = TypeVar("T")
 
 Subparsers = argparse._SubParsersAction  # what add_subparsers() returns; argparse keeps the name private
 
+# the torch build the README installs for CPU work, and the extra that takes PyPI's (CUDA) build for GPUs
+TORCH_INSTALL = (
+    "pip install --no-deps torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu && "
+    "pip install -c constraints.txt -e '.[numerics]' (PyTorch's CPU build, about 200 MB; on a GPU machine "
+    "take the CUDA build instead: pip install -c constraints.txt -e '.[real]'; README.md, 'Which PyTorch you get')"
+)
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with a bad argument reported in one line (`syncsim real: argument error: ...`) instead
+    of a usage dump; exit status 2, as argparse's. Subcommands' parsers are of this class too."""
+
+    def error(self, message: str) -> NoReturn:
+        message = re.sub(r"^argument ", "", message)
+        self.exit(2, f"{self.prog}: argument error: {message} (`{self.prog} --help` lists the arguments)\n")
+
 
 def add_set(parser: argparse.ArgumentParser) -> None:
+    """`--set KEY=VALUE` (repeatable), applied to the config before it is validated (sim.config.overrides)."""
     parser.add_argument(
         "--set",
         action="append",
@@ -31,6 +49,20 @@ def add_set(parser: argparse.ArgumentParser) -> None:
         help="change one setting of the config, e.g. --set cluster.uplink_gbps=25 --set policies[0].group_size=4 "
         "(the value is read as YAML; repeat for several)",
     )
+
+
+def version() -> str:
+    """The installed syncsim's version; from pyproject.toml when the package is not installed (a checkout
+    run in place)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return installed("syncsim")
+    except PackageNotFoundError:
+        pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
+        found = re.search(r'^version\s*=\s*"([^"]+)"', pyproject.read_text(), re.MULTILINE)
+        return found.group(1) if found else "unknown"
 
 
 def hold(args: argparse.Namespace, out: Path) -> Path:
@@ -72,9 +104,7 @@ def require_torch(command: str) -> None:
         import torch  # noqa: F401
     except ImportError:
         raise ConfigError(
-            f"`syncsim {command}` runs torch.distributed and torch is not installed; install it with: "
-            "pip install -c constraints.txt -e '.[numerics]' "
-            "(README.md, 'Which PyTorch you get': the CPU or the CUDA build)"
+            f"`syncsim {command}` runs torch and torch is not installed; install it with: {TORCH_INSTALL}"
         ) from None
 
 

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from sim.cli.common import Subparsers, add_set, exit_code, hold, progress
-from sim.errors import ConfigError
+from sim.errors import ConfigError, UsageError
 
 
 def add_search(sub: Subparsers) -> None:
@@ -23,13 +23,22 @@ def add_search(sub: Subparsers) -> None:
     search.add_argument("--start", type=float, default=0.5, help="the first fraction tried (then halved)")
     search.add_argument("--smallest", type=float, default=0.0625, help="stop halving below this fraction")
     search.add_argument("--seeds", type=int, default=1, help="average the final accuracy over this many seeds")
+    add_set(search)
     search.set_defaults(func=_cmd_search)
 
 
 def _cmd_search(args: argparse.Namespace) -> int:
+    from sim.config import load_config
     from sim.experiments.search import SearchError, offline_search
     from sim.files import atomic_write
 
+    if args.seeds < 1:
+        raise UsageError(f"--seeds: expected an integer >= 1, got {args.seeds}")
+    if not 0 <= args.tolerance < float("inf"):
+        raise UsageError(f"--tolerance: expected a finite accuracy difference >= 0, got {args.tolerance}")
+    if not 0 < args.smallest <= args.start < 1:
+        raise UsageError(f"--smallest, --start: need 0 < --smallest ({args.smallest}) <= --start ({args.start}) < 1")
+    config = load_config(args.config, args.set)
     out = hold(args, Path(args.out))
 
     def save(points) -> None:  # type: ignore[no-untyped-def]
@@ -37,7 +46,7 @@ def _cmd_search(args: argparse.Namespace) -> int:
 
     try:
         result = offline_search(
-            args.config,
+            config,
             args.policy,
             tolerance=args.tolerance,
             start=args.start,
@@ -76,7 +85,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     from sim.experiments.sweep_runner import ERRORS_FILE, PARQUET_FILE, TABLE_FILE, run_sweep
 
     if args.jobs is not None and args.jobs < 1:
-        raise ConfigError(f"--jobs: expected an integer >= 1, got {args.jobs}")
+        raise UsageError(f"--jobs: expected an integer >= 1, got {args.jobs}")
     sweep = load_sweep(args.config, args.set, None if args.quiet else progress("validating"))
     out = hold(args, Path(args.out) if args.out else Path("results") / f"{sweep.name}-sweep")
     bad = sweep.bad
@@ -156,11 +165,13 @@ def _cmd_plot(args: argparse.Namespace) -> int:
     flags["--logx" if args.logx else "--no-logx"] = args.logx
     given = [flag for flag, value in flags.items() if value is not None]
     if given:  # a run's figures have fixed axes
-        raise ConfigError(f"{', '.join(given)}: only for a sweep folder (one with {TABLE_FILE})")
+        raise UsageError(f"{', '.join(given)}: only for a sweep folder (one with {TABLE_FILE})")
     try:
         result = Result.read(folder)
     except FileNotFoundError as exc:
-        raise ConfigError(f"{exc} (nor {TABLE_FILE} of a sweep)") from None
+        raise UsageError(
+            f"folder: {exc} (nor {TABLE_FILE} of a sweep); name a folder `syncsim run` or `sweep` wrote"
+        ) from None
     files = result.plot(folder, FORMATS)
     print(f"wrote {len(files)} figures in {folder} ({', '.join(FORMATS)})")
     return 0

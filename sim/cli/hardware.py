@@ -10,8 +10,8 @@ from pathlib import Path
 from real.emulate.shaping import QUEUES  # stdlib only: the parser is built without torch
 from sim.catalog.gpus import PRECISIONS
 from sim.catalog.zoo import MODEL_NAMES
-from sim.cli.common import Subparsers, hold, require_torch
-from sim.errors import ConfigError
+from sim.cli.common import Subparsers, add_set, hold, require_torch
+from sim.errors import ConfigError, UsageError
 
 
 def add_real(sub: Subparsers) -> None:
@@ -20,7 +20,11 @@ def add_real(sub: Subparsers) -> None:
     real.add_argument(
         "config", help="YAML config file (its numerics: model is trained; without one, the workload's zoo model)"
     )
-    real.add_argument("--nproc", type=int, help="worker processes (must equal the cluster's GPUs; servers are added)")
+    real.add_argument(
+        "--nproc",
+        type=int,
+        help="worker processes (default: the cluster's GPU count, which it must equal; servers are added)",
+    )
     real.add_argument("--out", help="output folder (default: results/<config name>-real)")
     real.add_argument("--timeout", type=float, default=60.0, help="seconds before a silent peer counts as dead")
     real.add_argument(
@@ -30,13 +34,14 @@ def add_real(sub: Subparsers) -> None:
         help="auto: nccl with a GPU per worker, or gloo",
     )
     real.add_argument("--emulate", metavar="TAG", help="run each rank in its host's namespace of `syncsim emulate up`")
+    add_set(real)
     real.set_defaults(func=_cmd_real)
 
 
 def _cmd_real(args: argparse.Namespace) -> int:
-    from sim.api import as_config
+    from sim.config import load_config
 
-    config = as_config(args.config)
+    config = load_config(args.config, args.set)
     require_torch("real")
     from real.backends import backend_for
     from real.launch import launch
@@ -49,7 +54,7 @@ def _cmd_real(args: argparse.Namespace) -> int:
     out = hold(args, Path(args.out) if args.out else Path("results") / f"{config.name}-real")
     need = placement(config)
     if args.nproc is not None and args.nproc != need.workers:  # before announcing anything
-        raise ConfigError(
+        raise UsageError(
             f"--nproc: the config's cluster has {need.workers} GPUs (one worker process each), got {args.nproc}"
         )
     backend = backend_for(args.backend, node_workers=need.workers)  # every worker on this machine
@@ -63,7 +68,9 @@ def _cmd_real(args: argparse.Namespace) -> int:
         + f"; a silent peer counts as dead after {args.timeout:g} s",
         file=sys.stderr,
     )
-    outcome = launch(Path(args.config), out, args.nproc, args.timeout, args.backend, emulation=args.emulate)
+    outcome = launch(
+        Path(args.config), out, need.workers, args.timeout, args.backend, emulation=args.emulate, overrides=args.set
+    )
     print_real_results(out)
     if not outcome.ok:
         print(f"real run failed: {outcome.failed}; results measured so far are in {out}/", file=sys.stderr)
@@ -89,6 +96,7 @@ def add_calibrate(sub: Subparsers) -> None:
     cal.add_argument(
         "--max-bytes", dest="max_bytes", type=int, help="the largest message the probe may choose (default: 64 MiB)"
     )
+    add_set(cal)
     cal.set_defaults(func=_cmd_calibrate)
 
 
@@ -128,11 +136,13 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     require_torch("calibrate")
     from real.launch import launch
 
-    overrides, problems = _calibration_overrides(args)
-    for line in problems:
-        print(f"syncsim calibrate: {line}", file=sys.stderr)
+    flags, problems = _calibration_overrides(args)
     if problems:
-        return 2
+        raise UsageError("\n".join(problems))
+    overrides = [*args.set, *flags]  # the calibration flags win over a --set of the same key
+    from sim.config import load_config
+
+    load_config(args.config, overrides)  # a bad config or --set is one line, before any process starts
     outcome = launch(
         Path(args.config),
         Path(args.out),
@@ -164,16 +174,19 @@ def add_validate(sub: Subparsers) -> None:
         default="fair",
         help="links' queueing when the emulation is built here (docs/emulation.md)",
     )
+    add_set(val)
     val.set_defaults(func=_cmd_validate)
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
+    from sim.config import load_config
+
+    load_config(args.config, args.set)  # a bad config or --set is one line, before anything is built
     require_torch("validate")
     from real.validate import validate
 
-    result = validate(
-        Path(args.config), hold(args, Path(args.out)), args.emulate, args.timeout, args.warmup, args.queue
-    )
+    out = hold(args, Path(args.out))
+    result = validate(Path(args.config), out, args.emulate, args.timeout, args.warmup, args.queue, overrides=args.set)
     print(result.table.to_string(index=False, float_format=lambda v: f"{v:,.3f}"))
     print(f"\nvalidation: {result.out}/ (validation.md, validation.csv, validation.png; sim/, real/, calibrated.yaml)")
     return 0 if result.passed else 1
@@ -193,7 +206,9 @@ def add_profile(sub: Subparsers) -> None:
     prof.add_argument("--out", required=True, help="the profile (YAML) to write")
     prof.add_argument("--device", default="auto", help="auto (the current CUDA device, else the CPU), cpu, cuda:N")
     prof.add_argument("--warmup", type=int, default=3, help="untimed iterations first")
-    prof.add_argument("--repeats", type=int, default=10, help="timed iterations; each layer's median is kept")
+    prof.add_argument(
+        "--repeats", type=int, default=10, help="timed iterations; each layer's median is kept, with its spread"
+    )
     prof.add_argument("--seed", type=int, default=0, help="seeds the model's weights and the synthetic batch")
     prof.set_defaults(func=_cmd_profile)
 
@@ -203,14 +218,14 @@ def _cmd_profile(args: argparse.Namespace) -> int:
     import torch
 
     from real.profiler import measure_profile
-    from sim.compute.profile import write_profile
+    from sim.compute.profile import unsteady_spans, write_profile
 
-    args.config = "the command line"  # what a bad flag's message names
+    args.config = "the command line"  # what another error's message names
     for flag, least in (("batch", 1), ("warmup", 0), ("repeats", 1)):
         if getattr(args, flag) < least:
-            raise ConfigError(f"--{flag}: expected an integer >= {least}, got {getattr(args, flag)}")
+            raise UsageError(f"--{flag}: expected an integer >= {least}, got {getattr(args, flag)}")
     if args.device.startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError(f"--device: {args.device!r} needs a CUDA device and this machine has none; allowed here: cpu")
+        raise UsageError(f"--device: {args.device!r} needs a CUDA device and this machine has none; allowed here: cpu")
     device = None if args.device == "auto" else args.device
     profile = measure_profile(args.model, args.batch, args.precision, device, args.warmup, args.repeats, args.seed)
     path = write_profile(profile, args.out)
@@ -219,4 +234,20 @@ def _cmd_profile(args: argparse.Namespace) -> int:
         f"{profile.forward_s * 1e3:.2f} ms, backward {profile.backward_s * 1e3:.2f} ms over {len(profile.layers)} "
         f"layers (median of {args.repeats})\nprofile: {path} (use it with workload.profile)"
     )
+    if unsteady := unsteady_spans(profile):
+        _warn_unsteady(unsteady, args.repeats)
     return 0
+
+
+def _warn_unsteady(spans: list[str], repeats: int, shown: int = 5) -> None:
+    """One warning naming what varied between the repeats (the step first, then up to `shown` spans)."""
+    from sim.compute.profile import UNSTEADY_IQR, UNSTEADY_RANGE
+
+    more = f"; and {len(spans) - shown} more" if len(spans) > shown else ""
+    print(
+        f"warning: timings varied a lot between the {repeats} repeats (IQR over {UNSTEADY_IQR:.0%} of the median, "
+        f"or max over {UNSTEADY_RANGE:g}x min): {'; '.join(spans[:shown])}{more}. Other work on this machine "
+        "was probably sharing the device, so the medians may be far from a quiet run's: re-run on a quiet "
+        "machine (or with more --repeats); each span's min, quartiles and max are in the profile",
+        file=sys.stderr,
+    )

@@ -10,14 +10,30 @@ estimate (FLOPs at a fraction of the GPU's peak). The file is YAML:
     batch_size: 64             # samples per GPU the times were measured at
     precision: fp16
     device: NVIDIA H100 80GB HBM3
+    step_s: 0.0065             # optional: the median whole iteration, and its spread over the repeats
+    step_spread: {min_s: 0.0061, q1_s: 0.0063, q3_s: 0.0068, max_s: 0.0090}
     layers:
-      - {name: conv1, forward_s: 0.00021, backward_s: 0.00043}
+      - name: conv1
+        forward_s: 0.00021     # the median over the repeats; what the simulator uses
+        backward_s: 0.00043
+        forward_spread: {min_s: 0.00020, q1_s: 0.00021, q3_s: 0.00022, max_s: 0.00031}   # optional
+        backward_spread: {min_s: 0.00041, q1_s: 0.00042, q3_s: 0.00045, max_s: 0.00060}  # optional
       ...
 
 A layer's `forward_s` runs from its first use in the forward pass to the next layer's, so the
 parameter-free work after it (activations, pooling, attention products) is its own, as the zoo
 folds those FLOPs into a neighbouring layer. Its `backward_s` runs from the previous layer's
 gradients being ready (backward's start, for the first) to its own: what delays a gradient bucket.
+
+The spreads (minimum, quartiles, maximum over the timed repeats) say how steady the medians are;
+they were added to version 1 as optional keys, so a profile without them reads as before (its
+spreads are None) and an older syncsim reads a newer profile, ignoring them. A span is *unsteady*
+(`unsteady_spans`, which `syncsim profile` warns about) when its interquartile range exceeds
+`UNSTEADY_IQR` (a quarter) of its median, or its maximum exceeds `UNSTEADY_RANGE` (twice) its minimum:
+on a quiet machine repeats of one kernel sequence agree within a few percent, so either is the mark of
+other work sharing the device (the 8.2 s against 127 ms of issue 33). Spans under `JUDGED_SHARE` (1%) of
+the step are not judged: a few microseconds of timer jitter are large relative to them and move
+nothing.
 
 A profile file is read only if it is a regular file of at most `MAX_BYTES` (16 MB: some 200,000 layers,
 far more than any zoo model has), so `workload.profile: /dev/zero` is one error line, not a hang.
@@ -26,9 +42,11 @@ far more than any zoo model has), so `workload.profile: /dev/zero` is one error 
 from __future__ import annotations
 
 import math
+import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Union
+from typing import Any, Optional, Union
 
 import yaml
 
@@ -39,13 +57,51 @@ from sim.files import atomic_write
 FORMAT = "syncsim-profile"
 MAX_BYTES = 16 * MB  # a measured profile is a few kB
 VERSION = 1
+UNSTEADY_IQR = 0.25  # a span whose interquartile range exceeds this fraction of its median is unsteady
+UNSTEADY_RANGE = 2.0  # ... or whose maximum exceeds this multiple of its minimum
+JUDGED_SHARE = 0.01  # spans shorter than this fraction of the step's median are not judged
+
+
+@dataclass(frozen=True)
+class Spread:
+    """How a measured time varied over the timed repeats, in seconds."""
+
+    min_s: float
+    q1_s: float
+    q3_s: float
+    max_s: float
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> Spread:
+        """Minimum, quartiles (inclusive method: within the samples) and maximum of `values`."""
+        values = sorted(values)
+        q1, _, q3 = statistics.quantiles(values, n=4, method="inclusive") if len(values) > 1 else values * 3
+        return cls(values[0], q1, q3, values[-1])
+
+    @property
+    def iqr_s(self) -> float:
+        return self.q3_s - self.q1_s
+
+    def unsteady(self, median_s: float) -> Optional[str]:
+        """What makes this spread large against `median_s` (`UNSTEADY_IQR`, `UNSTEADY_RANGE`), or None."""
+        said = []
+        if median_s > 0 and self.iqr_s > UNSTEADY_IQR * median_s:
+            said.append(f"IQR {self.iqr_s / median_s:.0%} of the median")
+        if self.max_s > UNSTEADY_RANGE * self.min_s:
+            said.append(f"max {self.max_s / self.min_s:.1f}x min" if self.min_s > 0 else "min 0")
+        return ", ".join(said) or None
+
+    def as_dict(self) -> dict[str, float]:
+        return {"min_s": self.min_s, "q1_s": self.q1_s, "q3_s": self.q3_s, "max_s": self.max_s}
 
 
 @dataclass(frozen=True)
 class LayerTime:
     name: str
-    forward_s: float
+    forward_s: float  # the median over the repeats
     backward_s: float
+    forward_spread: Optional[Spread] = None  # None: a profile written before spreads were recorded
+    backward_spread: Optional[Spread] = None
 
 
 @dataclass(frozen=True)
@@ -56,6 +112,8 @@ class ComputeProfile:
     layers: tuple[LayerTime, ...]
     device: str = "unknown"
     notes: dict[str, Any] = field(default_factory=dict)  # how it was measured: torch version, repeats, ...
+    step_s: Optional[float] = None  # the median whole iteration (None: not recorded)
+    step_spread: Optional[Spread] = None
 
     @property
     def forward_s(self) -> float:
@@ -66,7 +124,28 @@ class ComputeProfile:
         return math.fsum(layer.backward_s for layer in self.layers)
 
 
+def unsteady_spans(profile: ComputeProfile) -> list[str]:
+    """The step and the layers' spans whose spread is large (`Spread.unsteady`), each with why, e.g.
+    `conv1 backward (IQR 40% of the median)`; spans under `JUDGED_SHARE` of the step are left out."""
+    found = []
+    if profile.step_spread is not None and profile.step_s is not None:
+        if why := profile.step_spread.unsteady(profile.step_s):
+            found.append(f"the step ({why})")
+    least = JUDGED_SHARE * (profile.step_s or profile.forward_s + profile.backward_s)
+    for layer in profile.layers:
+        for part, median, spread in (
+            ("forward", layer.forward_s, layer.forward_spread),
+            ("backward", layer.backward_s, layer.backward_spread),
+        ):
+            if spread is not None and median >= least and median > 0 and (why := spread.unsteady(median)):
+                found.append(f"{layer.name} {part} ({why})")
+    return found
+
+
 def write_profile(profile: ComputeProfile, path: Union[str, Path]) -> Path:
+    step = {} if profile.step_s is None else {"step_s": profile.step_s}
+    if profile.step_spread is not None:
+        step["step_spread"] = profile.step_spread.as_dict()
     data = {
         "format": FORMAT,
         "version": VERSION,
@@ -76,13 +155,37 @@ def write_profile(profile: ComputeProfile, path: Union[str, Path]) -> Path:
         "device": profile.device,
         "forward_s": profile.forward_s,
         "backward_s": profile.backward_s,
+        **step,
         **({"notes": profile.notes} if profile.notes else {}),
-        "layers": [{"name": t.name, "forward_s": t.forward_s, "backward_s": t.backward_s} for t in profile.layers],
+        "layers": [_layer_row(t) for t in profile.layers],
     }
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(path, yaml.safe_dump(data, sort_keys=False, width=120))
+    path.parent.mkdir(parents=True, exist_ok=True)  # flow style for the spreads and notes: one line each
+    atomic_write(path, yaml.safe_dump(data, sort_keys=False, width=120, default_flow_style=None))
     return path
+
+
+def _layer_row(layer: LayerTime) -> dict[str, Any]:
+    row: dict[str, Any] = {"name": layer.name, "forward_s": layer.forward_s, "backward_s": layer.backward_s}
+    for key, spread in (("forward_spread", layer.forward_spread), ("backward_spread", layer.backward_spread)):
+        if spread is not None:
+            row[key] = spread.as_dict()
+    return row
+
+
+def _spread(value: Any, where: str) -> Optional[Spread]:
+    """An optional spread mapping, checked (absent: None, as in profiles written before spreads)."""
+    if value is None:
+        return None
+    keys = ("min_s", "q1_s", "q3_s", "max_s")
+    if not isinstance(value, dict) or any(
+        isinstance(value.get(k), bool) or not isinstance(value.get(k), (int, float)) for k in keys
+    ):
+        raise ConfigError(f"{where}: expected a mapping of {', '.join(keys)} (seconds), got {value!r}")
+    numbers = [float(value[k]) for k in keys]
+    if not 0 <= numbers[0] <= numbers[1] <= numbers[2] <= numbers[3] < math.inf:
+        raise ConfigError(f"{where}: expected 0 <= min_s <= q1_s <= q3_s <= max_s, finite; got {value!r}")
+    return Spread(*numbers)
 
 
 def read_profile(path: Union[str, Path]) -> ComputeProfile:
@@ -111,10 +214,23 @@ def read_profile(path: Union[str, Path]) -> ComputeProfile:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
                 raise ConfigError(f"{where}: layers[{i}].{key}: expected seconds >= 0, got {value!r}")
             times.append(float(value))
-        layers.append(LayerTime(row["name"], *times))
+        spreads = [_spread(row.get(k), f"{where}: layers[{i}].{k}") for k in ("forward_spread", "backward_spread")]
+        layers.append(LayerTime(row["name"], *times, *spreads))
     notes = data.get("notes") if isinstance(data.get("notes"), dict) else {}
+    step_s = data.get("step_s")
+    if step_s is not None and (
+        isinstance(step_s, bool) or not isinstance(step_s, (int, float)) or not 0 <= step_s < math.inf
+    ):
+        raise ConfigError(f"{where}: step_s: expected seconds >= 0, got {step_s!r}")
     return ComputeProfile(
-        data["model"], data["batch_size"], data["precision"], tuple(layers), str(data.get("device", "unknown")), notes
+        data["model"],
+        data["batch_size"],
+        data["precision"],
+        tuple(layers),
+        str(data.get("device", "unknown")),
+        notes,
+        None if step_s is None else float(step_s),
+        _spread(data.get("step_spread"), f"{where}: step_spread"),
     )
 
 

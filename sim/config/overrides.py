@@ -4,7 +4,8 @@ A path names a place in the config the way its YAML nests: `cluster.uplink_gbps`
 `policies[0].group_size`, `faults.stragglers[1].duration_ms`. The value is read as YAML, so `10`
 is a number, `[2, 4]` a list, `null` clears a setting and `bert_large` stays a string. Mappings
 missing on the way are made (`numerics.threads=2` on a config without `numerics:`); list items must
-exist. Sweeps (issue 18) name their axes with the same paths.
+exist. Sweeps (issue 18) name their axes with the same paths. A malformed `--set` (no `=`, a bad
+path, a list index out of range) is a `UsageError` naming `--set`: an argument error, not the config's.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any, Union
 
 import yaml
 
-from sim.errors import ConfigError
+from sim.errors import ConfigError, UsageError
 
 Key = Union[str, int]
 _SEGMENT = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)((?:\[\d+\])*)$")
@@ -64,12 +65,15 @@ def parse_override(text: str) -> tuple[str, Any]:
     """`KEY=VALUE` -> (path, value read as YAML)."""
     path, sep, raw = text.partition("=")
     if not sep or not path.strip():
-        raise ConfigError(f"--set {text!r}: write KEY=VALUE, e.g. --set cluster.uplink_gbps=25")
+        raise UsageError(f"--set {text!r}: write KEY=VALUE, e.g. --set cluster.uplink_gbps=25")
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError:
-        raise ConfigError(f"--set {text!r}: the value is not valid YAML; quote it") from None
-    parse_path(path.strip())
+        raise UsageError(f"--set {text!r}: the value is not valid YAML; quote it") from None
+    try:
+        parse_path(path.strip())
+    except ConfigError as exc:
+        raise UsageError(f"--set {exc}") from None
     return path.strip(), value
 
 
@@ -86,7 +90,7 @@ def apply_overrides(data: Any, overrides: Iterable[str]) -> Any:
         try:
             set_path(data, path, value)
         except ConfigError as exc:
-            raise ConfigError(f"--set {exc}") from None
+            raise UsageError(f"--set {exc}") from None
     return data
 
 

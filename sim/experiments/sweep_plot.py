@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from sim.errors import ConfigError
+from sim.errors import UsageError
 from sim.results.labels import label, log_spaced, value_label
 from sim.results.plots import Axes, figure, line_styles, save_figure
 
@@ -32,7 +32,7 @@ def pick_x(table: pd.DataFrame, x: str | None) -> str | None:
     axes = [a for a in axes_of(table) if a != "seed"]
     if x is not None:
         if x not in axes:
-            raise ConfigError(f"--x: {x!r} is not an axis of this sweep; allowed: {', '.join(axes) or '(none)'}")
+            raise UsageError(f"--x: {x!r} is not an axis of this sweep; allowed: {', '.join(axes) or '(none)'}")
         return x
     numeric = [a for a in axes if pd.api.types.is_numeric_dtype(table[a]) and table[a].nunique() > 1]
     varied = [a for a in axes if table[a].nunique() > 1]
@@ -58,11 +58,11 @@ def sweep_plot(
     x is logarithmic when `logx`, or, left None, when its values are log-spaced (`log_spaced`)."""
     if metric not in table.columns:
         allowed = [c for c in table.columns if pd.api.types.is_numeric_dtype(table[c])]
-        raise ConfigError(f"--metric: no column {metric!r} in the sweep table; allowed: {', '.join(allowed)}")
+        raise UsageError(f"--metric: no column {metric!r} in the sweep table; allowed: {', '.join(allowed)}")
     ok = table[table["status"] == "ok"] if "status" in table else table
     numeric = x is not None and pd.api.types.is_numeric_dtype(ok[x])
     if logx and not numeric:
-        raise ConfigError(f"--logx: the x axis {x or 'policy'!r} is not numeric; a log scale needs numbers")
+        raise UsageError(f"--logx: the x axis {x or 'policy'!r} is not numeric; a log scale needs numbers")
     # other axes that vary within a policy split its line (an axis that only names the policy does not)
     others = [a for a in axes_of(table) if a not in (x, "seed") and ok.groupby("policy")[a].nunique().max() > 1]
     series = []  # (policy, the other axes' values, mean, low, high) per line, indexed by x
