@@ -44,6 +44,39 @@ def test_network_delay_on_one_worker_slows_every_ring_step() -> None:
         assert ars["duration_s"].to_numpy() == pytest.approx([expected] * 4, rel=1e-9), model
 
 
+@pytest.mark.parametrize("delay_mode, hops", [("one_way", 1), ("rpc", 2)])
+def test_rpc_delay_is_paid_twice_between_two_delayed_workers(delay_mode: str, hops: int) -> None:
+    """Ranks 1 and 2 of a 4-ring delayed 10 ms. one_way: every flow pays it once at most (1 -> 2
+    leaves rank 1). rpc: a flow into a delayed host pays it too (the request or response that leaves
+    that host), so 1 -> 2 pays it twice and every ring step waits 2 x 10 ms."""
+    for model in ("pipelined", "stepwise"):
+        cfg = synthetic(star(4), [{"name": "ring"}], 40, compute_ms=10.0, iterations=3, model=model)
+        straggler = {"ranks": [1, 2], "delay_ms": 10.0, "delay_mode": delay_mode, "start_s": 0.0, "duration_s": 1e3}
+        cfg["faults"] = {"stragglers": [straggler]}
+        expected = 2 * 3 * (STAR_ALPHA + hops * 0.010) + 2 * 3 / 4 * 40 * MB / (25 * GBPS)
+        assert allreduces(simulate(cfg))["duration_s"].to_numpy() == pytest.approx([expected] * 3, rel=1e-9), model
+
+
+def test_rpc_delay_on_one_worker_costs_a_ring_what_one_way_does() -> None:
+    """One delayed rank: its outgoing flow pays the delay under both modes, its incoming one only
+    under rpc, so a ring step still waits one delay (the ring of the test above)."""
+    cfg = synthetic(star(4), [{"name": "ring"}], 40, compute_ms=10.0, iterations=3)
+    cfg["faults"] = {
+        "stragglers": [{"ranks": [2], "delay_ms": 10.0, "delay_mode": "rpc", "start_s": 0.0, "duration_s": 1e3}]
+    }
+    expected = 2 * 3 * (STAR_ALPHA + 0.010) + 2 * 3 / 4 * 40 * MB / (25 * GBPS)
+    assert allreduces(simulate(cfg))["duration_s"].to_numpy() == pytest.approx([expected] * 3, rel=1e-9)
+
+
+def test_delay_mode_needs_a_delay() -> None:
+    cfg = synthetic(star(2), [{"name": "ring"}], 10)
+    cfg["faults"] = {
+        "stragglers": [{"ranks": [1], "compute_factor": 2, "delay_mode": "rpc", "start_s": 0, "duration_s": 1}]
+    }
+    with pytest.raises(ConfigError, match="delay_mode: applies only with delay_ms"):
+        parse_config(cfg)
+
+
 def test_uplink_bandwidth_straggler_applies_only_in_its_window() -> None:
     """Uplinks halved during [0.2, 0.6): ring all-reduces launched inside get 12.5 Gbps cross-rack."""
     cfg = synthetic(two_tier(2, 2, 25.0), [{"name": "ring"}], 40, compute_ms=60.0, iterations=8)

@@ -60,6 +60,15 @@ class Straggler(Strict):
     delay_ms: Optional[Annotated[float, Field(ge=0, le=1e3)]] = Field(
         None, description="extra latency on the targets' outgoing links (like netem delay)"
     )
+    delay_mode: Literal["one_way", "rpc"] = Field(
+        "one_way",
+        description=(
+            "how delay_ms is charged. one_way: a transfer pays it when it leaves a target (the packets "
+            "netem holds); rpc: every transfer is one half of a request/response RPC (TensorFlow's "
+            "RecvTensor and RunGraph over gRPC) whose other half crosses the target's outgoing link too, "
+            "so a transfer to or from a target pays it once and one between two targets twice"
+        ),
+    )
     bandwidth_factor: Optional[Annotated[float, Field(ge=1e-4, le=1)]] = Field(
         None, description="capacity multiplier on the targets' links"
     )
@@ -80,6 +89,8 @@ class Straggler(Strict):
         _exactly_one(self, ("start_s", "every_s"), "timing", problems)
         if effect == "compute_factor" and target == "uplinks":
             problems.append("compute_factor: applies to ranks, not uplinks")
+        if self.delay_mode != "one_way" and effect != "delay_ms":
+            problems.append("delay_mode: applies only with delay_ms")
         if self.count is not None and self.every_s is None:
             problems.append("count: applies only to a random process (every_s)")
         _report(problems)

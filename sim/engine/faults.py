@@ -1,6 +1,7 @@
 """Transient stragglers and background traffic as SimPy processes acting on workers and links.
 
-A straggler multiplies a worker's compute time, adds latency to outgoing links, or scales link
+A straggler multiplies a worker's compute time, adds latency to outgoing links (`delay_mode: rpc`:
+to incoming ones too, for the request or response of each RPC that leaves the host), or scales link
 capacity, for `duration_s`, once (`start_s`) or as a seeded Poisson process (`every_s`). Overlapping
 occurrences combine (factors multiply, delays add) and everything returns exactly to nominal when
 they end. Background flows are rate-capped open flows competing max-min fairly with training.
@@ -162,11 +163,14 @@ def _occurrence(
     if spec.compute_factor is not None:
         ctx.compute.straggle(ranks, spec.compute_factor, on=True)
     links: list[int] = []
+    # netem delays what leaves a target; under rpc each transfer into a target also waits for the
+    # request or response that leaves it, which the same delay on its incoming links charges
+    one_way = spec.delay_ms is not None and spec.delay_mode == "one_way"
     if spec.ranks is not None:
-        links = nic_links(ctx.cluster, ranks, egress_only=spec.delay_ms is not None)
+        links = nic_links(ctx.cluster, ranks, egress_only=one_way)
     else:
         for up, down in uplink_links(ctx.cluster, targets):
-            links += list(up) + ([] if spec.delay_ms is not None else list(down))
+            links += list(up) + ([] if one_way else list(down))
     if spec.delay_ms is not None:
         effects.delay(links, spec.delay_ms * 1e-3, on=True)
     if spec.bandwidth_factor is not None:

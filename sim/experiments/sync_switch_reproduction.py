@@ -21,8 +21,10 @@ ResNet-50's BSP (the CIFAR-10 input rate at 64 images a tower) and hybrids.
 The straggler runs (`data/straggler`, an earlier setup: 40,000 BSP steps of 0.255 s) are predicted
 as slowdowns: each mode's compute calibrated on its run without stragglers (BSP here runs a client
 per worker: its steps are far faster than the master's pipeline allows), then the same run with
-`tc netem` delay on the straggling hosts' outgoing links (`faults.stragglers[].delay_ms`), against
-the logged slowdowns.
+the `tc netem` delay on the straggling hosts (`faults.stragglers[].delay_ms`), against the logged
+slowdowns. The delay is charged per RPC (`delay_mode: rpc`): TensorFlow moves every tensor as a gRPC
+request answered with it, so a transfer to or from a delayed host pays it once and one between two
+delayed hosts twice (docs/sync_switch.md, "Stragglers", has the mechanisms checked and rejected).
 
 The online policies' runs are replayed: their phases from the launcher's job records (the logs
 keep neither the stragglers' timing nor the detection thresholds), simulated beside the static 5%
@@ -271,9 +273,16 @@ STRAGGLER_CASES = (
 SLOWDOWN_ITERATIONS = 400
 
 
-def straggler_slowdowns(runs: pd.DataFrame, base: dict[str, Any]) -> pd.DataFrame:
+def _netem(ranks: Sequence[int], delay_ms: float, delay_mode: str) -> dict[str, Any]:
+    """`code/straggler_simulator.sh`'s `tc qdisc add dev ens5 root netem delay <ms>` on the straggling
+    hosts, for the whole run."""
+    return {"ranks": list(ranks), "delay_ms": delay_ms, "delay_mode": delay_mode, "start_s": 0.0, "duration_s": 1e9}
+
+
+def straggler_slowdowns(runs: pd.DataFrame, base: dict[str, Any], delay_mode: str = "rpc") -> pd.DataFrame:
     """Per straggler case and mode, the logged and the simulated slowdown over the same mode without
-    stragglers (BSP: `sync_baseline*`, ASP: `async_baseline*`)."""
+    stragglers (BSP: `sync_baseline*`, ASP: `async_baseline*`). `delay_mode`: how the netem delay is
+    charged (`faults.stragglers[].delay_mode`)."""
     setup = STRAGGLER
     rows = []
     for mode, prefix, policy in (
@@ -287,7 +296,7 @@ def straggler_slowdowns(runs: pd.DataFrame, base: dict[str, Any]) -> pd.DataFram
         nominal = float(_run(config, [policy], SLOWDOWN_ITERATIONS).loc[label, "sim_time_s"])
         for suffix, delay_ms, ranks in STRAGGLER_CASES:
             slowdown = logged_seconds(runs, setup.experiment, f"{prefix}_{suffix}") / target
-            faults = {"stragglers": [{"ranks": list(ranks), "delay_ms": delay_ms, "start_s": 0.0, "duration_s": 1e9}]}
+            faults = {"stragglers": [_netem(ranks, delay_ms, delay_mode)]}
             slowed = float(_run({**config, "faults": faults}, [policy], SLOWDOWN_ITERATIONS).loc[label, "sim_time_s"])
             rows.append(
                 {
@@ -336,13 +345,13 @@ def replayed_plan(phases: pd.DataFrame, configuration: str, workers: int) -> tup
 
 
 def online_gains(
-    runs: pd.DataFrame, phases: pd.DataFrame, calibration: Calibration, base: dict[str, Any]
+    runs: pd.DataFrame, phases: pd.DataFrame, calibration: Calibration, base: dict[str, Any], delay_mode: str = "rpc"
 ) -> pd.DataFrame:
     """Per online run: its logged and its simulated gain over the static hybrid under the same
     stragglers. The online policy's decisions are replayed from its job records (`replayed_plan`):
     the logs keep neither its detection thresholds nor when the stragglers came, so syncsim predicts
-    the time the decisions took, not the decisions. The stragglers are the delay on the straggling
-    hosts' outgoing links for the whole run, on the CIFAR-10 setup as calibrated."""
+    the time the decisions took, not the decisions. The stragglers are the netem delay on the
+    straggling hosts (charged as `delay_mode`) for the whole run, on the CIFAR-10 setup as calibrated."""
     setup = CIFAR10
     config = setup_config(base, setup, calibration.compute_ms[setup.model], calibration.input_samples_s)
     table = logged(runs, "straggler")
@@ -361,7 +370,7 @@ def online_gains(
                     "switch_cost_s": calibration.switch_cost_s,
                 }
             )
-        faults = {"stragglers": [{"ranks": list(ranks), "delay_ms": delay_ms, "start_s": 0.0, "duration_s": 1e9}]}
+        faults = {"stragglers": [_netem(ranks, delay_ms, delay_mode)]}
         simulated = _run({**config, "faults": faults}, policies, setup.bsp_steps)
         logged_min = {label: float(table.loc[label, "median_min"]) for label in (online, static)}
         predicted_min = {label: float(simulated.loc[label, "sim_time_s"]) / 60.0 for label in (online, static)}
