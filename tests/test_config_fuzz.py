@@ -338,6 +338,7 @@ NOT_HERE: dict[str, str] = {
 }
 # values to try where doubling and halving the current one cannot say (an unset field, a name, a list)
 TRY: dict[str, list[Any]] = {
+    "warmup_iterations": [1],
     "cluster.gpu": ["P100", "A100"],
     "cluster.intra_host_gbps": [5.0],
     "cluster.server_nic_gbps": [1.0],
