@@ -114,10 +114,7 @@ def warmup_setting(config: Config, warmup: Optional[int]) -> tuple[int, list[str
     if warmup is None:
         warmup = config.summary_warmup(real=True)
     elif not 0 <= warmup < config.iterations:
-        raise ConfigError(
-            f"--warmup: {warmup} iterations; allowed: 0 to iterations - 1 ({config.iterations - 1}), so that "
-            "some are left to compare"
-        )
+        raise ConfigError(f"--warmup: {warmup} leaves no iteration to compare; allowed: 0 to {config.iterations - 1}")
     return warmup, [f"warmup_iterations={warmup}"]
 
 

@@ -32,9 +32,7 @@ from sim.config.types import (
     Strict,
 )
 
-# iterations a real run's summary leaves out by default (`Config.summary_warmup`): its first iterations
-# pay for connections, the allocator and caches, which the simulator does not model
-WARMUP_ITERATIONS = 3
+WARMUP_ITERATIONS = 3  # a real run's summary leaves out its warm-up by default (`Config.summary_warmup`)
 
 
 class ClusterBase(Strict):
@@ -335,8 +333,7 @@ class Config(Strict):
         None,
         description=f"each worker's first iterations the summary's timings leave out (iterations.csv keeps them); "
         f"default: {WARMUP_ITERATIONS} in a real run and `syncsim validate` (at most iterations - 1), none in a "
-        "simulation; set it to summarise both on the same iterations (not the learning-rate warm-up, "
-        "numerics.schedule.warmup_iterations)",
+        "simulation; set it to summarise both alike (the learning-rate warm-up is numerics.schedule's)",
     )
     cluster: ClusterConfig = Field(description="the hardware: topology, GPUs, links")
     workload: WorkloadConfig = Field(description="the model and per-GPU batch")
@@ -356,20 +353,17 @@ class Config(Strict):
         return self.numerics is not None and self.numerics.enabled
 
     def summary_warmup(self, real: bool) -> int:
-        """The iterations a summary leaves out: `warmup_iterations`, or by default the real backend's
-        warm-up (connections, allocator, caches; `WARMUP_ITERATIONS`, keeping at least one iteration)
-        and none for a simulation."""
+        """`warmup_iterations`, or by default a real run's warm-up (connections, allocator, caches, which
+        the simulator does not model; at least one iteration kept) and none in a simulation."""
         if self.warmup_iterations is not None:
             return self.warmup_iterations
         return min(WARMUP_ITERATIONS, self.iterations - 1) if real else 0
 
     @model_validator(mode="after")
     def _warmup_leaves_iterations(self) -> Config:
-        if self.warmup_iterations is not None and self.warmup_iterations >= self.iterations:
-            raise ValueError(
-                f"warmup_iterations: {self.warmup_iterations} leaves no iteration to summarise; "
-                f"allowed: 0 to iterations - 1 ({self.iterations - 1})"
-            )
+        warmup, n = self.warmup_iterations, self.iterations
+        if warmup is not None and warmup >= n:
+            raise ValueError(f"warmup_iterations: {warmup} leaves no iteration to summarise; allowed: 0 to {n - 1}")
         return self
 
     @model_validator(mode="after")
