@@ -1,6 +1,8 @@
-"""Rank 0 turns what every process reported into a `PolicyRun`, and writes the simulator's tables,
-`trace.json` and figures (those a real run can measure: no per-link tables) plus `parameters.npz`
-(per policy: `<label>/workers`, every replica's final flat parameters, `<label>/consensus`, and
+"""Rank 0 turns what every process reported into a `PolicyRun`, and writes the simulator's tables
+(every iteration in `iterations.csv`; the summary's timings without each worker's warm-up
+iterations, `warmup_iterations`, default 3, as `syncsim validate` compares them), `trace.json` and
+figures (those a real run can measure: no per-link tables) plus `parameters.npz` (per policy:
+`<label>/workers`, every replica's final flat parameters, `<label>/consensus`, and
 `<label>/checkpoint<k>`, the model restarted from at a phased policy's k-th switch), which the
 simulator keeps in memory as `PolicyRun.parameters` / `.consensus` / `.checkpoints`."""
 
@@ -133,15 +135,18 @@ def _mean(values: Sequence[float]) -> float:
 
 def write(config: Config, cluster: Any, plan: Any, runs: list[PolicyRun], out: Path) -> None:
     """The tables so far (atomic writes, so a later failure loses nothing already written), then
-    `trace.json`, then, once every policy has finished, the figures. The per-link tables are left
-    out: a real run cannot see what each link carried (`sim.results.result.UNMEASURED`)."""
+    `trace.json`, then, once every policy has finished, the figures. `iterations.csv` has every
+    iteration; the summary's timings leave out each worker's first `Config.summary_warmup(real=True)`
+    (connection set-up, allocator and cache warm-up: what `syncsim validate` drops too). The
+    per-link tables are left out: a real run cannot see what each link carried
+    (`sim.results.result.UNMEASURED`)."""
     from sim.api import result_of
 
-    result = result_of(config, cluster, plan, runs)
+    result = result_of(config, cluster, plan, runs, measured=True)  # the summary leaves out the warm-up
     result.measured = True
-    # the ideal is every worker computing all the time at its *measured* speed (not the sim's model)
-    frame = result.iterations.groupby("policy")["compute_s"].mean()
-    ideal = cluster.world_size * plan.batch_size / result.summary["policy"].map(frame)
+    # the ideal is every worker computing all the time at its *measured* speed (not the sim's model),
+    # over the same iterations as the throughput
+    ideal = cluster.world_size * plan.batch_size / result.summary["mean_compute_s"]
     result.summary["scaling_efficiency"] = result.summary["throughput_samples_s"] / ideal
     result.write(out, plot=False, trace=False)
     arrays = {f"{run.label}/workers": run.parameters for run in runs if run.parameters is not None}

@@ -5,8 +5,9 @@ compute time and the model's real gradient size); (2) run that config on the rea
 simulate it, and simulate the asynchronous policies (ASP, SSP) again with their workers out of step
 (`sim.experiments.ensemble`: the median of seeded runs is their prediction); (4) compare, policy by
 policy, the mean iteration time (throughput for the asynchronous policies, whose iterations are not
-in lockstep), after dropping `warmup` iterations on both sides (connection set-up and allocator
-warm-up have no simulated counterpart).
+in lockstep), after dropping each worker's first `warmup` iterations on both sides (connection
+set-up and allocator warm-up have no simulated counterpart): by default the config's
+`warmup_iterations`, else 3 (`Config.summary_warmup`), which both runs' summaries leave out too.
 By default the cluster is an emulated one built from the config (`syncsim emulate`, root needed).
 """
 
@@ -23,7 +24,7 @@ import pandas as pd
 from real.launch import launch
 from sim.api import simulate
 from sim.config import Config, load_config
-from sim.errors import SyncsimError
+from sim.errors import ConfigError, SyncsimError
 from sim.experiments.ensemble import JITTER, asynchronous_policies, decorrelated
 from sim.files import atomic_write
 from sim.results import Result
@@ -81,12 +82,14 @@ def validate(
     out: Path,
     tag: Optional[str] = None,
     timeout_s: float = 120.0,
-    warmup: int = 3,
+    warmup: Optional[int] = None,
     queue: str = "fair",
     overrides: Sequence[str] = (),
 ) -> Validation:
-    """`queue`: the links' discipline when the emulation is built here (`tag` None); `overrides`:
-    `KEY=VALUE` settings applied to the config (`--set`), which the calibrated config then holds."""
+    """`warmup`: iterations dropped on both sides (default: the config's `warmup_iterations`, else 3);
+    `queue`: the links' discipline when the emulation is built here (`tag` None); `overrides`: `KEY=VALUE`
+    settings applied to the config (`--set`), which the calibrated config then holds."""
+    warmup, same = warmup_setting(load_config(config_path, overrides), warmup)
     out.mkdir(parents=True, exist_ok=True)
     calibrated = out / "calibrated.yaml"
     with _emulation(config_path, tag, queue, overrides) as running:
@@ -95,11 +98,11 @@ def validate(
         )
         if not outcome.ok:
             raise ValidationError(f"calibration failed: {outcome.failed}")
-        outcome = launch(calibrated, out / "real", timeout_s=timeout_s, emulation=running)
+        outcome = launch(calibrated, out / "real", timeout_s=timeout_s, emulation=running, overrides=same)
         if not outcome.ok:
             raise ValidationError(f"the real run failed: {outcome.failed}; partial results in {out / 'real'}")
-    simulate(calibrated).write(out / "sim", plot=False)
-    config = load_config(calibrated)
+    config = load_config(calibrated, same)
+    simulate(config).write(out / "sim", plot=False)
     ensemble = decorrelated(config, asynchronous_policies(config), warmup=warmup)
     atomic_write(out / "sim_out_of_step.csv", ensemble.to_csv(index=False))
     table = compare(calibrated, out / "sim", out / "real", warmup, ensemble)
@@ -107,6 +110,16 @@ def validate(
     atomic_write(out / "validation.md", markdown(table))
     plot(table, out / "validation.png", config.name)
     return Validation(table, out)
+
+
+def warmup_setting(config: Config, warmup: Optional[int]) -> tuple[int, list[str]]:
+    """The warm-up a validation drops (`warmup`, else the real run's default for `config`), and the
+    override that makes both runs' summaries leave out the same iterations."""
+    if warmup is None:
+        warmup = config.summary_warmup(real=True)
+    elif not 0 <= warmup < config.iterations:
+        raise ConfigError(f"--warmup: {warmup} leaves no iteration to compare; allowed: 0 to {config.iterations - 1}")
+    return warmup, [f"warmup_iterations={warmup}"]
 
 
 @contextlib.contextmanager

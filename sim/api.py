@@ -151,13 +151,16 @@ def _numerics_threads(cfg: Config) -> Any:
     return torch_threads(cfg.numerics.threads)
 
 
-def result_of(cfg: Config, cluster: Cluster, plan: ComputePlan, runs: list[PolicyRun]) -> Result:
-    """The tables of the runs so far (the real backend builds its results with it too)."""
+def result_of(
+    cfg: Config, cluster: Cluster, plan: ComputePlan, runs: list[PolicyRun], measured: bool = False
+) -> Result:
+    """The tables of the runs so far (the real backend builds its results with it too, `measured`:
+    its summary leaves out the real warm-up, `Config.summary_warmup`)."""
     iterations = iterations_frame(runs, cluster, plan.batch_size)
     target = cfg.numerics.target_accuracy if cfg.numerics else None
     return Result(
         cfg,
-        summary_frame(runs, iterations, cluster, plan, target, cfg.numerics_on),
+        summary_frame(runs, iterations, cluster, plan, target, cfg.numerics_on, cfg.summary_warmup(real=measured)),
         iterations,
         ops_frame(runs),
         links_frame(runs, cluster),

@@ -167,7 +167,9 @@ def add_validate(sub: Subparsers) -> None:
     val.add_argument("--out", required=True, help="output folder")
     val.add_argument("--emulate", metavar="TAG", help="use this running emulation (default: build one from the config)")
     val.add_argument("--timeout", type=float, default=120.0)
-    val.add_argument("--warmup", type=int, default=3, help="iterations dropped on both sides before comparing")
+    val.add_argument(
+        "--warmup", type=int, help="iterations dropped on both sides (default: the config's warmup_iterations, else 3)"
+    )
     val.add_argument(
         "--queue",
         choices=QUEUES,

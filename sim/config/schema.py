@@ -32,6 +32,8 @@ from sim.config.types import (
     Strict,
 )
 
+WARMUP_ITERATIONS = 3  # a real run's summary leaves out its warm-up by default (`Config.summary_warmup`)
+
 
 class ClusterBase(Strict):
     gpus_per_host: Count = Field(1, description="GPUs per host (one rank each)")
@@ -327,6 +329,12 @@ class Config(Strict):
     iterations: Annotated[int, Field(ge=1, le=1_000_000_000)] = Field(
         10, description="training iterations each worker runs"
     )
+    warmup_iterations: Optional[Annotated[int, Field(ge=0, le=1_000_000_000)]] = Field(
+        None,
+        description=f"each worker's first iterations the summary's timings leave out (iterations.csv keeps them); "
+        f"default: {WARMUP_ITERATIONS} in a real run and `syncsim validate` (at most iterations - 1), none in a "
+        "simulation; set it to summarise both alike (the learning-rate warm-up is numerics.schedule's)",
+    )
     cluster: ClusterConfig = Field(description="the hardware: topology, GPUs, links")
     workload: WorkloadConfig = Field(description="the model and per-GPU batch")
     policies: list[PolicyEntry] = Field(min_length=1, description="the schemes to compare")
@@ -343,6 +351,20 @@ class Config(Strict):
     @property
     def numerics_on(self) -> bool:
         return self.numerics is not None and self.numerics.enabled
+
+    def summary_warmup(self, real: bool) -> int:
+        """`warmup_iterations`, or by default a real run's warm-up (connections, allocator, caches, which
+        the simulator does not model; at least one iteration kept) and none in a simulation."""
+        if self.warmup_iterations is not None:
+            return self.warmup_iterations
+        return min(WARMUP_ITERATIONS, self.iterations - 1) if real else 0
+
+    @model_validator(mode="after")
+    def _warmup_leaves_iterations(self) -> Config:
+        warmup, n = self.warmup_iterations, self.iterations
+        if warmup is not None and warmup >= n:
+            raise ValueError(f"warmup_iterations: {warmup} leaves no iteration to summarise; allowed: 0 to {n - 1}")
+        return self
 
     @model_validator(mode="after")
     def _cluster_fits_a_machine_room(self) -> Config:

@@ -29,4 +29,19 @@ def summary_table(summary: pd.DataFrame) -> str:
         df[col] = df[col] * 1e3
     if "final acc." in df:
         df["final acc."] = df["final acc."].map(lambda v: f"{v:.3f}")
-    return df.to_string(index=False, float_format=lambda v: f"{v:,.2f}")
+    return df.to_string(index=False, float_format=lambda v: f"{v:,.2f}") + _warmup_note(summary)
+
+
+def _warmup_note(summary: pd.DataFrame) -> str:
+    """A line saying which iterations the timings leave out, where the summary left any out."""
+    if "warmup_dropped" not in summary:
+        return ""
+    rows = summary[["policy", "warmup_dropped"]].dropna()
+    dropped = rows["warmup_dropped"].astype(int)
+    if not (dropped > 0).any():
+        return ""
+    if dropped.nunique() == 1:
+        which = f"each worker's first {dropped.iloc[0]} iterations"
+    else:
+        which = "each worker's first " + ", ".join(f"{n} ({p})" for p, n in zip(rows["policy"], dropped))
+    return f"\ntimings leave out {which} as warm-up (warmup_iterations; iterations.csv keeps every one)"

@@ -2,7 +2,9 @@
 
 iterations: one row per worker per iteration; iteration_s = compute_s + comm_s + wait_s.
 ops: one row per collective (rank -1) and per point-to-point batch or wait.
-summary: one row per policy; `status`: ok, `failed: <reason>`, or `interrupted: <what stopped it>`.
+summary: one row per policy; `status`: ok, `failed: <reason>`, or `interrupted: <what stopped it>`. Its
+timings (iteration time, throughput, compute, comm, wait) leave out each worker's first
+`warmup_dropped` iterations (`Config.summary_warmup`: a real run's warm-up); its counts keep them.
 links: one row per network link per policy; utilization: link utilisation over time.
 staleness: histogram of the staleness of updates applied by asynchronous shards.
 accuracy (numerics mode): held-out loss and accuracy of the consensus model (worker -1) and of each
@@ -41,6 +43,7 @@ SUMMARY_COLUMNS = (
     "workers",
     "iterations",
     "updates",
+    "warmup_dropped",
     "mean_iteration_s",
     "p50_iteration_s",
     "p99_iteration_s",
@@ -177,7 +180,10 @@ def summary_frame(
     plan: ComputePlan,
     target_accuracy: float | None = None,
     numerics: bool = False,
+    warmup: int = 0,
 ) -> pd.DataFrame:
+    """One row per run; the timings over each worker's iterations from `warmup` on (all of them
+    where none would be left: a run that failed early), and `warmup_dropped` says which."""
     rows = []
     for run in runs:
         df = iterations[iterations["policy"] == run.label]
@@ -187,19 +193,23 @@ def summary_frame(
         counts = df.groupby("rank")["iteration"].count()
         row["iterations"] = int(counts.min()) if len(counts) == cluster.world_size else 0
         row["updates"] = len(df)
-        if len(df):
-            span = df["end_s"].max() - df["start_s"].min()
-            throughput = df["samples"].sum() / span if span > 0 else float("inf")
+        steady = df[df["iteration"] >= warmup]
+        dropped = warmup if len(steady) else 0
+        steady = steady if len(steady) else df
+        row["warmup_dropped"] = dropped
+        if len(steady):
+            span = steady["end_s"].max() - steady["start_s"].min()
+            throughput = steady["samples"].sum() / span if span > 0 else float("inf")
             ideal = cluster.world_size * plan.batch_size / plan.compute_s if plan.compute_s > 0 else float("inf")
-            times = df["iteration_s"].to_numpy()
+            times = steady["iteration_s"].to_numpy()
             row.update(
                 mean_iteration_s=float(times.mean()),
                 p50_iteration_s=float(np.percentile(times, 50)),
                 p99_iteration_s=float(np.percentile(times, 99)),
                 throughput_samples_s=float(throughput),
-                mean_compute_s=float(df["compute_s"].mean()),
-                mean_comm_s=float(df["comm_s"].mean()),
-                mean_wait_s=float(df["wait_s"].mean()),
+                mean_compute_s=float(steady["compute_s"].mean()),
+                mean_comm_s=float(steady["comm_s"].mean()),
+                mean_wait_s=float(steady["wait_s"].mean()),
                 scaling_efficiency=float(throughput / ideal) if np.isfinite(ideal) else float("nan"),
             )
             row["network_bytes_per_iteration"] = _host_egress(run, cluster) * cluster.world_size / len(df)
