@@ -103,9 +103,9 @@ def test_real_applies_set_and_defaults_nproc_to_the_clusters_gpus(
     monkeypatch.setattr(real.launch, "launch", fake_launch)
     monkeypatch.setattr(real.results, "print_real_results", lambda out: None)
     # 4 racks of 1 host x 2 GPUs: 8 workers, so the default follows the overridden cluster
-    argv = ["real", str(REAL), "--out", str(tmp_path / "r"), "--set", "cluster.racks=4", "--set", "iterations=2"]
+    argv = ["real", str(REAL), "--out", str(tmp_path / "r"), "--set", "cluster.racks=4", "--set", "iterations=5"]
     assert main(argv) == 0
-    assert launched["overrides"] == ["cluster.racks=4", "iterations=2"] and launched["nproc"] == 8
+    assert launched["overrides"] == ["cluster.racks=4", "iterations=5"] and launched["nproc"] == 8
     assert "starting 8 workers" in capsys.readouterr().err
     assert main([*argv, "--nproc", "8"]) == 0  # still accepted when it agrees
     capsys.readouterr()
@@ -131,10 +131,10 @@ def test_calibrate_and_validate_apply_set(tmp_path: Path, monkeypatch: pytest.Mo
     monkeypatch.setattr(real.launch, "launch", fake_launch)
     monkeypatch.setattr(real.validate, "validate", fake_validate)
     out = str(tmp_path / "c.yaml")
-    assert main(["calibrate", str(REAL), "--out", out, "--set", "iterations=2", "--repeats", "3"]) == 0
-    assert seen["calibrate"] == ["iterations=2", "calibration.repeats=3"]  # the flag after --set: it wins
-    assert main(["validate", str(REAL), "--out", str(tmp_path / "v"), "--set", "iterations=2"]) == 0
-    assert seen["validate"] == ["iterations=2"]
+    assert main(["calibrate", str(REAL), "--out", out, "--set", "iterations=5", "--repeats", "3"]) == 0
+    assert seen["calibrate"] == ["iterations=5", "calibration.repeats=3"]  # the flag after --set: it wins
+    assert main(["validate", str(REAL), "--out", str(tmp_path / "v"), "--set", "iterations=5"]) == 0
+    assert seen["validate"] == ["iterations=5"]
 
 
 def test_search_applies_set(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
