@@ -112,8 +112,8 @@ def test_the_plot_has_min_max_bars_and_says_how_many_seeds(drawn: list) -> None:
     (segments,) = bars[0].lines[2]  # one vertical segment per fraction, from min to max
     assert sorted(tuple(sorted(seg[:, 1])) for seg in segments.get_segments()) == [(0.8, 0.9), (0.88, 0.92)]
     assert any(isinstance(c, ErrorbarContainer) for c in ax_time.containers)
-    assert ax_acc.get_ylabel() == "final accuracy (consensus, mean of 3 seeds, bars: min-max)"
-    assert drawn[1].axes[0].get_ylabel() == "final accuracy (consensus, 1 seed)"
+    assert ax_acc.get_ylabel() == "final accuracy (consensus)\nmean of 3 seeds, bars: min-max"
+    assert drawn[1].axes[0].get_ylabel() == "final accuracy (consensus)\n1 seed"
 
 
 def test_cli_writes_every_point_and_the_plot(

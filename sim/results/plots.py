@@ -175,11 +175,11 @@ def search_plot(
     chosen = rows[rows["chosen"]]
     ax_acc.scatter(chosen["fraction"] * 100, chosen["final_accuracy"], s=160, facecolors="none", edgecolors="black",
                    label="smallest passing")  # fmt: skip
-    ax_acc.set_ylabel(f"final accuracy (consensus, {_seeds_said(rows)})")
+    ax_acc.set_ylabel(f"final accuracy (consensus)\n{_seeds_said(rows)}")
     ax_acc.legend(fontsize=8)
     ax_time.plot(x, rows["sim_time_s"], marker="o")
     _spread_bars(ax_time, rows, "sim_time_s")
-    ax_time.set_ylabel(f"time to finish (simulated s, {_seeds_said(rows)})")
+    ax_time.set_ylabel(f"time to finish (simulated s)\n{_seeds_said(rows)}")
     for ax in (ax_acc, ax_time):
         ax.set_xscale("log", base=2)
         ax.set_xticks(x, [f"{v:g}%" for v in x])

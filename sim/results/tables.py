@@ -4,7 +4,8 @@ iterations: one row per worker per iteration; iteration_s = compute_s + comm_s +
 ops: one row per collective (rank -1) and per point-to-point batch or wait.
 summary: one row per policy; `status`: ok, `failed: <reason>`, or `interrupted: <what stopped it>`.
 links: one row per network link per policy; utilization: link utilisation over time.
-staleness: histogram of the staleness of updates applied by asynchronous shards.
+staleness: histogram of the staleness of updates applied by asynchronous shards, in updates (others'
+updates to the bucket since the pusher read it; not steps: SSP's bound counts steps).
 accuracy (numerics mode): held-out loss and accuracy of the consensus model (worker -1) and of each
 replica over iterations and simulated time.
 """
