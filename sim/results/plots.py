@@ -187,27 +187,51 @@ def accuracy_plot(
 def search_plot(
     table: pd.DataFrame, reference: float, tolerance: float, path: Path, config_name: str | None = None
 ) -> None:
-    """Sync-Switch's offline search: final accuracy and time to finish against the BSP fraction."""
+    """Sync-Switch's offline search: final accuracy and time to finish against the BSP fraction, as
+    means over the seeds with min-max bars where the table has them (`search.csv`)."""
     rows = table.sort_values("fraction")
+    x = rows["fraction"] * 100
     fig, (ax_acc, ax_time) = figure(1, 2, figsize=(11, 4))
     colors = ["tab:green" if ok else "tab:red" for ok in rows["passes"]]
-    ax_acc.plot(rows["fraction"] * 100, rows["final_accuracy"], color="grey", lw=1)
-    ax_acc.scatter(rows["fraction"] * 100, rows["final_accuracy"], c=colors, zorder=3)
+    ax_acc.plot(x, rows["final_accuracy"], color="grey", lw=1)
+    _spread_bars(ax_acc, rows, "final_accuracy")
+    ax_acc.scatter(x, rows["final_accuracy"], c=colors, zorder=3)
     ax_acc.axhspan(reference - tolerance, reference, color="tab:green", alpha=0.1, lw=0, label="within tolerance")
     chosen = rows[rows["chosen"]]
     ax_acc.scatter(chosen["fraction"] * 100, chosen["final_accuracy"], s=160, facecolors="none", edgecolors="black",
                    label="smallest passing")  # fmt: skip
-    ax_acc.set_ylabel("final accuracy (consensus, mean over seeds)")
+    ax_acc.set_ylabel(f"final accuracy (consensus)\n{_seeds_said(rows)}")
     ax_acc.legend(fontsize=8)
-    ax_time.plot(rows["fraction"] * 100, rows["sim_time_s"], marker="o")
-    ax_time.set_ylabel("time to finish (simulated s)")
+    ax_time.plot(x, rows["sim_time_s"], marker="o")
+    _spread_bars(ax_time, rows, "sim_time_s")
+    ax_time.set_ylabel(f"time to finish (simulated s)\n{_seeds_said(rows)}")
     for ax in (ax_acc, ax_time):
         ax.set_xscale("log", base=2)
-        ax.set_xticks(rows["fraction"] * 100, [f"{v:g}%" for v in rows["fraction"] * 100])
+        ax.set_xticks(x, [f"{v:g}%" for v in x])
         ax.minorticks_off()
         ax.set_xlabel("BSP share of training")
         ax.grid(alpha=0.3)
     save_captioned(fig, path, config_name)
+
+
+def _seeds_said(rows: pd.DataFrame) -> str:
+    """How many seeds each point averages, as an axis label says it: "1 seed", "mean of 3 seeds"."""
+    counts = sorted({int(n) for n in rows["seeds"]}) if "seeds" in rows else []
+    if not counts:  # a table from before the count was saved
+        return "mean over seeds"
+    if counts == [1]:
+        return "1 seed"
+    said = str(counts[0]) if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
+    bars = ", bars: min-max" if {"final_accuracy_min", "final_accuracy_max"} <= set(rows) else ""
+    return f"mean of {said} seeds{bars}"
+
+
+def _spread_bars(ax: Axes, rows: pd.DataFrame, column: str) -> None:
+    """Min-max error bars around the means of `column`, where the table has its min and max."""
+    if {f"{column}_min", f"{column}_max"} <= set(rows):
+        mean = rows[column]
+        below, above = (mean - rows[f"{column}_min"]).clip(lower=0), (rows[f"{column}_max"] - mean).clip(lower=0)
+        ax.errorbar(rows["fraction"] * 100, mean, yerr=[below, above], fmt="none", ecolor="0.3", capsize=4, lw=1)
 
 
 def shade_phases(ax: Axes, phases: pd.DataFrame | None, label: str, color: str) -> None:

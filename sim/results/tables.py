@@ -6,7 +6,8 @@ summary: one row per policy; `status`: ok, `failed: <reason>`, or `interrupted: 
 timings (iteration time, throughput, compute, comm, wait) leave out each worker's first
 `warmup_dropped` iterations (`Config.summary_warmup`: a real run's warm-up); its counts keep them.
 links: one row per network link per policy; utilization: link utilisation over time.
-staleness: histogram of the staleness of updates applied by asynchronous shards.
+staleness: histogram of the staleness of updates applied by asynchronous shards, in updates (others'
+updates to the bucket since the pusher read it; not steps: SSP's bound counts steps).
 accuracy (numerics mode): held-out loss and accuracy of the consensus model (worker -1) and of each
 replica over iterations and simulated time.
 """
