@@ -248,8 +248,9 @@ def _warn_unsteady(spans: list[str], repeats: int, shown: int = 5) -> None:
     more = f"; and {len(spans) - shown} more" if len(spans) > shown else ""
     print(
         f"warning: timings varied a lot between the {repeats} repeats (IQR over {UNSTEADY_IQR:.0%} of the median, "
-        f"or max over {UNSTEADY_RANGE:g}x min): {'; '.join(spans[:shown])}{more}. Other work on this machine "
-        "was probably sharing the device, so the medians may be far from a quiet run's: re-run on a quiet "
-        "machine (or with more --repeats); each span's min, quartiles and max are in the profile",
+        f"or max over {UNSTEADY_RANGE:g}x min): {'; '.join(spans[:shown])}{more}. Other work sharing the "
+        "device or the CPU that launches its kernels, or changing clocks, can do this, and the medians may then "
+        "be far from a quiet run's: re-run on a quiet machine (or with more --repeats); each span's min, "
+        "quartiles and max are in the profile. A run can also be steady and still slow: compare step_s across runs",
         file=sys.stderr,
     )
