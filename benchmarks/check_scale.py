@@ -82,6 +82,9 @@ HUGE = {
     "1,000 racks x 1,000 hosts": scaled("quickstart.yaml", cluster={"topology": "two_tier", "racks": 1000,
                                                                        "hosts_per_rack": 1000}),
     "1e9 iterations": scaled("quickstart.yaml", iterations=1_000_000_000),
+    "a 316 x 316 = 99,856-point sweep (was ~5 min, every point validated and estimated)": scaled(
+        "quickstart.yaml", sweep={"grid": {"cluster.nic_gbps": list(range(1, 317)),
+                                           "workload.batch_size": list(range(1, 317))}}),
 }  # fmt: skip
 
 
