@@ -32,6 +32,7 @@ from sim.estimate.counts import (
     Shape,
     builtin,
     fault_load,
+    index_set_mb,
     policy_load,
     shape_of,
     shard_count,
@@ -63,7 +64,7 @@ B_PER_STALENESS_ROW = 92.0
 B_PER_RANK_BUCKET = 1_160.0  # in-flight calls, arrivals and events of one rank's bucket
 B_PER_ENTRY = 1_800.0  # a class's links, paths and routes in the network's tables
 B_PER_TRACE_EVENT = 700.0  # trace.json's events as dicts, then as text
-MB_SPARSE = 150.0  # sparse census chunks (4M rows at a time)
+MB_SPARSE = 150.0  # sparse census chunks (4M rows at a time); more for a large segment (`index_set_mb`)
 MB_TORCH = 300.0  # numerics mode: torch and scikit-learn
 # Fault processes, background cycles and server shards (each shard: a process, its state and its slice
 # of every bucket's push and pull ops, built when the policy starts).
@@ -181,8 +182,8 @@ def estimate(config: Config) -> Estimate:
         "fault rows": fault_mb,
         "server shards": shard_mb,
         "numerics model, optimizer state and batches": _numerics_mb(config, shape),
-        "compiled kernel and sparse census": MB_NUMBA * any(load.recomputes > NUMBA_AFTER for load in loads)
-        + MB_SPARSE * any(load.sparse_rows > 0 for load in loads),
+        "compiled kernel and sparse index sets": MB_NUMBA * any(load.recomputes > NUMBA_AFTER for load in loads)
+        + max(MB_SPARSE, index_set_mb(plan)) * any(load.sparse_rows > 0 for load in loads),
     }
     wall_terms["building the cluster"] = shape.links * S_PER_LINK_BUILT
     wall_terms["imports and plots"] = S_FIXED

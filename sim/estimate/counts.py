@@ -34,6 +34,9 @@ EVENTS: dict[str, tuple[float, float, float, float]] = {
     "sparse": (4.5, 1.0, 0.1, 2.0),
 }
 READS_BEFORE_FORWARD = ("ps", "asp", "ssp", "sparse_ps")  # their forward waits on reads, slice by slice
+# Synchronous shards: one event per shard, bucket and round (the apply that pulls wait on); asynchronous
+# ones (asp, ssp) apply each push on arrival, without one.
+SYNC_SHARDED = ("ps", "sparse_ps")
 # Recomputes per flow when workers drift apart (jitter, faults): a start and an end each re-solve,
 # unless they coincide with another's. Lockstep workers launch together: about this many per bucket.
 RECOMPUTES_PER_FLOW = {"ring": 1.0, "hierarchical": 0.3, "ps": 1.1, "asp": 2.0, "ssp": 2.0, "ds_sync": 1.9}
@@ -144,7 +147,11 @@ def policy_load(
     if n_sparse:  # sparse buckets differ only in their rows, which count linearly
         one = _bucket(name, policy.settings, shape, config, True, rows / n_sparse)
         traffic = _add(traffic, _scale(one, n_sparse))
-    return _load(name, traffic, shape, config, iterations, plan)
+    load = _load(name, traffic, shape, config, iterations, plan)
+    if name in SYNC_SHARDED:  # every shard holds a slice of every bucket and applies each round's sum once
+        applies = shard_count(policy, shape) * len(plan.buckets) * iterations
+        load = replace(load, events=load.events + applies, work=load.work + applies)
+    return load
 
 
 def builtin(policy: Policy) -> bool:
@@ -261,6 +268,24 @@ def sparse_buckets(plan: ComputePlan) -> tuple[int, float]:
     rows = sum(seg.k if seg.kind == "topk" else min(seg.lookups, seg.space)
                for layout in sparse for seg in layout.segments if seg.kind != "dense")  # fmt: skip
     return len(sparse), float(rows)
+
+
+# One sparse segment's index sets at a time (`sim.compute.sparse_traffic`): a mask over its rows for the
+# union and one for distinct ids, and per drawn row the draw's floats, its id, its owner and their hashing.
+B_PER_SEGMENT_ROW = 2.0
+B_PER_DRAWN_ROW = 40.0
+
+
+def index_set_mb(plan: ComputePlan) -> float:
+    """Peak memory of drawing and counting the largest sparse segment's index sets (one worker's draw at
+    a time beside the union's mask), in MB; 0 without sparse gradients."""
+    segments = [seg for layout in plan.layouts for seg in layout.segments if seg.kind != "dense"]
+    drawn = [seg.k if seg.kind == "topk" else seg.lookups for seg in segments]
+    return (
+        max((B_PER_SEGMENT_ROW * s.rows + B_PER_DRAWN_ROW * d) / 1e6 for s, d in zip(segments, drawn))
+        if segments
+        else 0.0
+    )
 
 
 def _lockstep(config: Config) -> bool:
