@@ -267,3 +267,27 @@ def test_the_sparse_index_sets_memory_covers_their_census() -> None:
     finally:
         tracemalloc.stop()
     assert peak <= term <= 3 * peak, (peak, term)
+
+
+@pytest.mark.parametrize("network", ["nccl", "ideal"])
+def test_stepwise_rings_are_counted_only_where_the_network_model_runs_them(network: str) -> None:
+    """`collective_model: stepwise` splits a dense ring into p flows a step on the ideal network only:
+    the NCCL model runs each dense collective as its plan, one transfer."""
+    data = small(["ring", "hierarchical"], sparse=False)
+    data["simulation"] = {"collective_model": "stepwise", "network_model": network}
+    config = parse_config(data)
+    for row, run in zip(estimate(config).policies, simulate(config).runs):
+        assert (row.flows + 1) / (run.flows + 1) == pytest.approx(1, rel=FLOWS_FACTOR - 1), (row.flows, run.flows)
+        assert 1 / EVENTS_FACTOR <= row.events / run.events <= EVENTS_FACTOR, (row.events, run.events)
+
+
+def test_a_numerics_step_follows_the_parameters_it_passes_over() -> None:
+    """DeepFM's table rows add parameters but almost no FLOPs: each worker's step still passes over all of
+    them (gradients, averaging, optimizer), so 100x the rows is a much slower run."""
+    data = {"iterations": 20, "cluster": {"topology": "star", "hosts": 4, "nic_gbps": 25},
+            "workload": {"model": "deepfm", "batch_size": 64}, "policies": [{"name": "ring"}],
+            "simulation": {"max_estimated_memory_mb": 1e6},
+            "numerics": {"model": "deepfm", "dataset": "synthetic", "zoo": {"features": 100_000}}}  # fmt: skip
+    small = estimate(parse_config(data)).wall_s
+    data["numerics"]["zoo"]["features"] = 10_000_000
+    assert estimate(parse_config(data)).wall_s > 5 * small

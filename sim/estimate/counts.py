@@ -187,6 +187,7 @@ def _ring(p: float, steps_per_rank: float, stepwise: bool, shape: Shape, entries
 def _bucket(name: str, s: Any, shape: Shape, config: Config, sparse: bool, rows: float) -> Traffic:
     """The traffic of one bucket in one iteration."""
     w, stepwise = float(shape.workers), config.simulation.collective_model == "stepwise"
+    dense_stepwise = stepwise and _ideal(config)  # the NCCL model runs every dense collective as its plan
     if name == "no_sync":
         return Traffic()
     if name in ("ps", "asp", "ssp", "sparse_ps"):
@@ -194,13 +195,13 @@ def _bucket(name: str, s: Any, shape: Shape, config: Config, sparse: bool, rows:
     if name == "hierarchical":
         g = _local_size(s.level, shape)
         n = w / g
-        local, cross = _ring(g, 1, stepwise, shape, 0.0), _ring(n, 2, stepwise, shape, 0.0)
+        local, cross = _ring(g, 1, dense_stepwise, shape, 0.0), _ring(n, 2, dense_stepwise, shape, 0.0)
         groups = 2 * n + g  # n local groups reduce-scatter then all-gather; g cross groups all-reduce
         flows, subflows = 2 * n * local.flows + g * cross.flows, 2 * n * local.subflows + g * cross.subflows
         return Traffic(groups, flows, subflows, entries=2.3 * shape.links, node_routes=3 * w,
                        fabric_routes=shape.racks, op_rows=groups)  # fmt: skip
     if name == "ds_sync":
-        return _ds_sync(s, shape, stepwise)
+        return _ds_sync(s, shape, dense_stepwise)
     if sparse and name in ("zen", "sparse_allgather", "sparcml", "omnireduce"):  # the last two: zen's program
         pairs = w * (w - 1)  # all-gather: each member's rows to every other (pipelined: one transfer each)
         gather = Traffic(1.0, pairs if stepwise else w, pairs, entries=2 * w * w, node_routes=w * w,
@@ -209,7 +210,7 @@ def _bucket(name: str, s: Any, shape: Shape, config: Config, sparse: bool, rows:
             return gather
         exchange = Traffic(1.0, pairs, pairs, entries=pairs * shape.path_links, op_rows=1.0)  # a flow per pair
         return _add(gather, exchange)
-    return _ring(w, 2, stepwise, shape, float(shape.links))  # ring, a plug-in, a dense bucket of a sparse policy
+    return _ring(w, 2, dense_stepwise, shape, float(shape.links))  # ring, a plug-in, a sparse policy's dense bucket
 
 
 def _sharded(name: str, s: Any, shape: Shape, per_shard: bool, sparse: bool, rows: float) -> Traffic:
@@ -231,6 +232,12 @@ def _sharded(name: str, s: Any, shape: Shape, per_shard: bool, sparse: bool, row
     return Traffic(0.0, transfers, 2 * w * k, entries=classes * per_class, node_routes=w * hosts * 2,
                    fabric_routes=shape.racks * racks, op_rows=transfers, staleness_rows=stale,
                    sparse_rows=rows if sparse else 0.0)  # fmt: skip
+
+
+def _ideal(config: Config) -> bool:
+    """The ideal network model: dense collectives follow `collective_model` (under NCCL's, only sparse
+    collectives and point-to-point transfers do)."""
+    return config.simulation.network_model == "ideal"
 
 
 def _local_size(level: str, shape: Shape) -> float:
@@ -307,7 +314,8 @@ def _load(name: str, t: Traffic, shape: Shape, config: Config, iterations: float
         flows -= t.flows / 2
         subflows -= t.subflows / 2
     recomputes = RECOMPUTES_PER_FLOW.get(name, 1.0) * flows
-    if config.simulation.collective_model == "stepwise" and name not in ("ps", "asp", "ssp"):
+    stepwise = config.simulation.collective_model == "stepwise" and (_ideal(config) or bool(t.sparse_rows))
+    if stepwise and name not in ("ps", "asp", "ssp"):
         recomputes = 0.25 * flows  # a ring's steps finish over a spread of instants
     elif _lockstep(config) and not t.sparse_rows:  # sparse transfers differ in size: they end apart
         recomputes = min(recomputes, LOCKSTEP_RECOMPUTES_PER_BUCKET * buckets * iterations)
