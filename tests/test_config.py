@@ -218,6 +218,20 @@ CROSS_FIELD = [
         lambda c: c["workload"].update(sparsity={"lookups": 10}),
         "workload.sparsity.lookups: applies only to model 'synthetic'",
     ),
+    *(
+        (
+            lambda c, s=setting: c["workload"].update(
+                model="synthetic", gradient_mb=5, compute_ms=5, sparsity={"lookups": 10, **s}
+            ),
+            message,
+        )
+        for setting, message in [
+            ({"embeddings": False}, "workload.sparsity.embeddings: false treats embedding tables as dense, but "),
+            ({"topk": 0.1}, "workload.sparsity.topk: sparsifies the tensors that are not embedding tables, and "),
+            ({"topk_overlap": 0.5}, "workload.sparsity.topk_overlap: applies only to top-k of the tensors that"),
+            ({"dense_below": 10}, "workload.sparsity.dense_below: applies only to top-k of the tensors that"),
+        ]
+    ),
     (
         lambda c: c["workload"].update(model="synthetic", gradient_mb=5, compute_ms=5, profile="p.json"),
         "workload.profile: applies only to zoo models",

@@ -231,3 +231,63 @@ def test_numerics_memory_follows_the_feature_rows_and_the_optimizer() -> None:
     assert (
         dict(estimate(parse_config(adam)).memory_terms)[model] > dict(estimate(parse_config(big)).memory_terms)[model]
     )
+
+
+def test_many_synchronous_shards_count_an_apply_per_shard_bucket_and_round() -> None:
+    """1,024 shards on 4 hosts: the engine's events are the shards' applies, not the workers' program."""
+    data = {"iterations": 2, "cluster": {"topology": "star", "hosts": 4, "nic_gbps": 25},
+            "workload": {"model": "resnet50", "batch_size": 64}, "simulation": {"trace": False},
+            "policies": [{"name": "ps", "shards": 1024}, {"name": "asp", "shards": 1024}]}  # fmt: skip
+    config = parse_config(data)
+    result = simulate(config)
+    for row, run in zip(estimate(config).policies, result.runs):
+        assert 1 / EVENTS_FACTOR <= row.events / run.events <= EVENTS_FACTOR, (row.label, row.events, run.events)
+
+
+def test_the_sparse_index_sets_memory_covers_their_census() -> None:
+    """5M lookups per worker in a 10M-row table: the census of one bucket's index sets (traced by
+    tracemalloc, which numpy reports to) is what the estimate's sparse term must cover."""
+    import tracemalloc
+
+    from sim.catalog.gpus import get_gpu
+    from sim.compute.sparse_traffic import SparseTraffic
+    from sim.compute.sparsity import IndexSets
+    from sim.compute.workload import compute_plan
+
+    data = {"cluster": {"topology": "star", "hosts": 4}, "policies": [{"name": "zen"}],
+            "workload": {"model": "synthetic", "gradient_mb": 40.0, "compute_ms": 5.0,
+                         "sparsity": {"lookups": 5_000_000, "zipf_s": 0.5}}}  # fmt: skip
+    config = parse_config(data)
+    term = next(mb for name, mb in estimate(config).memory_terms if "sparse" in name)
+    plan = compute_plan(config.workload, get_gpu(config.cluster.gpu))
+    tracemalloc.start()
+    try:
+        SparseTraffic(IndexSets(plan.layouts, 0)).census(0, 0, (0, 1, 2, 3), "hash", 4)
+        peak = tracemalloc.get_traced_memory()[1] / 1e6
+    finally:
+        tracemalloc.stop()
+    assert peak <= term <= 3 * peak, (peak, term)
+
+
+@pytest.mark.parametrize("network", ["nccl", "ideal"])
+def test_stepwise_rings_are_counted_only_where_the_network_model_runs_them(network: str) -> None:
+    """`collective_model: stepwise` splits a dense ring into p flows a step on the ideal network only:
+    the NCCL model runs each dense collective as its plan, one transfer."""
+    data = small(["ring", "hierarchical"], sparse=False)
+    data["simulation"] = {"collective_model": "stepwise", "network_model": network}
+    config = parse_config(data)
+    for row, run in zip(estimate(config).policies, simulate(config).runs):
+        assert (row.flows + 1) / (run.flows + 1) == pytest.approx(1, rel=FLOWS_FACTOR - 1), (row.flows, run.flows)
+        assert 1 / EVENTS_FACTOR <= row.events / run.events <= EVENTS_FACTOR, (row.events, run.events)
+
+
+def test_a_numerics_step_follows_the_parameters_it_passes_over() -> None:
+    """DeepFM's table rows add parameters but almost no FLOPs: each worker's step still passes over all of
+    them (gradients, averaging, optimizer), so 100x the rows is a much slower run."""
+    data = {"iterations": 20, "cluster": {"topology": "star", "hosts": 4, "nic_gbps": 25},
+            "workload": {"model": "deepfm", "batch_size": 64}, "policies": [{"name": "ring"}],
+            "simulation": {"max_estimated_memory_mb": 1e6},
+            "numerics": {"model": "deepfm", "dataset": "synthetic", "zoo": {"features": 100_000}}}  # fmt: skip
+    small = estimate(parse_config(data)).wall_s
+    data["numerics"]["zoo"]["features"] = 10_000_000
+    assert estimate(parse_config(data)).wall_s > 5 * small

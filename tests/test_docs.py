@@ -47,3 +47,17 @@ def test_config_reference_is_current() -> None:
     from sim.config.reference import render
 
     assert (ROOT / "docs" / "config.md").read_text() == render(), "run: python -m sim.config.reference > docs/config.md"
+
+
+def test_readme_validation_figures_are_the_stored_runs() -> None:
+    """The README quotes the bundled 2x2 validation (its validation.csv), names it and the command that
+    measures it again: no figure from a run whose tables were not kept."""
+    import pandas as pd
+
+    stored = "docs/validation/validate_2x2/validation.csv"
+    table = pd.read_csv(ROOT / stored).set_index("policy")["error"].abs() * 100
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    sync = table.drop("asp").max()
+    assert f"[{stored}]({stored}): every synchronous scheme within {sync:.1f}%" in readme
+    assert f"ASP's throughput within {table['asp']:.1f}%" in readme
+    assert "`syncsim validate configs/validate_2x2.yaml --out results/validate_2x2` measures it again" in readme

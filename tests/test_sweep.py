@@ -154,6 +154,59 @@ def test_check_says_what_it_is_validating_before_a_long_sweep(capsys: pytest.Cap
     assert capsys.readouterr().err == "validating 3 points...\n"  # stderr is no terminal here: one line, no bar
 
 
+def test_check_of_a_100k_point_sweep_validates_every_axis_setting_and_a_sample(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not every point of a large sweep: each axis setting once, the last point and a seeded sample (the
+    wall time, about a second, is printed by benchmarks/check_scale.py)."""
+    import sim.config
+    import sim.estimate.cost
+    import sim.experiments.sweep
+
+    counts = {"validated": 0, "estimated": 0}
+
+    def counting(name: str, real: Any, most: int) -> Any:
+        def wrapped(*args: Any) -> Any:
+            counts[name] += 1
+            assert counts[name] <= most, f"check {name} more than {most} points"
+            return real(*args)
+
+        return wrapped
+
+    monkeypatch.setattr(sim.experiments.sweep, "parse_config", counting("validated", sim.config.parse_config, 2_000))
+    monkeypatch.setattr(sim.estimate.cost, "estimate", counting("estimated", sim.estimate.cost.estimate, 100))
+    uplinks = [float(v) for v in range(1, 317)]
+    axes = {"cluster.uplink_gbps": uplinks, "workload.compute_ms": [float(v) for v in range(1, 317)]}
+    assert main(["check", str(sweep_file(tmp_path, {"grid": axes}))]) == 0
+    out = capsys.readouterr().out
+    assert (
+        f"sweep of 99,856 points over cluster.uplink_gbps, workload.compute_ms; {counts['validated']:,} validated"
+        in out
+    )
+    assert "(every setting of each axis beside the first point's others, the last point and a seeded sample)" in out
+    assert f"note: the other {99_856 - counts['validated']:,} points are validated when `syncsim sweep`" in out
+    assert counts["estimated"] == 100
+    uplinks[200], counts["validated"], counts["estimated"] = -5.0, 0, 0  # a bad setting mid-axis is found
+    assert main(["check", str(sweep_file(tmp_path, {"grid": axes}))]) == 2
+    assert (
+        "point 63200 (cluster.uplink_gbps=-5.0, workload.compute_ms=1.0): cluster.uplink_gbps:"
+        in capsys.readouterr().err
+    )
+
+
+def test_check_chooses_each_setting_the_corners_and_a_seeded_sample() -> None:
+    from sim.experiments.sweep_check import AXIS_SETTINGS, SAMPLE_POINTS, choose
+
+    indices, axis_points, settings = choose([316, 316], 99_856)
+    assert settings == (632, 632) and axis_points == 631  # the first point is each axis's first setting
+    assert set(indices[:axis_points]) == {k * 316 for k in range(316)} | set(range(316))
+    assert indices[axis_points] == 99_855 and len(indices) <= axis_points + 1 + SAMPLE_POINTS
+    assert choose([316, 316], 99_856) == (indices, axis_points, settings)  # the sample is seeded
+    indices, axis_points, settings = choose([100_000], 100_000)  # a long axis: evenly spaced settings
+    assert settings == (AXIS_SETTINGS, 100_000) and indices[0] == 0 and indices[AXIS_SETTINGS - 1] == 99_999
+    assert choose([10, 20], 200) == (list(range(200)), 200, (30, 30))  # a small sweep: every point
+
+
 def test_the_table_has_a_row_per_point_and_policy_and_resumes(tmp_path: Path) -> None:
     sweep = load_sweep(sweep_file(tmp_path, {"grid": {"cluster.uplink_gbps": [5, 50]}, "seeds": [0, 1]}))
     out = tmp_path / "out"

@@ -70,7 +70,7 @@ CHECK_BUILD_BUDGET_S = 2.0
 
 
 def add_check(sub: Subparsers) -> None:
-    """`syncsim check CONFIG`: validate a config (or every point of a sweep) and estimate its cost."""
+    """`syncsim check CONFIG`: validate a config (or a sweep: `sim.experiments.sweep_check`) and estimate its cost."""
     check = sub.add_parser("check", help="validate a config and estimate its cost, without running it")
     check.add_argument("config")
     add_set(check)
@@ -130,19 +130,37 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 
 def _check_sweep(args: argparse.Namespace) -> int:
-    """Every point validated, and the sweep's estimated cost (the sum over its points)."""
-    from sim.estimate.cost import estimate
-    from sim.experiments.sweep import load_sweep
+    """The sweep's points validated (every one of a small sweep; of a large one, every axis setting and a
+    sample: `sim.experiments.sweep_check`) and its estimated cost."""
+    from sim.experiments.sweep import read_sweep
+    from sim.experiments.sweep_check import check_sweep
 
-    sweep = load_sweep(args.config, args.set, progress("validating"))  # counted first: too many is refused at once
-    good = [p for p in sweep.points if p.config is not None]
-    wall = sum(estimate(p.config).wall_s for p in progress("estimating")(iter(good), len(good)))  # type: ignore[arg-type]
-    print(
-        f"{args.config}: sweep of {len(sweep.points)} points over {', '.join(sweep.axes)}; "
-        f"{len(good)} validate, estimated {wall:,.0f} s of simulation in all (before parallel processes)"
-    )
-    if sweep.bad:
-        raise ConfigError("\n".join(f"point {p.index} ({p.label()}): {p.error}" for p in sweep.bad))
+    # counted first: too many is refused at once
+    check = check_sweep(read_sweep(args.config, args.set), progress("validating"))
+    points, bad = check.sweep.points, check.sweep.bad
+    done = len(points) - len(bad)
+    average = "" if check.estimated == done else f" (the mean of {check.estimated} points' estimates)"
+    wall = f"estimated {'~' if average else ''}{check.wall_s:,.0f} s of simulation in all{average}"
+    if check.whole:
+        print(
+            f"{args.config}: sweep of {check.total:,} points over {', '.join(check.sweep.axes)}; "
+            f"{done:,} validate, {wall}"
+        )
+    else:
+        if check.settings is None:
+            which = "as many as check's time allowed, chosen by axis setting"
+        else:
+            settings, in_all = check.settings
+            each = "every setting" if settings == in_all else f"{settings:,} of the {in_all:,} settings"
+            which = f"{each} of each axis beside the first point's others, the last point and a seeded sample"
+        print(
+            f"{args.config}: sweep of {check.total:,} points over {', '.join(check.sweep.axes)}; {len(points):,} "
+            f"validated in full ({which}), {done:,} of them valid; {wall}, counting the others as valid\n"
+            f"note: the other {check.total - len(points):,} points are validated when `syncsim sweep` builds "
+            "them; one that fails there gets its row in errors.csv, and the rest run"
+        )
+    if bad:
+        raise ConfigError("\n".join(f"point {p.index} ({p.label()}): {p.error}" for p in bad))
     return 0
 
 

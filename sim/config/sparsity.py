@@ -2,14 +2,15 @@
 
 Embedding tables of zoo models are sparse by their access pattern (`sim.catalog.zoo.spec.Lookup`); top-k
 sparsification makes the other tensors sparse too. Sparse synchronization policies (`zen`,
-`sparse_allgather`, `sparse_ps`) move only the non-zero rows; dense ones move everything.
+`sparse_allgather`, `sparse_ps`) move only the non-zero rows; dense ones move everything. With `lookups` every
+synthetic layer is a table, so the settings for tables as dense and for the other tensors are refused beside it.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Literal, Optional
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from sim.config.types import Fraction, Share, Strict
 
@@ -43,3 +44,30 @@ class SparsityConfig(Strict):
     embedding_dim: Annotated[int, Field(ge=1, le=65_536)] = Field(
         1, description="synthetic only, with lookups: values per row"
     )
+
+    @model_validator(mode="after")
+    def _nothing_lookups_leaves_without_effect(self) -> SparsityConfig:
+        """`lookups` makes every synthetic layer an embedding table: no tensor is left for top-k, and
+        treating tables as dense would undo what it asks for. Every such setting is one line."""
+        if self.lookups is None:
+            return self
+        problems = []
+        if not self.embeddings:
+            problems.append(
+                "embeddings: false treats embedding tables as dense, but sparsity.lookups makes every synthetic "
+                "layer a sparse table; remove one of the two"
+            )
+        if self.topk is not None:
+            problems.append(
+                "topk: sparsifies the tensors that are not embedding tables, and sparsity.lookups makes every "
+                "synthetic layer a table; remove one of the two"
+            )
+        for name in ("topk_overlap", "dense_below"):
+            if name in self.model_fields_set:
+                problems.append(
+                    f"{name}: applies only to top-k of the tensors that are not tables, and sparsity.lookups makes "
+                    "every synthetic layer a table; remove it"
+                )
+        if problems:
+            raise ValueError("\n".join(problems))
+        return self

@@ -32,6 +32,7 @@ from sim.estimate.counts import (
     Shape,
     builtin,
     fault_load,
+    index_set_mb,
     policy_load,
     shape_of,
     shard_count,
@@ -50,6 +51,9 @@ S_PER_STALENESS_ROW = 2e-6  # staleness rows become a histogram
 S_PER_TRACE_EVENT = 11e-6  # trace.json
 S_PER_POLICY = 0.1  # a policy's setup: processes, shards, routes of its first transfers
 S_PER_NUMERICS_STEP = 1e-3  # numerics mode: one small model's training step on one worker
+# numerics mode with a zoo model: a worker's step passes over every parameter (gradient, averaging,
+# optimizer), measured on DeepFM with 1.6M to 11M parameters (2-core machine, CPU time)
+S_PER_NUMERICS_PARAM = 1e-8
 CPU_FLOPS = 1e10  # numerics mode with a zoo model: torch on the CPU
 S_FIXED = 2.0  # imports, plots
 # Memory (MB unless named): the process after imports, and what grows with the run.
@@ -63,7 +67,7 @@ B_PER_STALENESS_ROW = 92.0
 B_PER_RANK_BUCKET = 1_160.0  # in-flight calls, arrivals and events of one rank's bucket
 B_PER_ENTRY = 1_800.0  # a class's links, paths and routes in the network's tables
 B_PER_TRACE_EVENT = 700.0  # trace.json's events as dicts, then as text
-MB_SPARSE = 150.0  # sparse census chunks (4M rows at a time)
+MB_SPARSE = 150.0  # sparse census chunks (4M rows at a time); more for a large segment (`index_set_mb`)
 MB_TORCH = 300.0  # numerics mode: torch and scikit-learn
 # Fault processes, background cycles and server shards (each shard: a process, its state and its slice
 # of every bucket's push and pull ops, built when the policy starts).
@@ -181,8 +185,8 @@ def estimate(config: Config) -> Estimate:
         "fault rows": fault_mb,
         "server shards": shard_mb,
         "numerics model, optimizer state and batches": _numerics_mb(config, shape),
-        "compiled kernel and sparse census": MB_NUMBA * any(load.recomputes > NUMBA_AFTER for load in loads)
-        + MB_SPARSE * any(load.sparse_rows > 0 for load in loads),
+        "compiled kernel and sparse index sets": MB_NUMBA * any(load.recomputes > NUMBA_AFTER for load in loads)
+        + max(MB_SPARSE, index_set_mb(plan)) * any(load.sparse_rows > 0 for load in loads),
     }
     wall_terms["building the cluster"] = shape.links * S_PER_LINK_BUILT
     wall_terms["imports and plots"] = S_FIXED
@@ -288,7 +292,18 @@ def _numerics_step_s(config: Config, shape: Shape) -> float:
         scale = (n.zoo.image_size / native) ** 2
     elif tokens := re.search(r"(\d+)-token", spec.sample):
         scale = n.zoo.sequence / int(tokens.group(1))
-    return S_PER_NUMERICS_STEP + 3 * spec.forward_flops * batch * scale / CPU_FLOPS
+    flops_s = 3 * spec.forward_flops * batch * scale / CPU_FLOPS
+    return S_PER_NUMERICS_STEP + flops_s + S_PER_NUMERICS_PARAM * _numerics_params(config)
+
+
+def _numerics_params(config: Config) -> float:
+    """The zoo model's parameters as numerics mode builds it (DeepFM's hashed table with `zoo.features` rows)."""
+    n = config.numerics
+    assert n is not None
+    params = float(get_model(n.model).params)
+    if n.model == "deepfm" and n.zoo.features is not None:  # the hashed table: a weight and an embedding per row
+        params += (n.zoo.features - CRITEO_HASHED_FEATURES) * (1 + DEEPFM_EMBEDDING_DIM)
+    return params
 
 
 def _numerics_mb(config: Config, shape: Shape) -> float:
@@ -299,10 +314,7 @@ def _numerics_mb(config: Config, shape: Shape) -> float:
         return 0.0
     if n.model not in MODEL_NAMES:
         return MB_TORCH
-    spec = get_model(n.model)
-    params = float(spec.params)
-    if n.model == "deepfm" and n.zoo.features is not None:  # the hashed table: a weight and an embedding per row
-        params += (n.zoo.features - CRITEO_HASHED_FEATURES) * (1 + DEEPFM_EMBEDDING_DIM)
+    params = _numerics_params(config)
     slots = 2 if n.optimizer.name == "adam" else 1 if n.optimizer.momentum > 0 else 0
     copies = shape.workers * (2 + slots) + 1 + slots
     return MB_TORCH + (params * copies * BYTES_PER_VALUE + n.zoo.samples * _sample_bytes(config)) / 1e6

@@ -34,6 +34,9 @@ EVENTS: dict[str, tuple[float, float, float, float]] = {
     "sparse": (4.5, 1.0, 0.1, 2.0),
 }
 READS_BEFORE_FORWARD = ("ps", "asp", "ssp", "sparse_ps")  # their forward waits on reads, slice by slice
+# Synchronous shards: one event per shard, bucket and round (the apply that pulls wait on); asynchronous
+# ones (asp, ssp) apply each push on arrival, without one.
+SYNC_SHARDED = ("ps", "sparse_ps")
 # Recomputes per flow when workers drift apart (jitter, faults): a start and an end each re-solve,
 # unless they coincide with another's. Lockstep workers launch together: about this many per bucket.
 RECOMPUTES_PER_FLOW = {"ring": 1.0, "hierarchical": 0.3, "ps": 1.1, "asp": 2.0, "ssp": 2.0, "ds_sync": 1.9}
@@ -144,7 +147,11 @@ def policy_load(
     if n_sparse:  # sparse buckets differ only in their rows, which count linearly
         one = _bucket(name, policy.settings, shape, config, True, rows / n_sparse)
         traffic = _add(traffic, _scale(one, n_sparse))
-    return _load(name, traffic, shape, config, iterations, plan)
+    load = _load(name, traffic, shape, config, iterations, plan)
+    if name in SYNC_SHARDED:  # every shard holds a slice of every bucket and applies each round's sum once
+        applies = shard_count(policy, shape) * len(plan.buckets) * iterations
+        load = replace(load, events=load.events + applies, work=load.work + applies)
+    return load
 
 
 def builtin(policy: Policy) -> bool:
@@ -180,6 +187,7 @@ def _ring(p: float, steps_per_rank: float, stepwise: bool, shape: Shape, entries
 def _bucket(name: str, s: Any, shape: Shape, config: Config, sparse: bool, rows: float) -> Traffic:
     """The traffic of one bucket in one iteration."""
     w, stepwise = float(shape.workers), config.simulation.collective_model == "stepwise"
+    dense_stepwise = stepwise and _ideal(config)  # the NCCL model runs every dense collective as its plan
     if name == "no_sync":
         return Traffic()
     if name in ("ps", "asp", "ssp", "sparse_ps"):
@@ -187,13 +195,13 @@ def _bucket(name: str, s: Any, shape: Shape, config: Config, sparse: bool, rows:
     if name == "hierarchical":
         g = _local_size(s.level, shape)
         n = w / g
-        local, cross = _ring(g, 1, stepwise, shape, 0.0), _ring(n, 2, stepwise, shape, 0.0)
+        local, cross = _ring(g, 1, dense_stepwise, shape, 0.0), _ring(n, 2, dense_stepwise, shape, 0.0)
         groups = 2 * n + g  # n local groups reduce-scatter then all-gather; g cross groups all-reduce
         flows, subflows = 2 * n * local.flows + g * cross.flows, 2 * n * local.subflows + g * cross.subflows
         return Traffic(groups, flows, subflows, entries=2.3 * shape.links, node_routes=3 * w,
                        fabric_routes=shape.racks, op_rows=groups)  # fmt: skip
     if name == "ds_sync":
-        return _ds_sync(s, shape, stepwise)
+        return _ds_sync(s, shape, dense_stepwise)
     if sparse and name in ("zen", "sparse_allgather", "sparcml", "omnireduce"):  # the last two: zen's program
         pairs = w * (w - 1)  # all-gather: each member's rows to every other (pipelined: one transfer each)
         gather = Traffic(1.0, pairs if stepwise else w, pairs, entries=2 * w * w, node_routes=w * w,
@@ -202,7 +210,7 @@ def _bucket(name: str, s: Any, shape: Shape, config: Config, sparse: bool, rows:
             return gather
         exchange = Traffic(1.0, pairs, pairs, entries=pairs * shape.path_links, op_rows=1.0)  # a flow per pair
         return _add(gather, exchange)
-    return _ring(w, 2, stepwise, shape, float(shape.links))  # ring, a plug-in, a dense bucket of a sparse policy
+    return _ring(w, 2, dense_stepwise, shape, float(shape.links))  # ring, a plug-in, a sparse policy's dense bucket
 
 
 def _sharded(name: str, s: Any, shape: Shape, per_shard: bool, sparse: bool, rows: float) -> Traffic:
@@ -224,6 +232,12 @@ def _sharded(name: str, s: Any, shape: Shape, per_shard: bool, sparse: bool, row
     return Traffic(0.0, transfers, 2 * w * k, entries=classes * per_class, node_routes=w * hosts * 2,
                    fabric_routes=shape.racks * racks, op_rows=transfers, staleness_rows=stale,
                    sparse_rows=rows if sparse else 0.0)  # fmt: skip
+
+
+def _ideal(config: Config) -> bool:
+    """The ideal network model: dense collectives follow `collective_model` (under NCCL's, only sparse
+    collectives and point-to-point transfers do)."""
+    return config.simulation.network_model == "ideal"
 
 
 def _local_size(level: str, shape: Shape) -> float:
@@ -263,6 +277,24 @@ def sparse_buckets(plan: ComputePlan) -> tuple[int, float]:
     return len(sparse), float(rows)
 
 
+# One sparse segment's index sets at a time (`sim.compute.sparse_traffic`): a mask over its rows for the
+# union and one for distinct ids, and per drawn row the draw's floats, its id, its owner and their hashing.
+B_PER_SEGMENT_ROW = 2.0
+B_PER_DRAWN_ROW = 40.0
+
+
+def index_set_mb(plan: ComputePlan) -> float:
+    """Peak memory of drawing and counting the largest sparse segment's index sets (one worker's draw at
+    a time beside the union's mask), in MB; 0 without sparse gradients."""
+    segments = [seg for layout in plan.layouts for seg in layout.segments if seg.kind != "dense"]
+    drawn = [seg.k if seg.kind == "topk" else seg.lookups for seg in segments]
+    return (
+        max((B_PER_SEGMENT_ROW * s.rows + B_PER_DRAWN_ROW * d) / 1e6 for s, d in zip(segments, drawn))
+        if segments
+        else 0.0
+    )
+
+
 def _lockstep(config: Config) -> bool:
     """Workers computing alike (no jitter, no slow or straggling GPU) stay in step: their compute slices
     end together and their transfers start together, sharing timeouts and recomputes."""
@@ -282,7 +314,8 @@ def _load(name: str, t: Traffic, shape: Shape, config: Config, iterations: float
         flows -= t.flows / 2
         subflows -= t.subflows / 2
     recomputes = RECOMPUTES_PER_FLOW.get(name, 1.0) * flows
-    if config.simulation.collective_model == "stepwise" and name not in ("ps", "asp", "ssp"):
+    stepwise = config.simulation.collective_model == "stepwise" and (_ideal(config) or bool(t.sparse_rows))
+    if stepwise and name not in ("ps", "asp", "ssp"):
         recomputes = 0.25 * flows  # a ring's steps finish over a spread of instants
     elif _lockstep(config) and not t.sparse_rows:  # sparse transfers differ in size: they end apart
         recomputes = min(recomputes, LOCKSTEP_RECOMPUTES_PER_BUCKET * buckets * iterations)

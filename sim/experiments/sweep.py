@@ -16,7 +16,8 @@ resolved config, under which its results are kept, so a re-run finds them (`sim.
 The number of points is the product of the blocks' lengths (a grid axis, a zip group, the seeds), counted
 before anything is built: a sweep over `MAX_POINTS` is refused at once, however large, and the points of
 an allowed one are made one at a time from `itertools.product`. Validating them costs a few milliseconds
-each, so callers pass `progress` to show it.
+each, so callers pass `progress` to show it; `syncsim check` validates only chosen points of a large sweep
+(`expand_at`, `sim.experiments.sweep_check`).
 """
 
 from __future__ import annotations
@@ -77,11 +78,15 @@ def load_sweep(
     path: Union[str, Path], overrides: tuple[str, ...] | list[str] = (), progress: Optional[Progress] = None
 ) -> Sweep:
     """Read a config file with a `sweep:` section (after `extends:` and `--set`) and expand it."""
+    return expand(read_sweep(path, overrides), progress)
+
+
+def read_sweep(path: Union[str, Path], overrides: tuple[str, ...] | list[str] = ()) -> Any:
+    """A sweep file's mapping, after `extends:` and `--set`; plug-in policies beside it become loadable."""
     from policies.registry import add_search_folder
 
     add_search_folder(Path(path).parent)  # plug-in policies beside the file, as load_config does
-    data = apply_overrides(resolve_extends(read_yaml(Path(path)), Path(path)), overrides)
-    return expand(data, progress)
+    return apply_overrides(resolve_extends(read_yaml(Path(path)), Path(path)), overrides)
 
 
 def is_sweep(path: Union[str, Path]) -> bool:
@@ -105,6 +110,35 @@ def expand(data: Any, progress: Optional[Progress] = None) -> Sweep:
     )
     made = progress(combos, total) if progress is not None else combos
     return Sweep(name, axes, [_point(index, base, coords) for index, coords in made])
+
+
+def shape(data: Any) -> tuple[list[int], int]:
+    """The number of settings of each block (a grid axis, a zip group, the seeds) and of points, refused
+    over `MAX_POINTS` as in `expand`; nothing is built."""
+    _, blocks = _section(data)
+    return [len(block) for block in blocks], _count(blocks)
+
+
+def expand_at(data: Any, indices: Iterable[int], count: int, progress: Optional[Progress] = None) -> Sweep:
+    """The points of a sweep at these indices (`count` of them, or fewer if `indices` stops early), each
+    built and validated as `expand` does: `syncsim check` of a large sweep validates a chosen few."""
+    axes, blocks = _section(data)
+    _count(blocks)
+    check_size(data)
+    base = {key: value for key, value in data.items() if key != "sweep"}
+    name = base.get("name", "experiment") if isinstance(base.get("name"), str) else "experiment"
+    combos: Iterator[Combo] = ((index, _coords_at(blocks, index)) for index in indices)
+    made = progress(combos, count) if progress is not None else combos
+    return Sweep(name, axes, [_point(index, base, coords) for index, coords in made])
+
+
+def _coords_at(blocks: list[list[tuple[tuple[str, Any], ...]]], index: int) -> dict[str, Any]:
+    """The coordinates of point `index`, in `itertools.product`'s order (the last block varies fastest)."""
+    picked = []
+    for block in reversed(blocks):
+        index, k = divmod(index, len(block))
+        picked.append(block[k])
+    return {path: value for block in reversed(picked) for path, value in block}
 
 
 def _section(data: Any) -> tuple[list[str], list[list[tuple[tuple[str, Any], ...]]]]:
