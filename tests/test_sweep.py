@@ -129,7 +129,8 @@ def test_a_billion_point_sweep_is_refused_from_its_axis_lengths(
         expand({**base(), "sweep": {"grid": axes}})
     assert main(["check", str(sweep_file(tmp_path, {"grid": axes}))]) == 2
     assert "1,000,000,000 points; a sweep has at most 100,000" in capsys.readouterr().err
-    assert time.perf_counter() - start < 1.0  # a bound, not a benchmark: expanding first never finished
+    # a loose bound, not a benchmark (expanding first never finished; benchmarks/check_scale.py times it)
+    assert time.perf_counter() - start < 10.0
 
 
 def test_progress_is_told_the_count_before_any_point_is_built() -> None:
