@@ -154,6 +154,10 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+# under pytest-xdist (--dist loadgroup) one worker runs this module, so its module fixture runs once
+pytestmark = pytest.mark.xdist_group("test_real_hooks")
+
+
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
     out = tmp_path_factory.mktemp("real_hooks")
@@ -161,6 +165,7 @@ def ranks(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
     return [torch.load(out / f"rank{r}.pt") for r in range(WORLD)]
 
 
+@pytest.mark.slow
 def test_four_ranks_hooks_match_ddp_and_averager_matches_group_means(ranks: list[dict[str, Any]]) -> None:
     # (a) every hook against a reference run without it: DDP's default all-reduce
     for policy in ("ring", "hierarchical"):

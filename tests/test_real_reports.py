@@ -49,6 +49,11 @@ class Launched:
         self.config, self.out, self.stdout, self.codes = config, out, stdout, codes
 
 
+# real launches (slow); under pytest-xdist (--dist loadgroup) one worker runs this module, so its module
+# fixture runs once
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("test_real_reports")]
+
+
 @pytest.fixture(scope="module")
 def launched(tmp_path_factory: pytest.TempPathFactory) -> Launched:
     """Every rank as `python -m real CONFIG --out DIR`, with the environment torchrun gives it."""
