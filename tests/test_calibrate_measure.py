@@ -64,10 +64,6 @@ def _worker(rank: int, world: int, port: int, out: str) -> None:
         dist.destroy_process_group()
 
 
-# under pytest-xdist (--dist loadgroup) one worker runs this module, so its module fixture runs once
-pytestmark = pytest.mark.xdist_group("test_calibrate_measure")
-
-
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory: pytest.TempPathFactory) -> tuple[object, int, float]:
     out = tmp_path_factory.mktemp("calibrate")

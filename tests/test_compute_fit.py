@@ -18,10 +18,6 @@ from sim.compute.roofline import model_seconds
 DOC = Path(__file__).resolve().parents[1] / "docs" / "compute_model.md"
 
 
-# under pytest-xdist (--dist loadgroup) one worker runs this module, so its module fixture runs once
-pytestmark = pytest.mark.xdist_group("test_compute_fit")
-
-
 @pytest.fixture(scope="module")
 def rows() -> list[Row]:
     return fitted_rows()

@@ -38,10 +38,6 @@ def small(policies: list[str], sparse: bool) -> dict[str, Any]:
     return data
 
 
-# under pytest-xdist (--dist loadgroup) one worker runs this module, so its module fixture runs once
-pytestmark = pytest.mark.xdist_group("test_cost")
-
-
 @pytest.fixture(scope="module")
 def measured() -> dict[str, tuple[Any, Any]]:
     """policy -> (its estimate row, its measured run)."""

@@ -43,11 +43,7 @@ def _namespaces_work() -> str:
 
 
 _WHY = _namespaces_work()
-# under pytest-xdist (--dist loadgroup) one worker runs this module, so its module fixture runs once
-pytestmark = [
-    pytest.mark.xdist_group("test_emulate_live"),
-    pytest.mark.skipif(bool(_WHY), reason=f"network namespaces unavailable: {_WHY}"),
-]
+pytestmark = pytest.mark.skipif(bool(_WHY), reason=f"network namespaces unavailable: {_WHY}")
 
 
 def ours(tag: str) -> set[str]:

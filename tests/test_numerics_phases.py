@@ -85,10 +85,6 @@ def config(policies: list[dict], iterations: int = 20) -> dict:
     return cfg
 
 
-# under pytest-xdist (--dist loadgroup) one worker runs this module, so its module fixture runs once
-pytestmark = pytest.mark.xdist_group("test_numerics_phases")
-
-
 @pytest.fixture(scope="module")
 def switched():
     policies = [

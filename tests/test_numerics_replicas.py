@@ -16,10 +16,6 @@ from sim.numerics.tasks import Task  # noqa: E402
 CFG = NumericsConfig(model="logreg", global_batch=16)
 
 
-# under pytest-xdist (--dist loadgroup) one worker runs this module, so its module fixture runs once
-pytestmark = pytest.mark.xdist_group("test_numerics_replicas")
-
-
 @pytest.fixture(scope="module")
 def task() -> Task:
     return Task(CFG, 0)

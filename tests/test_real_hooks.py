@@ -154,10 +154,6 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-# under pytest-xdist (--dist loadgroup) one worker runs this module, so its module fixture runs once
-pytestmark = pytest.mark.xdist_group("test_real_hooks")
-
-
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
     out = tmp_path_factory.mktemp("real_hooks")

@@ -49,9 +49,7 @@ class Launched:
         self.config, self.out, self.stdout, self.codes = config, out, stdout, codes
 
 
-# real launches (slow); under pytest-xdist (--dist loadgroup) one worker runs this module, so its module
-# fixture runs once
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("test_real_reports")]
+pytestmark = pytest.mark.slow  # one real launch serves the module
 
 
 @pytest.fixture(scope="module")

@@ -11,10 +11,6 @@ from sim.api import simulate
 FRACTIONS = (0.0, 0.05, 0.25, 1.0)
 
 
-# under pytest-xdist (--dist loadgroup) one worker runs this module, so its module fixture runs once
-pytestmark = pytest.mark.xdist_group("test_sync_switch_sim")
-
-
 @pytest.fixture(scope="module")
 def offline():
     """8 homogeneous workers, one PS shard colocated with each; compute jitter makes BSP wait for the
