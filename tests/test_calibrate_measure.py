@@ -77,6 +77,7 @@ def measured(tmp_path_factory: pytest.TempPathFactory) -> tuple[object, int, flo
     return report, size, elapsed
 
 
+@pytest.mark.slow
 def test_measurements_have_the_right_shape_and_grow_with_size(measured) -> None:
     report, _, elapsed = measured
     assert elapsed < 30
@@ -100,6 +101,7 @@ def test_measurements_have_the_right_shape_and_grow_with_size(measured) -> None:
     assert all(c.batch == BATCH and 0 < c.seconds < 1.0 and c.jitter >= 0 for c in m.computes)
 
 
+@pytest.mark.slow
 def test_calibrate_fits_a_valid_config_on_loopback(measured) -> None:
     from sim.config import parse_config
 

@@ -72,6 +72,7 @@ def test_profile_spec_follows_what_the_real_backend_trains() -> None:
     assert profile_spec(parse_config({**BASE, "workload": synthetic})) is None
 
 
+@pytest.mark.slow
 def test_calibrate_a_zoo_workload_on_loopback_end_to_end(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     from real.launch import launch

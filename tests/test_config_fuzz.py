@@ -432,6 +432,7 @@ def _tables(data: dict[str, Any]) -> Optional[tuple[str, str]]:
     return result.summary.to_csv(index=False), result.iterations.to_csv(index=False)
 
 
+@pytest.mark.slow
 def test_every_accepted_field_changes_the_results() -> None:
     outcome: dict[str, str] = {}  # key (path, indices dropped) -> changed | no effect | refused | no value
     for base_name, base in EFFECT_BASES.items():

@@ -20,6 +20,8 @@ from real.launch import launch  # noqa: E402
 from sim.api import as_config, prepare, simulate  # noqa: E402
 from sim.cli import main  # noqa: E402
 
+pytestmark = pytest.mark.slow  # every test here launches gloo processes
+
 ITERATIONS = 20
 
 

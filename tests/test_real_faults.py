@@ -113,6 +113,7 @@ def check_tables(out: Path, culprit: str) -> None:
     assert len(rows) == WORKERS * (ITERATIONS + ROUND + 1)
 
 
+@pytest.mark.slow
 @needs_proc
 def test_a_dead_parameter_server_shard_stops_the_run_and_is_named(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -125,6 +126,7 @@ def test_a_dead_parameter_server_shard_stops_the_run_and_is_named(
     check_tables(tmp_path / "out", "rank 5 (parameter-server shard 1)")
 
 
+@pytest.mark.slow
 @needs_proc
 def test_a_frozen_parameter_server_shard_is_killed_and_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     outcome, after = run_with_fault(tmp_path, monkeypatch, f"4:{ROUND}:hang")  # shard 0 freezes (SIGSTOP)

@@ -174,6 +174,7 @@ def _frozen_peer(rank: int, init: str, out: str) -> None:
     os._exit(0)
 
 
+@pytest.mark.slow
 def test_a_frozen_peer_ends_a_control_barrier_within_the_timeout(tmp_path: Path) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -161,6 +161,7 @@ def ranks(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
     return [torch.load(out / f"rank{r}.pt") for r in range(WORLD)]
 
 
+@pytest.mark.slow
 def test_four_ranks_hooks_match_ddp_and_averager_matches_group_means(ranks: list[dict[str, Any]]) -> None:
     # (a) every hook against a reference run without it: DDP's default all-reduce
     for policy in ("ring", "hierarchical"):

@@ -49,6 +49,9 @@ class Launched:
         self.config, self.out, self.stdout, self.codes = config, out, stdout, codes
 
 
+pytestmark = pytest.mark.slow  # one real launch serves the module
+
+
 @pytest.fixture(scope="module")
 def launched(tmp_path_factory: pytest.TempPathFactory) -> Launched:
     """Every rank as `python -m real CONFIG --out DIR`, with the environment torchrun gives it."""

@@ -344,6 +344,7 @@ def test_sparse_frames_under_bf16_carry_2_byte_values() -> None:
 
 
 # ----------------------------------------------------------------------------- on gloo
+@pytest.mark.slow
 def test_sparse_policies_on_gloo_end_with_numerics_modes_parameters(tmp_path: Path) -> None:
     """Acceptance: configs/real_zen_deepfm.yaml (DeepFM, top-k 5%) on 4 gloo workers + 2 shards: zen
     (hashed and contiguous owners), sparse_allgather, sparse_ps, sparcml and omnireduce end with the

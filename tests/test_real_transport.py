@@ -83,6 +83,7 @@ def _worker(rank: int, init: str, out: str) -> None:
         dist.destroy_process_group()
 
 
+@pytest.mark.slow
 def test_staged_messages_arrive_bit_for_bit(tmp_path: Path) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -120,6 +121,7 @@ def test_only_the_transport_calls_point_to_point() -> None:
     assert offenders == []
 
 
+@pytest.mark.slow
 def test_a_parameter_server_run_with_every_message_staged_ends_as_numerics_mode(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

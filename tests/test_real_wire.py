@@ -81,6 +81,7 @@ def _numerics(task: Task, ops: list[Any]) -> Any:
     return reps.grads
 
 
+@pytest.mark.slow
 def test_fp16_gradients_travel_in_16_bits_as_the_simulator_counts_and_numerics_mode_rounds(tmp_path: Path) -> None:
     task = Task(CFG, 0)
     size = task.size

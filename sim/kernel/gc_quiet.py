@@ -7,7 +7,13 @@ in-flight state grows and shrinks by hundreds of thousands of objects every buck
 was dozens of young collections per iteration, each walking the in-flight state (5-10 % of a 4,096-GPU
 hierarchical run). At 2,000,000 a run collects about once per 2 M rows kept, and a policy that leaks
 reference cycles still has them collected after at most 2 M new objects. Thresholds cannot change any
-result."""
+result.
+
+The collection on entry is a full one (it walks every object the process holds: 0.1-0.3 s with torch
+and pandas imported) only once the runs since the last full one have left a quarter of the heap it
+found, CPython's own rule for full collections; otherwise it collects the young generations. Small runs
+one after another (a sweep's points, the test suite) paid the full walk every run, several times the
+run itself."""
 
 from __future__ import annotations
 
@@ -15,20 +21,29 @@ import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+_left = 0  # objects the blocks left in the oldest generation since the last full collection
+_heap = 0  # objects the process held after that collection
+
 
 @contextmanager
 def quiet_gc(first_generation: int = 2_000_000) -> Iterator[None]:
-    """Collect once, freeze what exists (setup: imports, the cluster), and collect rarely until the
+    """Collect (see above), freeze what exists (setup: imports, the cluster), and collect rarely until the
     block ends; the previous thresholds come back afterwards, also on an exception. What the block
     made joins the oldest generation unscanned (the result rows: a young collection of them right
     after would walk millions of objects that all live on); a full collection still reaches it."""
-    gc.collect()
+    global _left, _heap
+    full = _left >= _heap // 4
+    gc.collect(2 if full else 1)
     gc.freeze()
+    entered = gc.get_freeze_count()
+    if full:
+        _heap, _left = entered, 0
     previous = gc.get_threshold()
     gc.set_threshold(first_generation, 50, 100)
     try:
         yield
     finally:
         gc.freeze()
+        _left += gc.get_freeze_count() - entered
         gc.set_threshold(*previous)
         gc.unfreeze()
