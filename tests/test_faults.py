@@ -68,6 +68,25 @@ def test_rpc_delay_on_one_worker_costs_a_ring_what_one_way_does() -> None:
     assert allreduces(simulate(cfg))["duration_s"].to_numpy() == pytest.approx([expected] * 3, rel=1e-9)
 
 
+@pytest.mark.parametrize("ranks, delay_mode, hops", [([2], "one_way", 1), ([2], "rpc", 1), ([1, 2], "rpc", 2)])
+def test_a_delay_reaches_collectives_under_the_nccl_model(ranks: list[int], delay_mode: str, hops: int) -> None:
+    """Under the NCCL model a collective's time comes from NCCL's tables, not from flows stepping
+    round the ring; a straggler's delay must still reach it. NCCL picks its algorithm blind to the
+    delay, then waits the slowest hop's extra delay on each of its network steps: a 4-ring of one GPU
+    per host crosses hosts on 2 x 3 steps, so each all-reduce lasts 6 x hops x 10 ms longer."""
+
+    def durations(faults: dict) -> list[float]:
+        cfg = synthetic(star(4), [{"name": "ring"}], 40, compute_ms=10.0, iterations=3)
+        cfg["simulation"] = {**cfg.get("simulation", {}), "network_model": "nccl"}
+        cfg["faults"] = faults
+        return list(allreduces(simulate(cfg))["duration_s"])
+
+    straggler = {"ranks": ranks, "delay_ms": 10.0, "delay_mode": delay_mode, "start_s": 0.0, "duration_s": 1e3}
+    nominal, delayed = durations({}), durations({"stragglers": [straggler]})
+    assert len(nominal) == len(delayed) == 3
+    assert [d - n for d, n in zip(delayed, nominal)] == pytest.approx([6 * hops * 0.010] * 3, rel=1e-9)
+
+
 def test_delay_mode_needs_a_delay() -> None:
     cfg = synthetic(star(2), [{"name": "ring"}], 10)
     cfg["faults"] = {

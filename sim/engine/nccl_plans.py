@@ -26,6 +26,7 @@ from sim.cluster.topology import Cluster
 from sim.config import SimulationConfig
 from sim.nccl.fabrics import NIC_EFFICIENCY, Fabric, fabric_of, with_constants
 from sim.nccl.tuner import Choice, Shape, choose
+from sim.network.flows import Network
 
 PLAN_CACHE_LIMIT = 200_000  # plans, group layouts and choices kept (groups may change every step)
 
@@ -89,13 +90,32 @@ class NcclPlanner:
         self._plans: dict[tuple[type, Group, float], Plan] = {}
         self._layouts: dict[tuple[type, Group], _Layout] = {}
         self._choices: dict[Shape, Choice] = {}  # groups of one shape (every host's, say) share them
+        self._live: Network | None = None
+        self._latency_version = -1
+        self._added = np.zeros_like(self._network_latency)  # delay on top of each network link's own
+
+    def follow(self, net: Network) -> None:
+        """Watch `net`'s link latencies for delays added on top of the cables' (a straggler's `delay_ms`).
+        NCCL picks its algorithm and protocol from its own tables, blind to such a delay, so the choice
+        stays the one for the nominal network; the collective then waits the extra delay of its slowest
+        hop between hosts on each of its network steps (`Shape.inter_steps`)."""
+        self._live = net
+        self._latency_version = -1
+
+    def _refresh(self) -> None:
+        if self._live is not None and self._live.latency_version != self._latency_version:
+            self._latency_version = self._live.latency_version
+            self._added = np.maximum(self._live.latency * self.network - self._network_latency, 0.0)
+            self._plans.clear()  # plans made under other delays
 
     def known(self, op: Collective) -> Plan | None:
         """The plan of `op` if one was made already."""
+        self._refresh()
         return self._plans.get(_key(op))
 
     def plan(self, op: Collective, ring: tuple[Path, ...]) -> Plan:
         """The choice for `op` and the paths it runs on (`ring`: the group's ring paths)."""
+        self._refresh()
         key = _key(op)
         found = self._plans.get(key)
         if found is None:
@@ -117,6 +137,10 @@ class NcclPlanner:
             if len(self._choices) >= PLAN_CACHE_LIMIT:
                 self._choices.clear()
             choice = self._choices[shape] = choose(shape, self.fabric, self.algorithm, self.protocol)
+        delay = max((float(self._added[list(p)].sum()) for p in layout.between), default=0.0)
+        if delay:
+            extra = shape.inter_steps * delay
+            choice = dataclasses.replace(choice, latency_s=choice.latency_s + extra, seconds=choice.seconds + extra)
         if choice.algorithm in ("nvls", "nvls_tree"):  # each GPU to and from its NVSwitch (and the NICs)
             return Plan(choice, layout.switch_paths(), layout.between)
         if layout.between and not isinstance(op, AllToAll):

@@ -118,6 +118,8 @@ def run_policy(
     else:
         capacity = cluster.capacity
     net = Network(env, capacity, cluster.latency)
+    if planner is not None:
+        planner.follow(net)  # faults' delays reach NCCL's per-step network latency
     model = config.simulation.collective_model
     world = cluster.world_size
     blocked = BlockedTime()
