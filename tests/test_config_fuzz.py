@@ -260,7 +260,7 @@ EFFECT_BASES: dict[str, dict[str, Any]] = {
             "stragglers": [
                 {"ranks": [2], "compute_factor": 3.0, "start_s": 0.0, "duration_s": 0.2},
                 {"uplinks": "all", "bandwidth_factor": 0.5, "every_s": 0.02, "count": 1, "duration_s": 0.01},
-                {"ranks": [5, 6], "delay_ms": 2.0, "start_s": 0.0, "duration_s": 0.1},  # two: rpc pays twice between them
+                {"ranks": [5, 6], "delay_ms": 2.0, "start_s": 0.0, "duration_s": 0.1},  # rpc: twice between them
             ],
         },
         "background": [
