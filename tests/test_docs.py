@@ -17,6 +17,15 @@ PYTHON = re.compile(r"```python\n(.*?)```", re.S)
 YAML = re.compile(r"```yaml\n(.*?)```", re.S)
 
 
+@pytest.fixture(autouse=True)
+def registrations_end_with_the_test(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A page's example may `register` a policy (docs/policies.md's local_sgd); it must not outlive the
+    test, or later tests in the same process (an xdist worker) see a policy list other processes lack."""
+    import policies.registry as registry
+
+    monkeypatch.setattr(registry, "_REGISTERED", dict(registry._REGISTERED))
+
+
 def run_blocks(page: Path) -> None:
     blocks = PYTHON.findall(page.read_text())
     assert blocks, f"{page.name} has no python examples"
