@@ -24,13 +24,13 @@ default is this policy alone for the whole budget. Adaptive phases report finish
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Optional
 
 from pydantic import BaseModel, ConfigDict
 
-from policies.ops import Program, ServerSpec
+from policies.ops import Op, Program, ServerSpec, step_ops
 from policies.phases import Phase, Progress, Timing
 from policies.view import ClusterView, ModelInfo
 
@@ -169,3 +169,17 @@ class Policy:
     def __repr__(self) -> str:
         fields = ", ".join(f"{k}={v!r}" for k, v in self.settings.model_dump().items())
         return f"{type(self).__name__}({fields})"
+
+
+def step_hooks(policy: Policy, rank: int, step: int, buckets: Sequence[Bucket]) -> Iterator[tuple[str, int, Op]]:
+    """(hook, bucket index or -1, op) of every op one rank's step issues, in the order a backend calls the
+    hooks: begin_step, on_forward per bucket (last first), on_gradients per bucket, end_step. A dry run of
+    the hooks (real/groups.py plans its process groups with it, sim/engine/policy_plans.py a plan)."""
+    programs: list[tuple[str, int, Program]] = [("begin_step", -1, policy.begin_step(rank, step))]
+    programs += [("on_forward", b.index, policy.on_forward(rank, step, b)) for b in buckets[::-1]]
+    programs += [("on_gradients", b.index, policy.on_gradients(rank, step, b)) for b in buckets]
+    programs.append(("end_step", -1, policy.end_step(rank, step)))
+    for hook, bucket, program in programs:
+        for item in program:
+            for op in step_ops(item):
+                yield hook, bucket, op

@@ -24,8 +24,8 @@ from typing import Any, Optional
 import torch
 import torch.distributed as dist
 
-from policies.base import Bucket, Policy
-from policies.ops import Collective, Group, step_ops
+from policies.base import Bucket, Policy, step_hooks
+from policies.ops import Collective, Group
 
 # more distinct groups than this (e.g. a random shuffle schedule over many steps) would spend minutes
 # in rendezvous; such a run should use a cyclic schedule
@@ -38,22 +38,17 @@ def planned_groups(policy: Policy, workers: int, steps: int, buckets: Sequence[B
     seen: dict[tuple[int, ...], Group] = {}
     for step in range(steps):
         for rank in range(workers):
-            programs = [policy.begin_step(rank, step)]
-            programs += [policy.on_forward(rank, step, b) for b in buckets[::-1]]
-            programs += [policy.on_gradients(rank, step, b) for b in buckets]
-            programs.append(policy.end_step(rank, step))
-            for program in programs:
-                for op in (op for item in program for op in step_ops(item)):
-                    if isinstance(op, Collective) and op.group.size > 1:
-                        key = tuple(sorted(op.group.ranks))
-                        if key not in seen:
-                            seen[key] = op.group
-                            if len(seen) > MAX_GROUPS:
-                                raise ValueError(
-                                    f"policy {policy.name!r} uses more than {MAX_GROUPS} distinct groups in "
-                                    f"{steps} steps; the real backend creates every group up front "
-                                    "(use a cyclic schedule or fewer iterations)"
-                                )
+            for _, _, op in step_hooks(policy, rank, step, buckets):
+                if isinstance(op, Collective) and op.group.size > 1:
+                    key = tuple(sorted(op.group.ranks))
+                    if key not in seen:
+                        seen[key] = op.group
+                        if len(seen) > MAX_GROUPS:
+                            raise ValueError(
+                                f"policy {policy.name!r} uses more than {MAX_GROUPS} distinct groups in "
+                                f"{steps} steps; the real backend creates every group up front "
+                                "(use a cyclic schedule or fewer iterations)"
+                            )
     return list(seen.values())
 
 

@@ -30,8 +30,11 @@ they were added to version 1 as optional keys, so a profile without them reads a
 spreads are None) and an older syncsim reads a newer profile, ignoring them. A span is *unsteady*
 (`unsteady_spans`, which `syncsim profile` warns about) when its interquartile range exceeds
 `UNSTEADY_IQR` (a quarter) of its median, or its maximum exceeds `UNSTEADY_RANGE` (twice) its minimum:
-on a quiet machine repeats of one kernel sequence agree within a few percent, so either is the mark of
-other work sharing the device (the 8.2 s against 127 ms of issue 33). Spans under `JUDGED_SHARE` (1%) of
+other work sharing the device or the CPU that launches its kernels, or changing clocks, spreads repeats
+that would otherwise agree within a few percent (the 8.2 s against 127 ms of issue 33); short spans
+can also spread on an otherwise quiet GPU (an H200's attention projections, at batch 16, spread by an
+IQR of 27-42%). A run that is steady but slow throughout is not caught: compare `step_s` across runs.
+Spans under `JUDGED_SHARE` (1%) of
 the step are not judged: a few microseconds of timer jitter are large relative to them and move
 nothing.
 

@@ -20,15 +20,14 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Optional
 
-from policies.base import Bucket, Policy
-from policies.ops import Collective, Op, Program, Pull, Push, step_ops
+from policies.base import Bucket, Policy, step_hooks
+from policies.ops import Collective, Op, Pull, Push
 from policies.phases import Phase, Progress
 from sim.cluster.topology import build_cluster
 from sim.compute.workload import compute_plan
 from sim.config import Config
 from sim.engine.run import bind_policy
 
-HOOKS = ("begin_step", "on_forward", "on_gradients", "end_step")
 MAX_PHASES = 10_000  # a policy that keeps naming phases past this is a bug, not a plan
 
 
@@ -125,15 +124,9 @@ def _turns(phase: Phase[Policy], start: int, workers: int) -> Iterator[tuple[int
 
 
 def _issued(policy: Policy, label: str, rank: int, step: int, buckets: list[Bucket]) -> Iterator[OpKey]:
-    programs: list[tuple[str, int, Program]] = [("begin_step", -1, policy.begin_step(rank, step))]
-    programs += [("on_forward", b.index, policy.on_forward(rank, step, b)) for b in buckets[::-1]]
-    programs += [("on_gradients", b.index, policy.on_gradients(rank, step, b)) for b in buckets]
-    programs.append(("end_step", -1, policy.end_step(rank, step)))
-    for hook, bucket, program in programs:
-        for item in program:
-            for op in step_ops(item):
-                payload = getattr(op, "payload", None)
-                yield OpKey(label, hook, bucket, _kind(op), _members(op), payload.value if payload else "")
+    for hook, bucket, op in step_hooks(policy, rank, step, buckets):
+        payload = getattr(op, "payload", None)
+        yield OpKey(label, hook, bucket, _kind(op), _members(op), payload.value if payload else "")
 
 
 def _kind(op: Op) -> str:

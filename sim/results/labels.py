@@ -46,7 +46,7 @@ LABELS = {
     "cluster.gpu": "GPU",
     "workload.model": "Model",
     "workload.batch_size": "Batch size (samples per worker)",
-    "sparsity.density": "Gradient density",
+    "workload.sparsity.topk": "Top-k density",
 }
 
 # unit suffixes of column and field names, longest first so `_samples_s` wins over `_s`
