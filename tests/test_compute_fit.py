@@ -6,6 +6,7 @@ import math
 import re
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -172,3 +173,34 @@ def test_the_measured_steps_are_zoo_models_on_catalog_gpus_with_their_provenance
         get_model(row.model), get_gpu(row.gpu)  # known names (raise otherwise)
         assert row.training and row.seconds > 0 and row.precision in ("fp32", "fp16")
         assert row.kind == "measured" and row.implementation == "eager" and not row.reference
+
+
+def test_the_grouped_jacobian_equals_one_difference_per_constant() -> None:
+    """Two shared constants and two per GPU for three GPUs (the middle one without rows): GPU g's
+    residuals see only the shared pair and its own, the pulls one constant each."""
+    k, gpus = 2, 3
+    rows_of = [np.arange(0, 3), np.arange(3, 3), np.arange(3, 5)]
+    weights = [np.array([1.0, 2.0, 3.0]), np.array([]), np.array([0.5, 4.0])]
+
+    def fun(x: np.ndarray) -> np.ndarray:
+        errors = [
+            np.sin(x[0] * w) + x[1] ** 2 * w + np.exp(x[k * (g + 1)] * w) * x[k * (g + 1) + 1]
+            for g, w in enumerate(weights)
+        ]
+        return np.concatenate([*errors, 0.1 * x[:k], 10.0 * x[k:]])
+
+    owned = [np.append(rows_of[g], 5 + k * (g + 1) + np.arange(k)) for g in range(gpus)]
+    x = np.array([0.3, -1.2, 0.1, 2.0, 0.0, -0.5, 1.5, 0.7])
+    low, high = np.full(len(x), -np.inf), np.full(len(x), np.inf)
+    high[1] = x[1] + 1e-9  # a step that would leave the bounds is taken backwards
+    f0 = fun(x)
+    grouped = compute_fit._block_jacobian(fun, x, f0, k, owned, (low, high))
+    dense = np.zeros_like(grouped)
+    for c in range(len(x)):
+        step = np.sqrt(np.finfo(float).eps) * max(1.0, abs(x[c])) * (1.0 if x[c] >= 0 else -1.0)
+        step = -step if x[c] + step > high[c] else step
+        moved = x.copy()
+        moved[c] += step
+        dense[:, c] = (fun(moved) - f0) / (moved[c] - x[c])
+    np.testing.assert_allclose(grouped, dense, rtol=1e-12, atol=0.0)
+    assert grouped[0, 1] == pytest.approx(2 * x[1] * 1.0, rel=1e-6)  # d/dx1 of x1^2 * w

@@ -54,4 +54,4 @@ def test_a_full_collection_comes_back_once_runs_left_a_quarter_of_the_heap(
     with quiet_gc():
         pass
     assert collected == [2, 1, 2] and kept
-    assert gc_quiet._left == 0
+    assert gc_quiet._left < 100  # counted afresh from the full collection: the last block's few objects

@@ -277,3 +277,12 @@ def test_held_out_scores_each_source_by_a_fit_to_the_others() -> None:
     scored = nccl_fit.held_out(figures)
     assert sorted(set(scored["held_out"])) == ["one/repo", "two/repo"] and len(scored) == 2 * len(sizes)
     assert scored["error"].abs().max() < 0.05
+
+
+def test_the_fits_batched_rows_predict_what_predict_does_under_any_slices() -> None:
+    figures = [r for r in rows() if r.sized]
+    choices = nccl_fit.Choices(figures)
+    for slices in (fabric_of("A100").slices, dataclasses.replace(fabric_of("H100").slices, ll=3000.0, network=1.0)):
+        batched = choices.busbw_gbs(slices)
+        one_by_one = [nccl_fit.predict(r, dataclasses.replace(fabric_of(r.gpu), slices=slices))[0] for r in figures]
+        assert batched.tolist() == one_by_one  # exactly: the fit's loss is the one scoring reports

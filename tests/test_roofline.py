@@ -9,7 +9,7 @@ import pytest
 from sim.catalog.gpus import SHARPNESS_MAX, KernelCosts, get_gpu
 from sim.catalog.zoo import MODEL_NAMES, get_model
 from sim.catalog.zoo.spec import Layer, Op
-from sim.compute.roofline import arithmetic_unit, model_seconds, op_table
+from sim.compute.roofline import arithmetic_unit, model_seconds, op_table, stack
 from sim.config import parse_config
 from sim.errors import ConfigError
 
@@ -189,3 +189,19 @@ def test_fused_implementations_drop_the_epilogues_of_batch_norm() -> None:
     assert fused[~table.epilogue] == pytest.approx(tuned[~table.epilogue])
     with pytest.raises(ValueError, match="implementation must be one of: eager, tuned, fused"):
         table.seconds(COSTS, "compiled")
+
+
+@pytest.mark.parametrize("implementation", ["eager", "tuned", "fused"])
+def test_stacked_tables_give_each_tables_own_shares(implementation: str) -> None:
+    costs = replace(get_gpu("A100").costs, dispatch_us=20.0)
+    tables = [
+        op_table(A100, get_model("resnet32").layers, 64, "fp32"),
+        op_table(A100, get_model("vgg16").layers, 8, "fp16"),
+        op_table(A100, get_model("resnet32").layers, 2, "fp16"),  # CPU-bound under eager
+    ]
+    shares = stack(tables).seconds(costs, implementation)
+    assert shares.shape == (3, max(len(t.order) for t in tables))
+    for row, table in zip(shares, tables, strict=True):
+        own = table.seconds(costs, implementation)
+        assert row[: len(own)] == pytest.approx(own, rel=1e-12, abs=1e-15)
+        assert not row[len(own) :].any()  # the padding costs nothing

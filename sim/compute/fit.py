@@ -20,7 +20,7 @@ other models' rows (of both kinds) and predict its own.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -32,7 +32,7 @@ import pandas as pd
 from sim.catalog.gpus import FITTED_GPUS, SHARPNESS_MAX, WINOGRAD_MAX, KernelCosts, get_gpu
 from sim.catalog.zoo import Layer, get_model
 from sim.catalog.zoo.transformers import SEQUENCE_LENGTHS, layers_at_sequence_length
-from sim.compute.roofline import BACKWARD_FACTOR, OpTable, check_implementation, op_table
+from sim.compute.roofline import BACKWARD_FACTOR, OpTable, check_implementation, op_table, stack
 from sim.markdown import markdown_table
 
 NAMES = ("fp32", "tf32", "tensor", "memory", "launch_us", "winograd", "sharpness", "dispatch_us", "unaligned")
@@ -168,10 +168,42 @@ def _precision(r: Any) -> str:
 
 def predict(row: Row, costs: KernelCosts) -> float:
     """The model's seconds for a row: forward (+ backward for training) of the zoo model."""
-    table = _table(row.gpu, row.model, row.batch, row.precision, row.seq_len, row.reference)
-    if row.training:
-        return float(table.seconds(costs, row.implementation).sum())
-    return float(table.gpu_seconds(costs)[~table.backward].sum())
+    return float(Batch([row]).seconds(costs)[0])
+
+
+class Batch:
+    """Rows of one GPU as the distinct tables they time, grouped by how they are timed and each
+    group's tables stacked, so that predicting them under one set of constants takes a few array
+    passes instead of one per row."""
+
+    def __init__(self, rows: Sequence[Row]) -> None:
+        keys = [(r.model, r.batch, r.precision, r.seq_len, r.reference, r.training, r.implementation) for r in rows]
+        distinct = {key: row for key, row in zip(keys, rows, strict=True)}
+        slot = {key: i for i, key in enumerate(distinct)}
+        self.rows = np.array([slot[key] for key in keys], dtype=np.int64)  # each row's distinct table
+        groups: dict[tuple[bool, str], list[int]] = {}
+        for i, row in enumerate(distinct.values()):
+            groups.setdefault((row.training, row.implementation), []).append(i)
+        tables = list(distinct.values())
+        self.size = len(tables)
+        self.groups = [
+            (np.array(indices), training, implementation, stack([_row_table(tables[i]) for i in indices]))
+            for (training, implementation), indices in groups.items()
+        ]
+
+    def seconds(self, costs: KernelCosts) -> np.ndarray:
+        """Each row's predicted seconds under `costs`."""
+        out = np.empty(self.size)
+        for indices, training, implementation, table in self.groups:
+            if training:
+                out[indices] = table.seconds(costs, implementation).sum(axis=-1)
+            else:
+                out[indices] = np.where(table.backward, 0.0, table.gpu_seconds(costs)).sum(axis=-1)
+        return out[self.rows]
+
+
+def _row_table(row: Row) -> OpTable:
+    return _table(row.gpu, row.model, row.batch, row.precision, row.seq_len, row.reference)
 
 
 @cache
@@ -199,23 +231,73 @@ def fit(rows: Sequence[Row], gpus: Sequence[str] = FITTED_GPUS) -> dict[str, Ker
     prior = np.log([getattr(PRIOR, name) for name in NAMES])
     k = len(NAMES)
     by_gpu = {gpu: [r for r in rows if r.gpu == gpu] for gpu in gpus}
+    batches = [(Batch(by_gpu[gpu]), np.array([r.seconds for r in by_gpu[gpu]])) for gpu in gpus if by_gpu[gpu]]
+    fitted = [g for g, gpu in enumerate(gpus) if by_gpu[gpu]]
 
     def constants(x: np.ndarray, gpu: int) -> np.ndarray:
         return x[:k] + x[k * (gpu + 1) : k * (gpu + 2)]
 
     def residuals(x: np.ndarray) -> np.ndarray:
-        errors = []
-        for g, gpu in enumerate(gpus):
-            costs = _costs(constants(x, g))
-            errors += [math.log(predict(row, costs) / row.seconds) for row in by_gpu[gpu]]
+        errors = [
+            np.log(batch.seconds(_costs(constants(x, g))) / seconds)
+            for g, (batch, seconds) in zip(fitted, batches, strict=True)
+        ]
         pulls = [PRIOR_WEIGHT * (x[:k] - prior), np.tile(GPU_WEIGHT, len(gpus)) * x[k:]]
-        return np.concatenate([np.asarray(errors), *pulls])
+        return np.concatenate([*errors, *pulls])
 
+    # the rows of each GPU's errors (GPUs without rows have none), then the pulls, one per constant
+    ends = np.cumsum([0] + [len(by_gpu[gpu]) for gpu in gpus])
+    pulls_at = ends[-1] + k * (1 + np.arange(len(gpus)))  # each GPU's first pull
+    owned = [np.append(np.arange(ends[g], ends[g + 1]), pulls_at[g] + np.arange(k)) for g in range(len(gpus))]
     start = np.concatenate([prior, np.zeros(k * len(gpus))])
     low = np.concatenate([BOUNDS[0], np.full(k * len(gpus), -np.inf)])
     high = np.concatenate([BOUNDS[1], np.full(k * len(gpus), np.inf)])
-    result = least_squares(residuals, start, bounds=(low, high), xtol=1e-8, ftol=1e-8, loss=LOSS, f_scale=LOSS_SCALE)
+    last: dict[bytes, np.ndarray] = {}
+
+    def memo(x: np.ndarray) -> np.ndarray:
+        key = x.tobytes()
+        if key not in last:
+            last.clear()
+            last[key] = residuals(x)
+        return last[key]
+
+    def jacobian(x: np.ndarray) -> np.ndarray:
+        return _block_jacobian(residuals, x, memo(x), k, owned, (low, high))
+
+    result = least_squares(
+        memo, start, jac=jacobian, bounds=(low, high), xtol=1e-8, ftol=1e-8, loss=LOSS, f_scale=LOSS_SCALE
+    )
     return {gpu: _costs(np.round(constants(result.x, g), 4), _counted(by_gpu[gpu])) for g, gpu in enumerate(gpus)}
+
+
+def _block_jacobian(
+    fun: Callable[[np.ndarray], np.ndarray],
+    x: np.ndarray,
+    f0: np.ndarray,
+    k: int,
+    owned: Sequence[np.ndarray],
+    bounds: tuple[np.ndarray, np.ndarray],
+) -> np.ndarray:
+    """Forward differences of `fun` at `x` (scipy's 2-point steps) for the fit's layout: `k` shared
+    constants that move every residual, then `k` per GPU that move only the residuals `owned` by
+    that GPU. The i-th constant of every GPU moves at once, so a Jacobian takes 2k evaluations
+    instead of k * (GPUs + 1), with the same columns."""
+    step = np.sqrt(np.finfo(float).eps) * np.where(x >= 0, 1.0, -1.0) * np.maximum(1.0, np.abs(x))
+    outside = (x + step < bounds[0]) | (x + step > bounds[1])
+    step = np.where(outside, -step, step)
+    jac = np.zeros((len(f0), len(x)))
+    for i in range(k):
+        moved = x.copy()
+        moved[i] += step[i]
+        jac[:, i] = (fun(moved) - f0) / (moved[i] - x[i])
+    for i in range(k):
+        columns = k * (1 + np.arange(len(owned))) + i
+        moved = x.copy()
+        moved[columns] += step[columns]
+        change = fun(moved) - f0
+        for rows, column in zip(owned, columns, strict=True):
+            jac[rows, column] = change[rows] / (moved[column] - x[column])
+    return jac
 
 
 def _counted(rows: Sequence[Row]) -> str:

@@ -101,7 +101,8 @@ class OpTable:
 
     def seconds(self, costs: KernelCosts, implementation: str = "eager") -> np.ndarray:
         """Each op's share of the step under `costs`: its GPU time, plus under `eager` the time
-        the GPU idles before the CPU has issued it (they sum to the step)."""
+        the GPU idles before the CPU has issued it (they sum to the step). Works along the last
+        axis, so a `stack` of tables gives one row of shares per table."""
         gpu = self.gpu_seconds(costs)
         if check_implementation(implementation) == "fused":
             return np.where(self.epilogue, 0.0, gpu)
@@ -109,13 +110,15 @@ class OpTable:
             return gpu
         if not costs.dispatch_us:
             return gpu
-        ordered = gpu[self.order]
-        python = np.where(self.backward, 0.0, self.kernels)[self.order]  # backward: autograd's C++ engine
-        issued = np.cumsum(python) * costs.dispatch_us * 1e-6  # its last kernel issued
-        before = np.cumsum(ordered) - ordered  # GPU work queued ahead of each op
-        finish = np.cumsum(ordered) + np.maximum(0.0, np.maximum.accumulate(issued - before))
+        ordered = np.take_along_axis(gpu, self.order, axis=-1)
+        # backward: autograd's C++ engine issues the kernels, not Python
+        python = np.take_along_axis(np.where(self.backward, 0.0, self.kernels), self.order, axis=-1)
+        issued = np.cumsum(python, axis=-1) * costs.dispatch_us * 1e-6  # its last kernel issued
+        done = np.cumsum(ordered, axis=-1)
+        before = done - ordered  # GPU work queued ahead of each op
+        finish = done + np.maximum(0.0, np.maximum.accumulate(issued - before, axis=-1))
         shares = np.empty_like(gpu)
-        shares[self.order] = np.diff(finish, prepend=0.0)
+        np.put_along_axis(shares, self.order, np.diff(finish, axis=-1, prepend=0.0), axis=-1)
         return shares
 
     def layer_seconds(self, costs: KernelCosts, implementation: str = "eager") -> tuple[np.ndarray, np.ndarray]:
@@ -124,6 +127,36 @@ class OpTable:
         forward = np.bincount(self.layer[~self.backward], times[~self.backward], minlength=self.layers)
         backward = np.bincount(self.layer[self.backward], times[self.backward], minlength=self.layers)
         return forward, backward
+
+
+def stack(tables: Sequence[OpTable]) -> OpTable:
+    """`tables` as one table of one row each, padded with ops that cost nothing and run last, so
+    that `seconds` evaluates them all in one pass (the fit evaluates hundreds of rows per step)."""
+    width = max(len(t.order) for t in tables)
+
+    def padded(field: str, fill: object) -> np.ndarray:
+        columns = [getattr(t, field) for t in tables]
+        out = np.full((len(tables), width), fill, dtype=columns[0].dtype)
+        for row, column in zip(out, columns, strict=True):
+            row[: len(column)] = column
+        return out
+
+    order = np.tile(np.arange(width), (len(tables), 1))
+    for row, t in zip(order, tables, strict=True):
+        row[: len(t.order)] = t.order
+    return OpTable(
+        padded("layer", 0),
+        padded("backward", True),
+        padded("unit", 0),
+        padded("compute_s", 0.0),
+        padded("memory_s", 0.0),
+        padded("kernels", 0.0),
+        padded("winograd", False),
+        max(t.layers for t in tables),
+        order,
+        padded("unaligned", False),
+        padded("epilogue", False),
+    )
 
 
 def op_table(gpu: GpuSpec, layers: Sequence[Layer], batch: int, precision: str) -> OpTable:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -22,7 +23,9 @@ from sim.compute.sparse_blocks import block_count, block_mask, block_values
 from sim.compute.sparsity import BucketLayout, IndexSets
 
 _CHUNK = 1 << 22
-_CACHE = 32
+# censuses kept (least recently used first out): small arrays, so that policies simulated one after
+# another over the same iterations and buckets count each once
+_CACHE_BYTES = 64 << 20
 
 
 def hash_owner(rows: np.ndarray, owners: int) -> np.ndarray:
@@ -61,6 +64,10 @@ class Census:
     union_values: np.ndarray  # [owner]
     share: int  # rows one owner's bitmap covers
 
+    @property
+    def nbytes(self) -> int:
+        return self.rows.nbytes + self.values.nbytes + self.union_rows.nbytes + self.union_values.nbytes
+
 
 class SparseTraffic:
     """Censuses of a run's index sets (cached per iteration and bucket), and message sizes."""
@@ -68,6 +75,7 @@ class SparseTraffic:
     def __init__(self, sets: IndexSets) -> None:
         self.sets = sets
         self._cache: OrderedDict[tuple, Census] = OrderedDict()
+        self._cached_bytes = 0
         self._dense: dict[tuple, np.ndarray] = {}
         self._shares: dict[tuple, np.ndarray] = {}  # (bucket, partition, owners) -> value bytes per owner
         self._blocks: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}  # -> (owner, value bytes) per block
@@ -90,8 +98,9 @@ class SparseTraffic:
         else:
             census = self._count_blocks(step, bucket, members, partition, owners, block)
         self._cache[key] = census
-        if len(self._cache) > _CACHE:
-            self._cache.popitem(last=False)
+        self._cached_bytes += census.nbytes
+        while self._cached_bytes > _CACHE_BYTES and len(self._cache) > 1:
+            self._cached_bytes -= self._cache.popitem(last=False)[1].nbytes
         return census
 
     def _count(self, step: int, bucket: int, members: tuple[int, ...], partition: str, owners: int) -> Census:
@@ -120,9 +129,12 @@ class SparseTraffic:
                 rows[i] += counts
                 values[i] += counts * row_bytes
             counts = np.zeros(owners, dtype=np.int64)
-            for lo in range(0, seg.rows, _CHUNK):  # in chunks: the union may hold most of the rows
-                union = np.flatnonzero(mask[lo : lo + _CHUNK]) + (seg.offset + lo)
-                counts += np.bincount(owner_of(union, partition, owners, space), minlength=owners)
+            if partition == "none" or owners == 1:  # owner 0 holds the whole union: its size is the count
+                counts[0] = np.count_nonzero(mask)
+            else:
+                for lo in range(0, seg.rows, _CHUNK):  # in chunks: the union may hold most of the rows
+                    union = np.flatnonzero(mask[lo : lo + _CHUNK]) + (seg.offset + lo)
+                    counts += np.bincount(owner_of(union, partition, owners, space), minlength=owners)
             union_rows += counts
             union_values += counts * row_bytes
         return Census(rows, values, union_rows, union_values, share_rows(space, owners, partition))
@@ -179,6 +191,14 @@ class SparseTraffic:
                 counts += np.bincount(owner_of(chunk, partition, owners, space), minlength=owners)
             self._dense[key] = counts
         return self._dense[key]
+
+
+@lru_cache(maxsize=1)
+def shared_traffic(layouts: tuple[BucketLayout, ...], seed: int) -> SparseTraffic:
+    """The traffic of `layouts` drawn with `seed`, kept for the next run that asks for the same: a
+    config's policies, simulated one after another, then count each census once (a census depends
+    on nothing but the index sets and its key)."""
+    return SparseTraffic(IndexSets(layouts, seed))
 
 
 def message_bytes(

@@ -22,8 +22,7 @@ from policies.view import ModelInfo
 from sim.cluster.routing import Router
 from sim.cluster.topology import Cluster
 from sim.compute.durations import ComputeModel
-from sim.compute.sparse_traffic import SparseTraffic
-from sim.compute.sparsity import IndexSets
+from sim.compute.sparse_traffic import shared_traffic
 from sim.compute.workload import ComputePlan
 from sim.config import Config, PolicyEntry
 from sim.engine.clocks import ClockBoard
@@ -165,7 +164,7 @@ def run_policy(
         replicas, evaluator = attach(
             config, task, world, [b.nbytes for b in plan.buckets], entry.display, bool(policy.all_servers())
         )
-    traffic = SparseTraffic(IndexSets(plan.layouts, config.seed)) if any(x.sparse for x in plan.layouts) else None
+    traffic = shared_traffic(plan.layouts, config.seed) if any(x.sparse for x in plan.layouts) else None
     runner = CollectiveRunner(env, net, router, cluster.rank_gpus, model, traffic, planner)
     comms = Communicators(
         env, runner, entry.display, on_collective, blocked.add, replicas.collective_done if replicas else None

@@ -35,15 +35,21 @@ def quiet_gc(first_generation: int = 2_000_000) -> Iterator[None]:
     full = _left >= _heap // 4
     gc.collect(2 if full else 1)
     gc.freeze()
-    entered = gc.get_freeze_count()
-    if full:
-        _heap, _left = entered, 0
+    if full:  # counting the frozen objects walks them all, as the full collection just did
+        _heap, _left = gc.get_freeze_count(), 0
     previous = gc.get_threshold()
     gc.set_threshold(first_generation, 50, 100)
     try:
         yield
     finally:
+        _left += _unfrozen()
         gc.freeze()
-        _left += gc.get_freeze_count() - entered
         gc.set_threshold(*previous)
         gc.unfreeze()
+
+
+def _unfrozen() -> int:
+    """Objects the collector tracks outside the frozen ones: inside a block, what the block made
+    and still holds. Walks only those (counting the frozen ones walks the whole heap, 40 ms in a
+    test process)."""
+    return sum(len(gc.get_objects(generation)) for generation in range(3))

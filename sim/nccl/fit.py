@@ -24,7 +24,9 @@ import pandas as pd
 from sim.catalog.gpus import get_gpu
 from sim.nccl.fabrics import CONSTANT_KEYS, Fabric, Slices, fabric_of
 from sim.nccl.published import Published, read_table, row_shape, rows
-from sim.nccl.tuner import choose
+from sim.nccl.tuner import Latency, Shape, choose
+
+SLICE_NAMES = ("ll", "ll128", "simple", "nvls")
 
 NAMES = ("ll", "ll128", "simple", "nvls", "launch", "step_scale")
 BOUNDS = [(0.0, 4000.0)] * 4 + [(0.0, 100.0), (0.0, 2.0)]  # slices in KB; launch in us; latency scale
@@ -83,11 +85,13 @@ def fit(figures: Sequence[Published], networks: Sequence[str] | None = FITTED_NE
         across = [r for r in own if r.nodes > 1 and (networks is None or r.network in networks)]
         slices = fabric_of(own[0].gpu).slices
         if inside:
-            best = differential_evolution(_loss, BOUNDS, args=(inside, slices, NAMES), seed=0, tol=1e-8, polish=True)
+            best = differential_evolution(
+                _loss, BOUNDS, args=(Choices(inside), slices, NAMES), seed=0, tol=1e-8, polish=True
+            )
             slices = dataclasses.replace(slices, **{k: round(float(v), 2) for k, v in zip(NAMES, best.x)})
         if across:
             best = differential_evolution(
-                _loss, NETWORK_BOUNDS, args=(across, slices, NETWORK_NAMES), seed=0, tol=1e-8, polish=True
+                _loss, NETWORK_BOUNDS, args=(Choices(across), slices, NETWORK_NAMES), seed=0, tol=1e-8, polish=True
             )
             slices = dataclasses.replace(slices, **{k: round(float(v), 2) for k, v in zip(NETWORK_NAMES, best.x)})
         fitted[arch] = slices
@@ -117,12 +121,36 @@ def held_out(figures: Sequence[Published]) -> pd.DataFrame:
     return pd.concat(out, ignore_index=True)
 
 
-def _loss(x: np.ndarray, figures: Sequence[Published], slices: Slices, names: Sequence[str]) -> float:
-    """Mean squared log error of `figures` with `slices` whose constants `names` are `x`."""
+class Choices:
+    """What NCCL's tuner picks for each row, as arrays: its pick and everything but the latency's
+    fitted constants are the same under any slices, so the fit evaluates all rows in one pass."""
+
+    def __init__(self, figures: Sequence[Published]) -> None:
+        picks = [choose(*_shape_and_fabric(r), r.algorithm) for r in figures]
+        terms = [c.terms for c in picks]
+        assert all(t is not None for t in terms)
+        fields = [f.name for f in dataclasses.fields(Latency) if f.name != "slice"]
+        self.terms = Latency("", **{name: np.array([getattr(t, name) for t in terms]) for name in fields})
+        self.slice = np.array([SLICE_NAMES.index(t.slice) for t in terms])  # type: ignore[union-attr]
+        self.transfer = np.array([c.transfer_s for c in picks])
+        self.bus_bytes = np.array([r.bus_factor() * r.nbytes for r in figures])
+        self.published = np.array([r.busbw_gbs for r in figures])
+
+    def busbw_gbs(self, slices: Slices) -> np.ndarray:
+        """Each row's predicted bus bandwidth under `slices` (as `predict` gives it)."""
+        kb = np.array([getattr(slices, name) for name in SLICE_NAMES])[self.slice]
+        return self.bus_bytes / (self.terms.seconds(slices, kb) + self.transfer) / 1e9
+
+
+def _shape_and_fabric(row: Published) -> tuple[Shape, Fabric]:
+    fabric = fabric_of(row.gpu)
+    return row_shape(row, fabric, get_gpu(row.gpu).intra_host_gbps / 8), fabric
+
+
+def _loss(x: np.ndarray, choices: Choices, slices: Slices, names: Sequence[str]) -> float:
+    """Mean squared log error of the rows of `choices` with `slices` whose constants `names` are `x`."""
     trial = dataclasses.replace(slices, **dict(zip(names, x)))
-    errors = [
-        math.log(predict(r, dataclasses.replace(fabric_of(r.gpu), slices=trial))[0] / r.busbw_gbs) for r in figures
-    ]
+    errors = [math.log(v) for v in choices.busbw_gbs(trial) / choices.published]
     return float(np.mean(np.square(errors)))
 
 

@@ -17,8 +17,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
-from sim.nccl.fabrics import Fabric
+import numpy as np
+
+from sim.nccl.fabrics import Fabric, Slices
 from sim.nccl.protocols import (
     ALGORITHMS,
     LATENCY_US,
@@ -91,6 +94,33 @@ class Choice:
     seconds: float
     tuner_seconds: float  # NCCL's own estimate, which leaves the pipeline's fill out: what it picks by
     net_wire_per_path: float = 0.0  # a tree's bytes on each path between hosts (others: wire_per_path)
+    terms: Latency | None = None  # what latency_s is made of, apart from the fitted slices
+    transfer_s: float = 0.0  # seconds - latency_s: the bytes at the rate
+
+
+@dataclass(frozen=True)
+class Latency:
+    """A choice's latency, apart from the fitted constants (`Slices`) that enter it: NCCL's base
+    and per-step figures (us), and the pipeline's fill, which waits for a slice per step. Fields
+    are floats, or arrays of them with one entry per collective (the fit evaluates many at once)."""
+
+    slice: str  # which of the Slices a step inside a host waits for (ll, ll128, simple or nvls)
+    base_us: Any  # NCCL's base latency
+    intra_us: Any  # the steps inside hosts, each at its link's figure
+    net_us: Any  # the steps between hosts, each at the network's figure (links' own latency included)
+    fill_steps: Any  # steps that wait for a slice inside a host
+    fill_rate: Any  # bytes/s such a slice arrives at
+    net_steps: Any  # steps that wait for a network slice
+    net_rate: Any  # bytes/s a network slice arrives at (1 where there are no such steps)
+    chunk: Any  # a rank's bytes: no step waits for more
+
+    def seconds(self, slices: Slices, slice_kb: Any = None) -> Any:
+        """The latency under `slices` (`slice_kb`: the slice each entry waits for, else the named one)."""
+        kb = getattr(slices, self.slice) if slice_kb is None else slice_kb
+        fill = self.fill_steps * np.minimum(kb * 1e3, self.chunk) / self.fill_rate
+        fill = fill + self.net_steps * np.minimum(slices.network * 1e3, self.chunk) / self.net_rate
+        hops = self.intra_us * slices.step_scale + self.net_us * slices.network_scale
+        return (slices.launch + self.base_us * slices.step_scale + hops) * 1e-6 + fill
 
 
 def predict(shape: Shape, fabric: Fabric, algorithm: str, protocol: str) -> Choice | None:
@@ -156,17 +186,24 @@ def predict(shape: Shape, fabric: Fabric, algorithm: str, protocol: str) -> Choi
     else:
         net_wire = wire
         transfer = wire / min(rate, cap) if wire else 0.0
-    # the pipeline's fill: every step waits for a slice, or for the rank's whole chunk if smaller
-    slices = fabric.slices
-    fill = (depth - net_steps) * min(slices.of(algorithm, protocol) * 1e3, n / p) / (min(rate, cap) * factor)
-    if net_steps:  # a network step waits for its own slice, at the NICs' rate
-        fill += net_steps * min(slices.network * 1e3, n / p) / (min(shape.net_rate, cap) * factor)
-    hops = intra_steps * intra * slices.step_scale + net_steps * net * slices.network_scale
-    latency = (fabric.slices.launch + lat.base * slices.step_scale + hops) * 1e-6 + fill
+    # the pipeline's fill: every step waits for a slice, or for the rank's whole chunk if smaller; a
+    # network step waits for its own slice, at the NICs' rate
+    terms = Latency(
+        "nvls" if algorithm == "nvls" else protocol,
+        lat.base,
+        intra_steps * intra,
+        net_steps * net,
+        depth - net_steps,
+        min(rate, cap) * factor,
+        net_steps,
+        min(shape.net_rate, cap) * factor if net_steps else 1.0,
+        n / p,
+    )
+    latency = float(terms.seconds(fabric.slices))
     estimate = (lat.base + intra_steps * intra + net_steps * net) * 1e-6 + _tables_transfer(
         shape, fabric, algorithm, protocol, transfer
     )
-    return Choice(algorithm, protocol, latency, wire, cap, latency + transfer, estimate, net_wire)
+    return Choice(algorithm, protocol, latency, wire, cap, latency + transfer, estimate, net_wire, terms, transfer)
 
 
 def _tables_transfer(shape: Shape, fabric: Fabric, algorithm: str, protocol: str, transfer: float) -> float:
