@@ -112,3 +112,26 @@ def test_the_bundled_job_records_cite_their_file() -> None:
     assert phases["source"].str.startswith(f"{logs.REPOSITORY}@{logs.COMMIT}:data/").all()
     gaps = logs.switch_gaps(phases)
     assert (gaps[gaps.index.str.startswith("cifar100_")] > 90).all()  # never shorter than main.py's 90 s wait
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_step_times_are_each_intervals_milliseconds_per_step_in_the_order_runs_started(tmp_path: Path) -> None:
+    loss = {  # the clock every 100 steps, as the authors' loss.csv logs it (a blank line included)
+        "late": "Wall time,Relative time (s),Step,Value\n2000,0,1,3.0\n2025,25,101,2.5\n,,,\n2055,55,201,2.1\n",
+        "early": "Wall time,Relative time (s),Step,Value\n1000,0,1,3.0\n1070,70,101,2.5\n1140,140,201,2.1\n",
+    }
+    for run, text in loss.items():
+        folder = tmp_path / "data" / "straggler" / run
+        folder.mkdir(parents=True)
+        (folder / "loss.csv").write_text(text)
+    git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git[:3], "init", "-q"], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-qm", "logs"], check=True)
+    commit = subprocess.run([*git[:3], "rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
+    table = logs.step_times(tmp_path, commit=commit)
+    assert table["run"].tolist() == ["early", "late"]
+    assert table["started_utc"].tolist() == ["1970-01-01 00:16", "1970-01-01 00:33"]
+    assert table["intervals"].tolist() == [2, 2]
+    assert table["median_ms"].tolist() == [700.0, 275.0]  # (250 + 300) / 2
+    assert table["mean_ms"].tolist() == [700.0, 275.0]

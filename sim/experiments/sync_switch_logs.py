@@ -16,6 +16,7 @@ switch cost (`sim/catalog/sync_switch_phases.csv`).
 
     python -m sim.experiments.sync_switch_logs --repo PATH   # rebuild the bundled table from a clone
     python -m sim.experiments.sync_switch_logs               # the per-configuration summary (Markdown)
+    python -m sim.experiments.sync_switch_logs --repo PATH --step-times   # straggler runs' step spread
 """
 
 from __future__ import annotations
@@ -142,6 +143,38 @@ def read_repository(repo: Path, commit: str = COMMIT) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=list(COLUMNS))
 
 
+def interval_step_ms(text: str) -> tuple[pd.Timestamp, pd.Series]:
+    """A run's `loss.csv` (one line per logged step, every 100 steps) as its start (UTC) and the
+    milliseconds per step over each interval between two logged lines (the clock is in whole seconds)."""
+    logged = pd.read_csv(io.StringIO(text)).dropna(subset=["Wall time", "Step"]).sort_values("Step")
+    steps, wall = logged["Step"].diff(), logged["Wall time"].diff()
+    started = pd.Timestamp(int(logged["Wall time"].iloc[0]), unit="s")
+    return started, (1e3 * wall / steps)[steps > 0].reset_index(drop=True)
+
+
+def step_times(repo: Path, experiment: str = "straggler", commit: str = COMMIT) -> pd.DataFrame:
+    """Per run of `experiment` with a `loss.csv`, in the order they ran: when it started and how steady
+    its steps were (10th, 50th and 90th percentile and mean of the per-interval milliseconds per step)."""
+    git = _git(repo)
+    rows = []
+    for path in sorted(git("ls-tree", "-r", "--name-only", commit, f"data/{experiment}").splitlines()):
+        if not path.endswith("/loss.csv"):
+            continue
+        started, ms = interval_step_ms(git("show", f"{commit}:{path}"))
+        rows.append(
+            {
+                "run": path.split("/")[-2],
+                "started_utc": started.strftime("%Y-%m-%d %H:%M"),
+                "intervals": len(ms),
+                "p10_ms": ms.quantile(0.1),
+                "median_ms": ms.median(),
+                "p90_ms": ms.quantile(0.9),
+                "mean_ms": ms.mean(),
+            }
+        )
+    return pd.DataFrame(rows).sort_values("started_utc", kind="stable").round(1)
+
+
 def bundled(table: str = TABLE) -> pd.DataFrame:
     """A bundled table: the logged runs (sim/catalog/sync_switch_runs.csv), one row each, or with
     `PHASES` the job records' phases (sim/catalog/sync_switch_phases.csv)."""
@@ -178,7 +211,15 @@ def main(argv: Sequence[str] | None = None) -> None:
         prog="python -m sim.experiments.sync_switch_logs", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--repo", type=Path, help="a clone of cake-lab/Sync-Switch: rebuild the bundled table from it")
+    parser.add_argument(
+        "--step-times", action="store_true", help="with --repo: how steady each straggler run's steps were, and stop"
+    )
     args = parser.parse_args(argv)
+    if args.step_times:
+        if args.repo is None:
+            parser.error("--step-times reads the runs' loss.csv: give --repo CLONE")
+        print(markdown(step_times(args.repo)))
+        return
     if args.repo is not None:
         runs = read_repository(args.repo)
         target = Path(__file__).resolve().parents[1] / "catalog" / TABLE
