@@ -81,3 +81,18 @@ def test_the_bundled_config_predicts_the_logged_hybrids_within_fifteen_percent()
         minutes = summary.loc[label, "sim_time_s"] / 60
         assert minutes == pytest.approx(logged.loc[(repro.CIFAR10.experiment, label), "median_min"], rel=0.15)
     assert summary.loc["b5-a95", "switches"] == 1
+
+
+def test_every_straggler_series_names_logged_runs_and_slows_per_step() -> None:
+    runs = logs.bundled()
+    slowdowns = {}
+    for _mode, baseline, name, _policy, cases in repro.STRAGGLER_SERIES:
+        base = repro.logged_seconds(runs, "straggler", baseline)
+        for suffix, _delay, _ranks in cases:
+            slowdowns[(baseline, suffix)] = repro.logged_seconds(runs, "straggler", name.format(suffix)) / base
+    assert len(slowdowns) == 10
+    # the April 10 ms x 2 run stopped at 34,000 steps: 418.67 min over them against 451.73 min over 40,000
+    assert slowdowns[("fixed_batch_sync_baseline_cosine", "10lat_2strag")] == pytest.approx(
+        (418.67 / 34000) / (451.73 / 40000), rel=1e-9
+    )
+    assert slowdowns[("sync_baseline", "30lat_2strag")] == pytest.approx(466.9 / 170.2, rel=1e-3)

@@ -18,8 +18,9 @@ Every other configuration is then simulated at its full length: the CIFAR-10 hyb
 fraction and order, the 16-worker cluster (same rates, twice the towers per master), and CIFAR-100
 ResNet-50's BSP (the CIFAR-10 input rate at 64 images a tower) and hybrids.
 
-The straggler runs (`data/straggler`, an earlier setup: 40,000 BSP steps of 0.255 s) are predicted
-as slowdowns: each mode's compute calibrated on its run without stragglers (BSP here runs a client
+The straggler runs (`data/straggler`, an earlier setup: 40,000 BSP steps of 0.255 s in March; the
+April BSP runs at 0.68 s a step logged two 10 ms cases) are predicted as slowdowns: each series'
+compute calibrated on its run without stragglers (BSP here runs a client
 per worker: its steps are far faster than the master's pipeline allows), then the same run with
 the `tc netem` delay on the straggling hosts (`faults.stragglers[].delay_ms`), against the logged
 slowdowns. The delay is charged per RPC (`delay_mode: rpc`): TensorFlow moves every tensor as a gRPC
@@ -270,6 +271,15 @@ STRAGGLER_CASES = (
     ("30lat_1strag", 30.0, (1,)),
     ("30lat_2strag", 30.0, (1, 6)),
 )
+# each series: mode, its run without stragglers, how a straggler run is named from a case's suffix,
+# its policy, the cases it logged. The March runs (sync_baseline*, async_baseline*) have all four;
+# the April BSP runs (a cosine schedule, 0.67 s steps) only the two 10 ms ones.
+BSP_POLICY = {"name": "ps", "label": "bsp"}
+STRAGGLER_SERIES = (
+    ("BSP", "sync_baseline", "sync_baseline_{}", BSP_POLICY, STRAGGLER_CASES),
+    ("ASP", "async_baseline", "async_baseline_{}", ASP, STRAGGLER_CASES),
+    ("BSP", "fixed_batch_sync_baseline_cosine", "fixed_batch_sync_{}_cosine", BSP_POLICY, STRAGGLER_CASES[:2]),
+)
 SLOWDOWN_ITERATIONS = 400
 
 
@@ -280,27 +290,26 @@ def _netem(ranks: Sequence[int], delay_ms: float, delay_mode: str) -> dict[str, 
 
 
 def straggler_slowdowns(runs: pd.DataFrame, base: dict[str, Any], delay_mode: str = "rpc") -> pd.DataFrame:
-    """Per straggler case and mode, the logged and the simulated slowdown over the same mode without
-    stragglers (BSP: `sync_baseline*`, ASP: `async_baseline*`). `delay_mode`: how the netem delay is
+    """Per straggler case of each series (`STRAGGLER_SERIES`), the logged and the simulated slowdown
+    over the series' run without stragglers, per step (the April 10 ms x 2 run stopped at 34,000
+    steps). Each series' compute is calibrated on that run. `delay_mode`: how the netem delay is
     charged (`faults.stragglers[].delay_mode`)."""
     setup = STRAGGLER
     rows = []
-    for mode, prefix, policy in (
-        ("BSP", "sync_baseline", {"name": "ps", "label": "bsp"}),
-        ("ASP", "async_baseline", ASP),
-    ):
-        target = logged_seconds(runs, setup.experiment, prefix)
+    for mode, baseline, name, policy, cases in STRAGGLER_SERIES:
+        target = logged_seconds(runs, setup.experiment, baseline)
         compute = calibrate_compute(base, setup, target * (1 if mode == "BSP" else setup.hosts), 1e9, policy)
         config = setup_config(base, setup, compute, 1e9)
         label = policy["label"]
         nominal = float(_run(config, [policy], SLOWDOWN_ITERATIONS).loc[label, "sim_time_s"])
-        for suffix, delay_ms, ranks in STRAGGLER_CASES:
-            slowdown = logged_seconds(runs, setup.experiment, f"{prefix}_{suffix}") / target
+        for suffix, delay_ms, ranks in cases:
+            slowdown = logged_seconds(runs, setup.experiment, name.format(suffix)) / target
             faults = {"stragglers": [_netem(ranks, delay_ms, delay_mode)]}
             slowed = float(_run({**config, "faults": faults}, [policy], SLOWDOWN_ITERATIONS).loc[label, "sim_time_s"])
             rows.append(
                 {
                     "mode": mode,
+                    "baseline": baseline,
                     "delay_ms": delay_ms,
                     "stragglers": len(ranks),
                     "logged_slowdown": round(slowdown, 3),
