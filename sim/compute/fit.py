@@ -168,10 +168,10 @@ def _precision(r: Any) -> str:
 
 def predict(row: Row, costs: KernelCosts) -> float:
     """The model's seconds for a row: forward (+ backward for training) of the zoo model."""
-    return float(Batch([row]).seconds(costs)[0])
+    return float(StackedRows([row]).seconds(costs)[0])
 
 
-class Batch:
+class StackedRows:
     """Rows of one GPU as the distinct tables they time, grouped by how they are timed and each
     group's tables stacked, so that predicting them under one set of constants takes a few array
     passes instead of one per row."""
@@ -231,7 +231,7 @@ def fit(rows: Sequence[Row], gpus: Sequence[str] = FITTED_GPUS) -> dict[str, Ker
     prior = np.log([getattr(PRIOR, name) for name in NAMES])
     k = len(NAMES)
     by_gpu = {gpu: [r for r in rows if r.gpu == gpu] for gpu in gpus}
-    batches = [(Batch(by_gpu[gpu]), np.array([r.seconds for r in by_gpu[gpu]])) for gpu in gpus if by_gpu[gpu]]
+    stacked = [(StackedRows(by_gpu[gpu]), np.array([r.seconds for r in by_gpu[gpu]])) for gpu in gpus if by_gpu[gpu]]
     fitted = [g for g, gpu in enumerate(gpus) if by_gpu[gpu]]
 
     def constants(x: np.ndarray, gpu: int) -> np.ndarray:
@@ -239,8 +239,8 @@ def fit(rows: Sequence[Row], gpus: Sequence[str] = FITTED_GPUS) -> dict[str, Ker
 
     def residuals(x: np.ndarray) -> np.ndarray:
         errors = [
-            np.log(batch.seconds(_costs(constants(x, g))) / seconds)
-            for g, (batch, seconds) in zip(fitted, batches, strict=True)
+            np.log(tables.seconds(_costs(constants(x, g))) / seconds)
+            for g, (tables, seconds) in zip(fitted, stacked, strict=True)
         ]
         pulls = [PRIOR_WEIGHT * (x[:k] - prior), np.tile(GPU_WEIGHT, len(gpus)) * x[k:]]
         return np.concatenate([*errors, *pulls])
