@@ -13,7 +13,8 @@ import pytest
 from sim.catalog.gpus import FITTED_GPUS, SAME_DIE, get_gpu
 from sim.catalog.zoo import get_model
 from sim.compute import fit as compute_fit
-from sim.compute.fit import Row, fit, fitted_rows, flops_only_held_out, held_out, predict, training_rows, usable
+from sim.compute.fit import fit, flops_only_held_out, held_out, predict
+from sim.compute.fit_rows import Row, fitted_rows, training_rows
 from sim.compute.roofline import model_seconds
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "compute_model.md"
@@ -29,65 +30,11 @@ def scored(rows: list[Row]) -> pd.DataFrame:
     return held_out(rows)
 
 
-def _row(**fields: object) -> dict[str, object]:
-    base = {
-        "model": "resnet50",
-        "source_model": "ResNet-50",
-        "gpu": "A100",
-        "gpus": 1,
-        "precision": "fp32",
-        "batch_per_gpu": 64,
-        "seq_len": float("nan"),
-        "image_size": 224,
-        "phase": "training",
-        "samples_per_s": 640.0,
-        "latency_ms": float("nan"),
-        "framework": "PyTorch",
-        "source": "owner/repo@abc:README.md",
-        "table": "Training",
-        "note": "",
-    }
-    return base | fields
-
-
 def test_the_shipped_constants_are_the_fit_to_the_bundled_figures(rows: list[Row]) -> None:
     for gpu, costs in fit(rows).items():
         shipped = get_gpu(gpu).costs
         for name in compute_fit.NAMES:
             assert getattr(shipped, name) == pytest.approx(getattr(costs, name), rel=0.01), (gpu, name)
-
-
-def test_rows_become_seconds_per_step_of_one_gpu() -> None:
-    (row,) = usable(pd.DataFrame([_row()]))
-    assert row.seconds == pytest.approx(0.1) and row.batch == 64 and row.training
-
-
-def test_rows_that_measure_another_network_or_machine_are_left_out() -> None:
-    table = pd.DataFrame(
-        [
-            _row(gpus=8),  # eight GPUs: communication is in the time
-            _row(batch_per_gpu=float("nan")),
-            _row(image_size=299),
-            _row(gpu="T4"),  # not a GPU of sim.catalog.gpus
-            _row(note="A100 80GB PCIe"),
-            _row(model="bert_large", seq_len=512, table="Pre-training NVIDIA DGX A100"),
-            _row(samples_per_s=float("nan")),  # no figure at all
-        ]
-    )
-    assert usable(table) == []
-
-
-def test_ngc_pytorch_fp32_on_ampere_is_tf32_and_transformers_keep_their_length() -> None:
-    table = pd.DataFrame(
-        [
-            _row(framework="PyTorch (NGC container)"),
-            _row(gpu="V100", framework="PyTorch (NGC container)"),
-            _row(model="bert_base", seq_len=384, image_size=float("nan"), framework="TensorFlow"),
-        ]
-    )
-    ampere, volta, bert = usable(table)
-    assert (ampere.precision, volta.precision, bert.precision) == ("tf32", "fp32", "fp32")
-    assert bert.seq_len == 384 and ampere.seq_len == 0
 
 
 def test_a_prediction_is_the_roofline_of_the_zoo_model_as_its_implementation_issued_it() -> None:
@@ -101,20 +48,6 @@ def test_a_prediction_is_the_roofline_of_the_zoo_model_as_its_implementation_iss
     assert eager > predict(Row("vgg16", "V100", "fp16", 4, True, 1.0, "x"), gpu.costs)  # the CPU binds batch 4
     forward, _ = model_seconds(gpu, gpu.costs, layers, 32, "fp16", "tuned")
     assert predict(Row("vgg16", "V100", "fp16", 32, False, 1.0, "x"), gpu.costs) == pytest.approx(sum(forward))
-
-
-def test_each_published_row_is_timed_as_its_code_ran() -> None:
-    frameworks = {
-        "PyTorch (NGC container, Lambda benchmark v1)": "eager",
-        "PyTorch 2.0 nightly (Dec 2022), torch.compile": "tuned",
-        "TensorFlow 1.15 (20.06-py3 NGC)": "tuned",
-        "MXNet (mxnet-20.12-py3 NGC)": "fused",  # batch norm with its add and ReLU (BatchNormAddRelu)
-        "PaddlePaddle (NGC container)": "fused",  # fuse_bn_act_ops, fuse_bn_add_act_ops
-    }
-    table = pd.DataFrame([_row(framework=f) for f in frameworks])
-    assert [r.implementation for r in usable(table)] == list(frameworks.values())
-    bert = usable(pd.DataFrame([_row(model="bert_large", seq_len=384, image_size=float("nan"))]))[0]
-    assert bert.reference and not usable(pd.DataFrame([_row()]))[0].reference
 
 
 def test_every_gpu_gets_constants_even_without_rows(rows: list[Row]) -> None:
@@ -162,17 +95,6 @@ def test_held_out_by_model_the_measured_steps_meet_the_issue_bounds(scored: pd.D
     measured steps (documented in docs/compute_model.md, so a refit that misses them fails here)."""
     errors = scored[scored["kind"] == "measured"]["error"].abs()
     assert errors.median() <= 0.15 and errors.max() <= 0.35
-
-
-def test_the_measured_steps_are_zoo_models_on_catalog_gpus_with_their_provenance() -> None:
-    table = compute_fit.measured()
-    assert len(table) >= 32 and set(table["implementation"]) == {"eager"}
-    assert table["source"].str.len().min() > 0 and table["measured"].str.match(r"\d{4}-\d\d-\d\d").all()
-    rows = compute_fit.measured_rows()
-    for row in rows:
-        get_model(row.model), get_gpu(row.gpu)  # known names (raise otherwise)
-        assert row.training and row.seconds > 0 and row.precision in ("fp32", "fp16")
-        assert row.kind == "measured" and row.implementation == "eager" and not row.reference
 
 
 def test_the_grouped_jacobian_equals_one_difference_per_constant() -> None:

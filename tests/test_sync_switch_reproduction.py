@@ -26,21 +26,6 @@ def test_a_hybrids_bsp_share_follows_from_its_logged_steps(setup: repro.Setup, s
     assert setup.bsp_fraction(steps) == fraction
 
 
-def test_an_online_runs_phases_are_replayed_from_its_job_records() -> None:
-    """Policy 1's records (BSP to step 200, ASP to 3,214, BSP to 3,400, ASP to the end; medians over
-    its three runs) in worker-updates of 8 workers: 1,600, 3,012, 1,504 and 57,813."""
-    phases = logs.bundled(logs.PHASES)
-    pattern, ends = repro.replayed_plan(phases, "policy1_freq1_1straggler_10ms", 8)
-    total = 1600 + 3012 + 1504 + 57813
-    assert pattern == "1010"
-    assert ends == pytest.approx((1600 / total, 4612 / total, 6116 / total), abs=1e-4)
-    # policy 2 took the static plan's phases: 400 BSP steps (5% of the updates), then ASP
-    assert repro.replayed_plan(phases, "policy2_freq4_2straggler_30ms", 8) == ("10", (0.05,))
-    assert repro.replayed_plan(phases, "baseline_freq1_1straggler_10ms", 8) == ("10", (0.05,))
-    with pytest.raises(ValueError, match="no_such_run: no job records"):
-        repro.replayed_plan(phases, "no_such_run", 8)
-
-
 def test_the_calibration_targets_are_the_logged_pure_runs() -> None:
     runs = logs.bundled()
     bsp = runs[(runs["experiment"] == repro.BASELINE) & (runs["configuration"] == "bsp") & (runs["steps"] == 8000)]
@@ -56,7 +41,7 @@ def test_calibration_reproduces_the_pure_runs_and_the_bundled_config() -> None:
     cal = repro.calibrate(runs, phases, base)
     setup = repro.CIFAR10
     config = repro.setup_config(base, setup, cal.compute_ms["resnet32"], cal.input_samples_s)
-    summary = repro._run(config, [repro.BSP, repro.ASP], repro.CALIBRATION_ITERATIONS)
+    summary = repro.run_policies(config, [repro.BSP, repro.ASP], repro.CALIBRATION_ITERATIONS)
     assert summary.loc["bsp", "mean_iteration_s"] == pytest.approx(
         repro.logged_seconds(runs, repro.BASELINE, "bsp"), rel=0.01
     )
@@ -81,18 +66,3 @@ def test_the_bundled_config_predicts_the_logged_hybrids_within_fifteen_percent()
         minutes = summary.loc[label, "sim_time_s"] / 60
         assert minutes == pytest.approx(logged.loc[(repro.CIFAR10.experiment, label), "median_min"], rel=0.15)
     assert summary.loc["b5-a95", "switches"] == 1
-
-
-def test_every_straggler_series_names_logged_runs_and_slows_per_step() -> None:
-    runs = logs.bundled()
-    slowdowns = {}
-    for _mode, baseline, name, _policy, cases in repro.STRAGGLER_SERIES:
-        base = repro.logged_seconds(runs, "straggler", baseline)
-        for suffix, _delay, _ranks in cases:
-            slowdowns[(baseline, suffix)] = repro.logged_seconds(runs, "straggler", name.format(suffix)) / base
-    assert len(slowdowns) == 10
-    # the April 10 ms x 2 run stopped at 34,000 steps: 418.67 min over them against 451.73 min over 40,000
-    assert slowdowns[("fixed_batch_sync_baseline_cosine", "10lat_2strag")] == pytest.approx(
-        (418.67 / 34000) / (451.73 / 40000), rel=1e-9
-    )
-    assert slowdowns[("sync_baseline", "30lat_2strag")] == pytest.approx(466.9 / 170.2, rel=1e-3)

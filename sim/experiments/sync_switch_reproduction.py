@@ -18,18 +18,7 @@ Every other configuration is then simulated at its full length: the CIFAR-10 hyb
 fraction and order, the 16-worker cluster (same rates, twice the towers per master), and CIFAR-100
 ResNet-50's BSP (the CIFAR-10 input rate at 64 images a tower) and hybrids.
 
-The straggler runs (`data/straggler`, an earlier setup: 40,000 BSP steps of 0.255 s in March; the
-April BSP runs at 0.68 s a step logged two 10 ms cases) are predicted as slowdowns: each series'
-compute calibrated on its run without stragglers (BSP here runs a client
-per worker: its steps are far faster than the master's pipeline allows), then the same run with
-the `tc netem` delay on the straggling hosts (`faults.stragglers[].delay_ms`), against the logged
-slowdowns. The delay is charged per RPC (`delay_mode: rpc`): TensorFlow moves every tensor as a gRPC
-request answered with it, so a transfer to or from a delayed host pays it once and one between two
-delayed hosts twice (docs/sync_switch.md, "Stragglers", has the mechanisms checked and rejected).
-
-The online policies' runs are replayed: their phases from the launcher's job records (the logs
-keep neither the stragglers' timing nor the detection thresholds), simulated beside the static 5%
-hybrid under the same stragglers, for the gain of one over the other (`online_gains`).
+The straggler runs and the online policies' runs are predicted in sim.experiments.sync_switch_stragglers.
 
     python -m sim.experiments.sync_switch_reproduction    # calibrate, simulate, print the tables (~5 min)
 """
@@ -37,13 +26,11 @@ hybrid under the same stragglers, for the gain of one over the other (`online_ga
 from __future__ import annotations
 
 import copy
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from sim.config import load_config
@@ -127,7 +114,7 @@ def setup_config(base: dict[str, Any], setup: Setup, compute_ms: float, input_sa
     return config
 
 
-def _run(config: dict[str, Any], policies: list[dict[str, Any]], iterations: int) -> pd.DataFrame:
+def run_policies(config: dict[str, Any], policies: list[dict[str, Any]], iterations: int) -> pd.DataFrame:
     from sim.api import simulate
 
     config = {**config, "iterations": iterations, "policies": policies}
@@ -155,7 +142,7 @@ def calibrate_compute(
 
     def measure(compute_ms: float) -> float:
         config = setup_config(base, setup, compute_ms, input_samples_s)
-        return float(_run(config, [policy], CALIBRATION_ITERATIONS).loc[policy["label"], "mean_iteration_s"])
+        return float(run_policies(config, [policy], CALIBRATION_ITERATIONS).loc[policy["label"], "mean_iteration_s"])
 
     # an iteration is compute plus a fixed communication time: two rounds are exact
     return _solve(measure, iteration_s, iteration_s * 1e3, lambda x, got, want: x + (want - got) * 1e3, rounds=2)
@@ -165,7 +152,7 @@ def calibrate_input(base: dict[str, Any], setup: Setup, step_s: float, compute_m
     """input_samples_s at which a simulated in-graph BSP step of `setup` takes `step_s`."""
 
     def measure(rate: float) -> float:
-        row = _run(setup_config(base, setup, compute_ms, rate), [BSP], CALIBRATION_ITERATIONS).loc["bsp"]
+        row = run_policies(setup_config(base, setup, compute_ms, rate), [BSP], CALIBRATION_ITERATIONS).loc["bsp"]
         return float(row["mean_iteration_s"])
 
     start = setup.hosts * setup.batch_size / step_s
@@ -220,7 +207,7 @@ def predict(runs: pd.DataFrame, calibration: Calibration, base: dict[str, Any]) 
         elif setup is CIFAR100:
             roles = {"asp": "calibration (compute)"}
         config = setup_config(base, setup, calibration.compute_ms[setup.model], calibration.input_samples_s)
-        simulated = _run(config, policies, setup.bsp_steps)
+        simulated = run_policies(config, policies, setup.bsp_steps)
         for label, entry in table.iterrows():
             predicted = float(simulated.loc[label, "sim_time_s"]) / 60.0
             rows.append(
@@ -256,150 +243,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     predicted = table[table["role"] == "prediction"]
     print(
         f"\npredictions: {len(predicted)}, median |error| {predicted['error_pct'].abs().median():.1f}%, "
-        f"worst {predicted['error_pct'].abs().max():.1f}%\n"
+        f"worst {predicted['error_pct'].abs().max():.1f}%"
     )
-    print(logs.markdown(straggler_slowdowns(runs, base)))
-    print()
-    print(logs.markdown(online_gains(runs, phases, calibration, base)))
-
-
-STRAGGLER = Setup("straggler", 8, 128, 40000, 7.45, "resnet32")
-# the logged straggler runs: (configuration suffix, delay ms, straggling ranks)
-STRAGGLER_CASES = (
-    ("10lat_1strag", 10.0, (1,)),
-    ("10lat_2strag", 10.0, (1, 6)),
-    ("30lat_1strag", 30.0, (1,)),
-    ("30lat_2strag", 30.0, (1, 6)),
-)
-# each series: mode, its run without stragglers, how a straggler run is named from a case's suffix,
-# its policy, the cases it logged. The March runs (sync_baseline*, async_baseline*) have all four;
-# the April BSP runs (a cosine schedule, 0.67 s steps) only the two 10 ms ones.
-BSP_POLICY = {"name": "ps", "label": "bsp"}
-STRAGGLER_SERIES = (
-    ("BSP", "sync_baseline", "sync_baseline_{}", BSP_POLICY, STRAGGLER_CASES),
-    ("ASP", "async_baseline", "async_baseline_{}", ASP, STRAGGLER_CASES),
-    ("BSP", "fixed_batch_sync_baseline_cosine", "fixed_batch_sync_{}_cosine", BSP_POLICY, STRAGGLER_CASES[:2]),
-)
-SLOWDOWN_ITERATIONS = 400
-
-
-def _netem(ranks: Sequence[int], delay_ms: float, delay_mode: str) -> dict[str, Any]:
-    """`code/straggler_simulator.sh`'s `tc qdisc add dev ens5 root netem delay <ms>` on the straggling
-    hosts, for the whole run."""
-    return {"ranks": list(ranks), "delay_ms": delay_ms, "delay_mode": delay_mode, "start_s": 0.0, "duration_s": 1e9}
-
-
-def straggler_slowdowns(runs: pd.DataFrame, base: dict[str, Any], delay_mode: str = "rpc") -> pd.DataFrame:
-    """Per straggler case of each series (`STRAGGLER_SERIES`), the logged and the simulated slowdown
-    over the series' run without stragglers, per step (the April 10 ms x 2 run stopped at 34,000
-    steps). Each series' compute is calibrated on that run. `delay_mode`: how the netem delay is
-    charged (`faults.stragglers[].delay_mode`)."""
-    setup = STRAGGLER
-    rows = []
-    for mode, baseline, name, policy, cases in STRAGGLER_SERIES:
-        target = logged_seconds(runs, setup.experiment, baseline)
-        compute = calibrate_compute(base, setup, target * (1 if mode == "BSP" else setup.hosts), 1e9, policy)
-        config = setup_config(base, setup, compute, 1e9)
-        label = policy["label"]
-        nominal = float(_run(config, [policy], SLOWDOWN_ITERATIONS).loc[label, "sim_time_s"])
-        for suffix, delay_ms, ranks in cases:
-            slowdown = logged_seconds(runs, setup.experiment, name.format(suffix)) / target
-            faults = {"stragglers": [_netem(ranks, delay_ms, delay_mode)]}
-            slowed = float(_run({**config, "faults": faults}, [policy], SLOWDOWN_ITERATIONS).loc[label, "sim_time_s"])
-            rows.append(
-                {
-                    "mode": mode,
-                    "baseline": baseline,
-                    "delay_ms": delay_ms,
-                    "stragglers": len(ranks),
-                    "logged_slowdown": round(slowdown, 3),
-                    "predicted_slowdown": round(slowed / nominal, 3),
-                    "error_pct": round(100.0 * (slowed / nominal / slowdown - 1.0), 1),
-                }
-            )
-    return pd.DataFrame(rows)
-
-
-# the online policies' runs, each beside the static hybrid run under the same stragglers:
-# (online configuration, static configuration, delay ms, straggling ranks)
-ONLINE_CASES = (
-    ("policy1_freq1_1straggler_10ms", "baseline_freq1_1straggler_10ms", 10.0, (1,)),
-    ("policy2_freq1_1straggler_10ms", "baseline_freq1_1straggler_10ms", 10.0, (1,)),
-    ("policy2_freq4_2straggler_30ms", "baseline_freq4_2straggler_30ms", 30.0, (1, 6)),
-)
-
-
-def replayed_plan(phases: pd.DataFrame, configuration: str, workers: int) -> tuple[str, tuple[float, ...]]:
-    """The phases a logged run took, from the launcher's job records of its runs: the pattern (1 =
-    BSP) and where each phase ended, as a fraction of the run's worker-updates (a BSP step is
-    `workers` updates, an ASP update one; each boundary the median over the runs). The records
-    spell "straggler" as "strggler"."""
-    job = configuration.replace("straggler", "strggler")
-    records = phases[phases["job"].str.match(re.escape(job) + r"_run\d+$")]
-    plans = []
-    for _, run in records.groupby("job"):
-        run = run.sort_values("started")
-        plans.append(("".join("1" if mode == "BSP" else "0" for mode in run["mode"]), run["steps"].astype(float)))
-    patterns = {pattern for pattern, _ in plans}
-    if not patterns:
-        raise ValueError(f"{configuration}: no job records of its runs")
-    if len(patterns) != 1:
-        raise ValueError(f"{configuration}: its runs' job records disagree on the phases ({sorted(patterns)})")
-    (pattern,) = patterns
-    ends = np.median(np.array([list(steps) for _, steps in plans]), axis=0)
-    starts = np.concatenate([[0.0], ends[:-1]])
-    updates = (ends - starts) * np.array([workers if mode == "1" else 1 for mode in pattern])
-    shares = np.cumsum(updates) / updates.sum()
-    return pattern, tuple(round(float(x), 4) for x in shares[:-1])
-
-
-def online_gains(
-    runs: pd.DataFrame, phases: pd.DataFrame, calibration: Calibration, base: dict[str, Any], delay_mode: str = "rpc"
-) -> pd.DataFrame:
-    """Per online run: its logged and its simulated gain over the static hybrid under the same
-    stragglers. The online policy's decisions are replayed from its job records (`replayed_plan`):
-    the logs keep neither its detection thresholds nor when the stragglers came, so syncsim predicts
-    the time the decisions took, not the decisions. The stragglers are the netem delay on the
-    straggling hosts (charged as `delay_mode`) for the whole run, on the CIFAR-10 setup as calibrated."""
-    setup = CIFAR10
-    config = setup_config(base, setup, calibration.compute_ms[setup.model], calibration.input_samples_s)
-    table = logged(runs, "straggler")
-    rows = []
-    for online, static, delay_ms, ranks in ONLINE_CASES:
-        policies = []
-        for label in (online, static):
-            pattern, switch_at = replayed_plan(phases, label, setup.hosts)
-            policies.append(
-                {
-                    "name": "sync_switch",
-                    "label": label,
-                    "first": {"name": "ps", "replication": "in_graph"},
-                    "pattern": pattern,
-                    "switch_at": list(switch_at),
-                    "switch_cost_s": calibration.switch_cost_s,
-                }
-            )
-        faults = {"stragglers": [_netem(ranks, delay_ms, delay_mode)]}
-        simulated = _run({**config, "faults": faults}, policies, setup.bsp_steps)
-        logged_min = {label: float(table.loc[label, "median_min"]) for label in (online, static)}
-        predicted_min = {label: float(simulated.loc[label, "sim_time_s"]) / 60.0 for label in (online, static)}
-        logged_gain = logged_min[static] / logged_min[online]
-        predicted_gain = predicted_min[static] / predicted_min[online]
-        rows.append(
-            {
-                "online": online,
-                "replayed_phases": policies[0]["pattern"],
-                "runs": int(table.loc[online, "runs"]),
-                "logged_min": round(logged_min[online], 1),
-                "static_logged_min": round(logged_min[static], 1),
-                "logged_gain": round(logged_gain, 3),
-                "predicted_min": round(predicted_min[online], 1),
-                "static_predicted_min": round(predicted_min[static], 1),
-                "predicted_gain": round(predicted_gain, 3),
-                "points_apart": round(100.0 * (predicted_gain - logged_gain), 1),
-            }
-        )
-    return pd.DataFrame(rows)
 
 
 if __name__ == "__main__":

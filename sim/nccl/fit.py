@@ -26,9 +26,8 @@ from sim.nccl.fabrics import CONSTANT_KEYS, Fabric, Slices, fabric_of
 from sim.nccl.published import Published, read_table, row_shape, rows
 from sim.nccl.tuner import Latency, Shape, choose
 
-SLICE_NAMES = ("ll", "ll128", "simple", "nvls")
-
-NAMES = ("ll", "ll128", "simple", "nvls", "launch", "step_scale")
+SLICE_NAMES = ("ll", "ll128", "simple", "nvls")  # the slice a step inside a host waits for (`Latency.slice`)
+NAMES = (*SLICE_NAMES, "launch", "step_scale")
 BOUNDS = [(0.0, 4000.0)] * 4 + [(0.0, 100.0), (0.0, 2.0)]  # slices in KB; launch in us; latency scale
 NETWORK_NAMES = ("network", "network_scale")
 NETWORK_BOUNDS = [(0.0, 16000.0), (0.2, 5.0)]
@@ -128,10 +127,9 @@ class Choices:
     def __init__(self, figures: Sequence[Published]) -> None:
         picks = [choose(*_shape_and_fabric(r), r.algorithm) for r in figures]
         terms = [c.terms for c in picks]
-        assert all(t is not None for t in terms)
         fields = [f.name for f in dataclasses.fields(Latency) if f.name != "slice"]
         self.terms = Latency("", **{name: np.array([getattr(t, name) for t in terms]) for name in fields})
-        self.slice = np.array([SLICE_NAMES.index(t.slice) for t in terms])  # type: ignore[union-attr]
+        self.slice = np.array([SLICE_NAMES.index(t.slice) for t in terms])
         self.transfer = np.array([c.transfer_s for c in picks])
         self.bus_bytes = np.array([r.bus_factor() * r.nbytes for r in figures])
         self.published = np.array([r.busbw_gbs for r in figures])

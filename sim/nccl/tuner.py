@@ -93,9 +93,9 @@ class Choice:
     cap: float
     seconds: float
     tuner_seconds: float  # NCCL's own estimate, which leaves the pipeline's fill out: what it picks by
-    net_wire_per_path: float = 0.0  # a tree's bytes on each path between hosts (others: wire_per_path)
-    terms: Latency | None = None  # what latency_s is made of, apart from the fitted slices
-    transfer_s: float = 0.0  # seconds - latency_s: the bytes at the rate
+    net_wire_per_path: float  # a tree's bytes on each path between hosts (others: wire_per_path)
+    terms: Latency  # NCCL's latency_s apart from the fitted slices (a straggler's added delay is not in it)
+    transfer_s: float  # seconds - latency_s: the bytes at the rate
 
 
 @dataclass(frozen=True)
