@@ -118,7 +118,7 @@ class CollectiveRunner:
             wire = choice.wire_per_path * len(paths) + choice.net_wire_per_path * len(net_paths)
             if not net_paths:
                 return Launched(self.net.transfer(paths, choice.wire_per_path, latency=lat, cap=cap, done=done), wire)
-            parts = [self.net.transfer(net_paths, choice.net_wire_per_path, latency=lat, cap=cap)]
+            parts = [self.net.transfer(net_paths, choice.net_wire_per_path, latency=lat, cap=choice.net_cap)]
             if paths:
                 parts.append(self.net.transfer(paths, choice.wire_per_path, latency=lat, cap=cap))
             return Launched(self.env.all_of(parts), wire)

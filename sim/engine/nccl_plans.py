@@ -3,9 +3,11 @@ flows that carry the algorithm it picks (sim/nccl, docs/fidelity.md).
 
 A ring runs on the group's ring paths (member i to i+1); across hosts as two transfers, its hops
 inside hosts and its hops between them (their network links only: GPUDirect RDMA), each carrying what
-the tuner says (`Choice.wire_per_path`, `net_wire_per_path`). A tree uses the same two sets of paths
-with its own loads; NVLS each member's links to and from its NVSwitch (the host node), and NVLS-tree
-those plus the hops between hosts. All-to-all is one flow per ordered pair. Plans are remembered per
+the tuner says (`Choice.wire_per_path`, `net_wire_per_path`). A tree runs its chains on the ring's
+hops inside hosts and, between hosts, on the edges of NCCL's two trees (sim/nccl/trees.py: each edge
+both ways, between the hosts' first members), so racks see the tree's own load on their uplinks;
+NVLS each member's links to and from its NVSwitch (the host node), and NVLS-tree those plus the
+trees' edges. All-to-all is one flow per ordered pair. Plans are remembered per
 (op type, group, size), group layouts per (op type, group), and the tuner's choices per shape: groups
 repeat, so do bucket sizes, and many groups (every host's) share a shape.
 """
@@ -25,6 +27,7 @@ from sim.cluster.routing import Path, Router
 from sim.cluster.topology import Cluster
 from sim.config import SimulationConfig
 from sim.nccl.fabrics import NIC_EFFICIENCY, Fabric, fabric_of, with_constants
+from sim.nccl.trees import busiest_host_edges, tree_edges
 from sim.nccl.tuner import Choice, Shape, choose
 from sim.network.flows import Network
 
@@ -39,6 +42,7 @@ class _Layout:
     paths: tuple[Path, ...]  # the ring's (all-to-all: every pair's)
     inside: tuple[Path, ...]  # the ring's hops inside hosts
     between: tuple[Path, ...]  # the ring's hops between hosts, their network links only
+    tree: tuple[Path, ...]  # the edges of NCCL's two trees between hosts, both ways, network links only
     ranks: tuple[int, ...]
     host_paths: Callable[[int], tuple[Path, Path]]
     _switch: tuple[Path, ...] | None = None
@@ -141,8 +145,10 @@ class NcclPlanner:
         if delay:
             extra = shape.inter_steps * delay
             choice = dataclasses.replace(choice, latency_s=choice.latency_s + extra, seconds=choice.seconds + extra)
-        if choice.algorithm in ("nvls", "nvls_tree"):  # each GPU to and from its NVSwitch (and the NICs)
-            return Plan(choice, layout.switch_paths(), layout.between)
+        if choice.algorithm in ("nvls", "nvls_tree"):  # each GPU to and from its NVSwitch (and the trees)
+            return Plan(choice, layout.switch_paths(), layout.tree)
+        if choice.algorithm == "tree":
+            return Plan(choice, layout.inside, layout.tree)
         if layout.between and not isinstance(op, AllToAll):
             return Plan(choice, layout.inside, layout.between)
         return Plan(choice, layout.paths)
@@ -163,6 +169,7 @@ class NcclPlanner:
         inside = tuple(p for p, c in zip(ring, crossing) if not c)
         # GPUDirect RDMA: a GPU reaches its NIC over PCIe, not through its NVLink (the GPU-host link)
         between = tuple(tuple(link for link in p if self.network[link]) for p, c in zip(ring, crossing) if c)
+        tree = self._tree_paths(ranks, hosts) if kind == "all_reduce" and len(per_host) > 1 else ()
         shape = Shape(
             kind,
             0.0,
@@ -175,8 +182,24 @@ class NcclPlanner:
             _alone_rate(inside, self.capacity),
             _alone_rate(between, self.capacity),
             self._nvls_rate(ranks) if min(per_host.values()) > 1 else 0.0,
+            _alone_rate(tree, self.capacity) if tree else 0.0,
+            busiest_host_edges(len(per_host)) if tree else 0,
         )
-        return _Layout(shape, paths, inside, between, ranks, self.host_paths)
+        return _Layout(shape, paths, inside, between, tree, ranks, self.host_paths)
+
+    def _tree_paths(self, ranks: Sequence[int], hosts: Sequence[str]) -> tuple[Path, ...]:
+        """The network links between the hosts of every edge of NCCL's two trees, both ways (hosts
+        numbered as their first member appears, joined through that member)."""
+        first: dict[str, int] = {}
+        for rank, host in zip(ranks, hosts):
+            first.setdefault(host, rank)
+        members = list(first.values())
+        network = self.network
+        out = []
+        for child, parent in tree_edges(len(members)):
+            a, b = members[child], members[parent]
+            out += [tuple(link for link in self.path(x, y) if network[link]) for x, y in ((a, b), (b, a))]
+        return tuple(out)
 
     def _nvls_rate(self, ranks: Sequence[int]) -> float:
         """Bytes/s each member reaches into and out of its NVSwitch with NVLS (0: the GPUs have none)."""

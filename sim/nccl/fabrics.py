@@ -75,7 +75,7 @@ _HOPPER_NVLS_TREE = (8 * 57.7, 8 * 45.5)
 # Fitted by sim/nccl/fit.py to sim/catalog/published_collectives.csv; tests/test_nccl_fit.py refits them.
 # Volta has no rows: it borrows Ampere's (its NVLink and NCCL's figures for it are alike).
 _SLICES: dict[str, Slices] = {
-    "ampere": Slices(101.88, 1596.53, 2959.82, 3256.28, 1.09, 0.83, network=65.54, network_scale=1.31),
+    "ampere": Slices(101.88, 1596.53, 2959.82, 3256.28, 1.09, 0.83, network=65.54, network_scale=1.46),
     "hopper": Slices(21.66, 0.0, 693.61, 2933.31, 32.63, 0.0, network=8073.9, network_scale=1.73),
 }
 _SLICES["volta"] = _SLICES["ampere"]

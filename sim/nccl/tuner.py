@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from sim.nccl.fabrics import Fabric, Slices
+from sim.nccl.trees import busiest_host_edges
 from sim.nccl.protocols import (
     ALGORITHMS,
     LATENCY_US,
@@ -46,7 +47,10 @@ class Shape:
     differently). `crossings`: ring hops that leave a host. `network_s`: the latency of the network
     links (cables and switches) of the slowest hop between hosts, paid on top of NCCL's per-step
     figure (which covers a hop's NVLink, PCIe and NICs). `nvls_rate`: bytes/s each GPU reaches into
-    and out of its NVSwitch with NVLS (0: the members cannot use NVLS)."""
+    and out of its NVSwitch with NVLS (0: the members cannot use NVLS). `tree_rate`: bytes/s each
+    edge of NCCL's two trees between hosts gets with the trees alone, `tree_fanout` the most edges one
+    host has (sim/nccl/trees.py); 0 where the trees' own paths are not known: then the NICs are
+    taken as the only network links, shared by the busiest host's edges."""
 
     kind: str
     nbytes: float
@@ -59,6 +63,8 @@ class Shape:
     host_rate: float = math.inf
     net_rate: float = math.inf
     nvls_rate: float = 0.0
+    tree_rate: float = 0.0
+    tree_fanout: int = 0
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -74,6 +80,16 @@ class Shape:
         return 1 if self.kind == "all_to_all" else self.ranks - 1
 
     @property
+    def busiest_tree_host(self) -> int:
+        """Flows each way through the NICs of the host with the most tree edges."""
+        return self.tree_fanout or busiest_host_edges(self.hosts)
+
+    @property
+    def tree_edge_rate(self) -> float:
+        """Bytes/s one tree edge between hosts gets with the trees alone on the network."""
+        return self.tree_rate if self.tree_fanout else self.net_rate / self.busiest_tree_host
+
+    @property
     def inter_steps(self) -> int:
         """Of the steps, those a chunk takes between hosts on its way round (NCCL's count)."""
         passes = 2 if self.kind == "all_reduce" else 1
@@ -83,8 +99,8 @@ class Shape:
 @dataclass(frozen=True)
 class Choice:
     """How the engine runs a collective: every path carries `wire_per_path` bytes at no more than
-    `cap` bytes/s (a tree's paths between hosts `net_wire_per_path`), delivered `latency_s` after its
-    bytes; `seconds` is the time with nothing else on the network."""
+    `cap` bytes/s (its paths between hosts `net_wire_per_path` at no more than `net_cap`), delivered
+    `latency_s` after its bytes; `seconds` is the time with nothing else on the network."""
 
     algorithm: str
     protocol: str
@@ -93,9 +109,10 @@ class Choice:
     cap: float
     seconds: float
     tuner_seconds: float  # NCCL's own estimate, which leaves the pipeline's fill out: what it picks by
-    net_wire_per_path: float  # a tree's bytes on each path between hosts (others: wire_per_path)
+    net_wire_per_path: float  # bytes on each path between hosts (a ring's hop, a tree's edge one way)
     terms: Latency  # NCCL's latency_s apart from the fitted slices (a straggler's added delay is not in it)
     transfer_s: float  # seconds - latency_s: the bytes at the rate
+    net_cap: float = math.inf  # the rate cap of each path between hosts (a tree's: cap over its fan-out)
 
 
 @dataclass(frozen=True)
@@ -146,15 +163,15 @@ def predict(shape: Shape, fabric: Fabric, algorithm: str, protocol: str) -> Choi
         # of the two phases (reduce, then multicast)
         depth, payload, net_payload, intra_steps = 4, n, 0.0, 1.0
     elif algorithm == "nvls_tree":
-        # NVLS inside every host (n into and out of each GPU), a tree of hosts over the NICs (n each
-        # way between two hosts, 2n deeper); NCCL caps its bus bandwidth per NVLS channel
+        # NVLS inside every host (n into and out of each GPU), NCCL's two trees of hosts over the NICs
+        # (half of the data each: n/2 on every edge each way); NCCL caps its bus bandwidth per NVLS channel
         levels = int(math.log2(hosts))
         bus_cap = fabric.nvls_tree_bus_gbs[0 if hosts == 2 else 1] * 1e9
         rate = cap = min(cap, shape.nvls_rate, bus_cap * p / (2 * (p - 1)))
         depth, payload, net_payload, intra_steps, net_steps = (
             4 + 2 * levels,
             n,
-            (n if hosts == 2 else 2 * n),
+            n / 2,
             1.0,
             2.0 * levels,
         )
@@ -163,8 +180,9 @@ def predict(shape: Shape, fabric: Fabric, algorithm: str, protocol: str) -> Choi
         levels = int(math.log2(hosts))
         depth = 2 * (shape.ranks_per_host - 1 + levels)
         # up the tree and down again: a GPU's link carries 2n each way (its chain sends n to its parent,
-        # then n to its child); a host's NICs n between two hosts, 2n in a deeper double binary tree
-        payload, net_payload = 2 * n, (n if hosts == 2 else 2 * n)
+        # then n to its child); between hosts each tree carries half of the data, n/2 on every edge
+        # each way (a host's NICs: n between two hosts, up to 2n in deeper trees, sim/nccl/trees.py)
+        payload, net_payload = 2 * n, n / 2
         intra_steps, net_steps = 2.0 * (shape.ranks_per_host - 1), 2.0 * levels
     else:
         rate = shape.bus_rate
@@ -181,20 +199,26 @@ def predict(shape: Shape, fabric: Fabric, algorithm: str, protocol: str) -> Choi
         if hosts > 1 and protocol == "simple" and shape.kind == "all_reduce" and n >= 64 * p * fabric.channels:
             intra, net = intra * RING_PLATEAU, net * RING_PLATEAU
     wire, net_wire = payload / factor, net_payload / factor
+    net_rate, net_cap = shape.net_rate, cap
+    if algorithm in ("tree", "nvls_tree"):  # a ceiling on the NICs' bus bandwidth, shared by their edges
+        net_rate, net_cap = shape.tree_edge_rate, cap / shape.busiest_tree_host
     if hosts > 1 and shape.kind != "all_to_all":
-        transfer = max(wire / min(shape.host_rate, cap), net_wire / min(shape.net_rate, cap))
+        transfer = max(wire / min(shape.host_rate, cap), net_wire / min(net_rate, net_cap))
     else:
         net_wire = wire
         transfer = wire / min(rate, cap) if wire else 0.0
-    # the pipeline's fill: every step waits for a slice, or for the rank's whole chunk if smaller; a
-    # network step waits for its own slice, at the NICs' rate
+    # the pipeline's fill: every step waits for a slice, or for the rank's whole chunk if smaller, at
+    # the rate of the link that step crosses: a step inside a host at its NVLink's, a network step
+    # (its own slice) at the NICs'. Only the steady stream runs at the slowest link's pace; pricing
+    # every step's slice at it would idle a slow uplink for most of a large collective.
+    fill_rate = shape.host_rate if algorithm in ("ring", "tree") and hosts > 1 and shape.kind != "all_to_all" else rate
     terms = Latency(
         "nvls" if algorithm == "nvls" else protocol,
         lat.base,
         intra_steps * intra,
         net_steps * net,
         depth - net_steps,
-        min(rate, cap) * factor,
+        min(fill_rate, cap) * factor,
         net_steps,
         min(shape.net_rate, cap) * factor if net_steps else 1.0,
         n / p,
@@ -203,7 +227,9 @@ def predict(shape: Shape, fabric: Fabric, algorithm: str, protocol: str) -> Choi
     estimate = (lat.base + intra_steps * intra + net_steps * net) * 1e-6 + _tables_transfer(
         shape, fabric, algorithm, protocol, transfer
     )
-    return Choice(algorithm, protocol, latency, wire, cap, latency + transfer, estimate, net_wire, terms, transfer)
+    return Choice(
+        algorithm, protocol, latency, wire, cap, latency + transfer, estimate, net_wire, terms, transfer, net_cap
+    )
 
 
 def _tables_transfer(shape: Shape, fabric: Fabric, algorithm: str, protocol: str, transfer: float) -> float:
