@@ -60,10 +60,15 @@ class Published:
         return 2 * (p - 1) / p if self.collective == "all_reduce" else (p - 1) / p
 
 
+TABLE = "published_collectives.csv"  # the figures the NCCL constants are fitted to (sim/nccl/fit.py)
+HELDOUT = "published_collectives_heldout.csv"  # figures across hosts never fitted: scored only
+
+
 @cache
-def table() -> pd.DataFrame:
-    """The bundled table, as published (one row per figure)."""
-    with resources.files("sim.catalog").joinpath("published_collectives.csv").open() as f:
+def table(heldout: bool = False) -> pd.DataFrame:
+    """The bundled table, as published (one row per figure); `heldout`: the held-out table instead, in
+    the same columns (sim/experiments/fidelity_heldout.py scores it; the fit never reads it)."""
+    with resources.files("sim.catalog").joinpath(HELDOUT if heldout else TABLE).open() as f:
         return pd.read_csv(f, dtype={"nccl_version": str})
 
 
@@ -107,11 +112,14 @@ def _kind(nodes: int) -> str:
     return "intra_node" if nodes == 1 else "inter_node"
 
 
-def rows(include_bug_reports: bool = False, frame: pd.DataFrame | None = None) -> list[Published]:
-    """The rows of `frame` (default: the bundled table) as `Published` figures (bug reports only if
-    asked), less those across hosts whose NICs the source does not state (`unstated`)."""
+def rows(
+    include_bug_reports: bool = False, frame: pd.DataFrame | None = None, heldout: bool = False
+) -> list[Published]:
+    """The rows of `frame` (default: the bundled table, or the held-out one if `heldout`) as `Published`
+    figures (bug reports only if asked), less those across hosts whose NICs the source does not state
+    (`unstated`)."""
     out = []
-    for r in (table() if frame is None else frame).itertuples():
+    for r in (table(heldout) if frame is None else frame).itertuples():
         if _unstated(r):
             continue
         sized = not pd.isna(r.size_bytes)
