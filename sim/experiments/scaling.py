@@ -138,16 +138,20 @@ def pair_config(
     }
 
 
-def _throughput(config: dict[str, Any]) -> float:
+def steady_throughput(config: dict[str, Any]) -> float:
+    """Samples/s of `config`'s one policy over iterations WARMUP onwards."""
+    (policy,) = config["policies"]
     result = simulate(config)
-    return steady_figures(result.iterations, WARMUP)["ring"]["throughput_samples_s"]
+    return steady_figures(result.iterations, WARMUP)[policy.get("label", policy["name"])]["throughput_samples_s"]
 
 
 def simulated_scaling(pair: ScalingPair, input_samples_s: float | None = None, network_model: str = "nccl") -> float:
     """8-GPU over 1-GPU steady throughput, simulated with the published 1-GPU step time."""
-    probe = _throughput(pair_config(pair, 1, network_model))
+    probe = steady_throughput(pair_config(pair, 1, network_model))
     efficiency = PROBE_EFFICIENCY * pair.one / probe  # compute time is FLOPs / efficiency: the published step
-    throughput = [_throughput(pair_config(pair, g, network_model, efficiency, input_samples_s)) for g in (1, GPUS)]
+    throughput = [
+        steady_throughput(pair_config(pair, g, network_model, efficiency, input_samples_s)) for g in (1, GPUS)
+    ]
     return throughput[1] / throughput[0]
 
 
