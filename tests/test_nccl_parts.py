@@ -143,7 +143,8 @@ def test_latency_table_has_nvls_with_simple_only() -> None:
     assert not supported("nvls", "ll") and not supported("nvls_tree", "ll128") and supported("tree", "ll128")
 
 
-# treeCorrectionFactor of tuning.cc (v2.30's 24 columns; up to v2.28 the first 23 of them), index floor(log2(bytes/64))
+# treeCorrectionFactor of tuning.cc, index floor(log2(bytes/64)): v2.30's 24 columns (up to v2.28 the first 23;
+# NCCL's trees read only indices < 23 in every version, the 24th is for NVLS-tree on Blackwell)
 # fmt: off
 NCCL_TREE_CORRECTION = {
     "ll": (1, 1, 1, 1, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1, 1, 1, 1, 1),
@@ -168,7 +169,7 @@ def test_tree_correction_table_is_nccls(protocol: str) -> None:
     [
         ("simple", 64, 0.9),  # log2(64/64) = 0
         ("simple", 100, 0.9),  # floor(log2(100/64)) = 0
-        ("ll", 32, 1.0),  # under 64 bytes: index 0
+        ("ll", 32, 1.0),  # under 64 bytes: index 0 here, none in NCCL (log2i(0) = -1): 1.0 for LL either way
         ("ll", KiB, 0.9),  # log2(1024/64) = 4
         ("ll128", 4 * KiB, 0.8),  # log2(4096/64) = 6
         ("ll", MiB, 0.5),  # log2(2^20/2^6) = 14
