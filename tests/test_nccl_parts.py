@@ -281,7 +281,9 @@ def test_tree_pipeline_depth(name: str, algorithm: str, fill_steps: int, net_ste
 # nNodes - 1 otherwise across; across hosts a ring's step inside a host costs at least the network overhead
 # (1 us, 3 us for Simple); a Simple ring all-reduce across hosts with bytes >= 64 * channels * ranks pays the
 # plateau factor 1.4; with one GPU per host every network step costs the tree's figure (ppn == 1). The
-# network steps add NETWORK_US each. fill_rate is the payload rate of a slice (min(rate, cap) * factor);
+# network steps add NETWORK_US each. fill_rate is the payload rate of a slice crossing a step inside a host
+# (min(rate, cap) * factor, at the host's NVLink rate for rings and trees across hosts, where only the steady
+# stream runs at the NICs' pace);
 # net_rate is 1 where no step crosses the network; chunk is a rank's bytes, n / p.
 LATENCY_TERMS = [
     (
@@ -322,7 +324,7 @@ LATENCY_TERMS = [
         "ring-ll128-2x8-A100-all_gather-one-net-step",
         "2 hosts x 8 A100, 8 NICs, 1 MiB all_gather",
         ("ring", "ll128"),
-        Latency("ll128", 14.0, 14 * 1.9, 1 * (4.0 + NETWORK_US), 14, 0.92 * 188e9, 1, 0.92 * 188e9, MiB / 16),
+        Latency("ll128", 14.0, 14 * 1.9, 1 * (4.0 + NETWORK_US), 14, 0.92 * 240e9, 1, 0.92 * 188e9, MiB / 16),
     ),
     (
         # 256 MiB >= 64 * 24 channels * 16 ranks: the plateau, 1.4 on the steps' latencies
@@ -379,7 +381,7 @@ LATENCY_TERMS = [
             14 * 1.25,
             4 * (8.5 + NETWORK_US),
             14,
-            0.92 * 120 / 128 * 0.6 * 188e9,
+            0.92 * 120 / 128 * 0.6 * 240e9,  # a chain's slice at NVLink's rate
             4,
             0.92 * 120 / 128 * 0.6 * 188e9,
             MiB / 32,

@@ -211,7 +211,8 @@ def predict(shape: Shape, fabric: Fabric, algorithm: str, protocol: str) -> Choi
     # the rate of the link that step crosses: a step inside a host at its NVLink's, a network step
     # (its own slice) at the NICs'. Only the steady stream runs at the slowest link's pace; pricing
     # every step's slice at it would idle a slow uplink for most of a large collective.
-    fill_rate = shape.host_rate if algorithm in ("ring", "tree") and hosts > 1 and shape.kind != "all_to_all" else rate
+    inside = algorithm in ("ring", "tree") and hosts > 1 and shape.kind != "all_to_all"
+    fill_rate = shape.host_rate if inside and math.isfinite(shape.host_rate) else rate
     terms = Latency(
         "nvls" if algorithm == "nvls" else protocol,
         lat.base,
