@@ -28,7 +28,7 @@ from sim.cluster.topology import Cluster
 from sim.config import SimulationConfig
 from sim.nccl.fabrics import NIC_EFFICIENCY, Fabric, fabric_of, with_constants
 from sim.nccl.trees import busiest_host_edges, tree_edges
-from sim.nccl.tuner import Choice, Shape, choose
+from sim.nccl.tuner import Choice, Shape, choose, predict
 from sim.network.flows import Network
 
 PLAN_CACHE_LIMIT = 200_000  # plans, group layouts and choices kept (groups may change every step)
@@ -39,6 +39,7 @@ class _Layout:
     """A group's collective as the tuner sees it, less its size, and the paths it can run on."""
 
     shape: Shape
+    seen: Shape  # the shape on the network NCCL's tuner sees (the same object where they agree)
     paths: tuple[Path, ...]  # the ring's (all-to-all: every pair's)
     inside: tuple[Path, ...]  # the ring's hops inside hosts
     between: tuple[Path, ...]  # the ring's hops between hosts, their network links only
@@ -71,7 +72,9 @@ class NcclPlanner:
 
     `network`: 1 for the links between hosts (NICs, switches), 0 for a host's own; `path(a, b)`: the
     route between two ranks' GPUs; `host_paths(rank)`: its GPU's links to and from
-    its host (the NVSwitch)."""
+    its host (the NVSwitch). `seen`: the capacities NCCL's tuner picks by (default `capacity`): NCCL
+    knows its hosts' NVLink and NICs, not the switches behind them, so an oversubscribed uplink does
+    not change what it picks, only how long that takes."""
 
     def __init__(
         self,
@@ -85,15 +88,17 @@ class NcclPlanner:
         host_paths: Callable[[int], tuple[Path, Path]],
         algorithm: str = "auto",
         protocol: str = "auto",
+        seen: np.ndarray | None = None,
     ) -> None:
         self.rank_host = [graph.nodes[node]["host"] for node in rank_nodes]
         self.capacity, self.network, self.fabric = capacity, network, fabric
+        self.seen = capacity if seen is None else seen
         self.path, self.host_paths = path, host_paths
         self.algorithm, self.protocol = algorithm, protocol
         self._network_latency = latency * network  # a link's latency if it is a network link, else 0
         self._plans: dict[tuple[type, Group, float], Plan] = {}
         self._layouts: dict[tuple[type, Group], _Layout] = {}
-        self._choices: dict[Shape, Choice] = {}  # groups of one shape (every host's, say) share them
+        self._choices: dict[tuple[Shape, Shape], Choice] = {}  # groups of one shape (every host's, say) share them
         self._live: Network | None = None
         self._latency_version = -1
         self._added = np.zeros_like(self._network_latency)  # delay on top of each network link's own
@@ -136,11 +141,15 @@ class NcclPlanner:
                 self._layouts.clear()
             layout = self._layouts[key] = self._layout(op, ring)
         shape = dataclasses.replace(layout.shape, nbytes=nbytes)
-        choice = self._choices.get(shape)
+        seen = shape if layout.seen is layout.shape else dataclasses.replace(layout.seen, nbytes=nbytes)
+        choice = self._choices.get((seen, shape))
         if choice is None:
             if len(self._choices) >= PLAN_CACHE_LIMIT:
                 self._choices.clear()
-            choice = self._choices[shape] = choose(shape, self.fabric, self.algorithm, self.protocol)
+            choice = choose(seen, self.fabric, self.algorithm, self.protocol)
+            if seen is not shape:  # what NCCL picked, on the network as it is
+                choice = predict(shape, self.fabric, choice.algorithm, choice.protocol) or choice
+            self._choices[(seen, shape)] = choice
         delay = max((float(self._added[list(p)].sum()) for p in layout.between), default=0.0)
         if delay:
             extra = shape.inter_steps * delay
@@ -170,22 +179,28 @@ class NcclPlanner:
         # GPUDirect RDMA: a GPU reaches its NIC over PCIe, not through its NVLink (the GPU-host link)
         between = tuple(tuple(link for link in p if self.network[link]) for p, c in zip(ring, crossing) if c)
         tree = self._tree_paths(ranks, hosts) if kind == "all_reduce" and len(per_host) > 1 else ()
-        shape = Shape(
-            kind,
-            0.0,
-            len(ranks),
-            len(per_host),
-            max(per_host.values()),
-            _alone_rate(paths, self.capacity),
-            len(between),
-            max((float(self._network_latency[list(p)].sum()) for p in between), default=0.0),
-            _alone_rate(inside, self.capacity),
-            _alone_rate(between, self.capacity),
-            self._nvls_rate(ranks) if min(per_host.values()) > 1 else 0.0,
-            _alone_rate(tree, self.capacity) if tree else 0.0,
-            busiest_host_edges(len(per_host)) if tree else 0,
-        )
-        return _Layout(shape, paths, inside, between, tree, ranks, self.host_paths)
+        nvls = self._nvls_rate(ranks) if min(per_host.values()) > 1 else 0.0
+
+        def shape_on(capacity: np.ndarray) -> Shape:
+            return Shape(
+                kind,
+                0.0,
+                len(ranks),
+                len(per_host),
+                max(per_host.values()),
+                _alone_rate(paths, capacity),
+                len(between),
+                max((float(self._network_latency[list(p)].sum()) for p in between), default=0.0),
+                _alone_rate(inside, capacity),
+                _alone_rate(between, capacity),
+                nvls,
+                _alone_rate(tree, capacity) if tree else 0.0,
+                busiest_host_edges(len(per_host)) if tree else 0,
+            )
+
+        shape = shape_on(self.capacity)
+        seen = shape if self.seen is self.capacity else shape_on(self.seen)
+        return _Layout(shape, seen if seen != shape else shape, paths, inside, between, tree, ranks, self.host_paths)
 
     def _tree_paths(self, ranks: Sequence[int], hosts: Sequence[str]) -> tuple[Path, ...]:
         """The network links between the hosts of every edge of NCCL's two trees, both ways (hosts
@@ -244,6 +259,7 @@ def planner_for(cluster: Cluster, simulation: SimulationConfig, router: Router, 
         gpu = gpus[rank]
         return router.path(gpu, host[gpu]), router.path(host[gpu], gpu)
 
+    beyond_nics = np.array([link.kind in ("uplink", "fabric") for link in cluster.links])
     return NcclPlanner(
         cluster.graph,
         gpus,
@@ -255,4 +271,5 @@ def planner_for(cluster: Cluster, simulation: SimulationConfig, router: Router, 
         host_paths,
         simulation.nccl.algorithm,
         simulation.nccl.protocol,
+        np.where(beyond_nics, np.inf, capacity) if beyond_nics.any() else None,
     )
