@@ -121,7 +121,7 @@ def test_files_over_the_caps_are_refused_naming_the_field_and_the_cap(tmp_path: 
     with pytest.raises(ConfigError, match=r"^config: .*huge.yaml: 30.0 MB, over the 10 MB limit for a config"):
         load_config(big_config)
     big_profile = sparse_file(tmp_path / "p.yaml", 5 * PROFILE_BYTES)
-    with pytest.raises(ConfigError, match=r"^workload.profile: .*p.yaml: 80.0 MB, over the 16 MB limit for a profile"):
+    with pytest.raises(ConfigError, match=r"^workload.profile: .*p.yaml: 10.0 MB, over the 2 MB limit for a profile"):
         from sim.api import prepare
 
         prepare(load_config(profiled(tmp_path, big_profile)))

@@ -1,10 +1,10 @@
 """Config paths and `--set KEY=VALUE` overrides, applied to a config's data before it is validated.
 
 A path names a place in the config the way its YAML nests: `cluster.uplink_gbps`, `workload.model`,
-`policies[0].group_size`, `faults.stragglers[1].duration_ms`. The value is read as YAML, so `10`
-is a number, `[2, 4]` a list, `null` clears a setting and `bert_large` stays a string. Mappings
-missing on the way are made (`numerics.threads=2` on a config without `numerics:`); list items must
-exist. Sweeps (issue 18) name their axes with the same paths. A malformed `--set` (no `=`, a bad
+`policies[0].group_size`, `faults.stragglers[1].duration_ms`. The value is read as YAML 1.2, as a
+config file is (`sim.config.yaml12`), so `10` and `1e3` are numbers, `[2, 4]` a list, `null` clears a
+setting and `bert_large` stays a string. Mappings missing on the way are made (`numerics.threads=2` on
+a config without `numerics:`); list items must exist. Sweeps (issue 18) name their axes with the same paths. A malformed `--set` (no `=`, a bad
 path, a list index out of range) is a `UsageError` naming `--set`: an argument error, not the config's.
 """
 
@@ -17,6 +17,7 @@ from typing import Any, Union
 
 import yaml
 
+from sim.config.yaml12 import FieldError, load
 from sim.errors import ConfigError, UsageError
 
 Key = Union[str, int]
@@ -67,8 +68,10 @@ def parse_override(text: str) -> tuple[str, Any]:
     if not sep or not path.strip():
         raise UsageError(f"--set {text!r}: write KEY=VALUE, e.g. --set cluster.uplink_gbps=25")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError:
+        value = load(raw) if raw.strip() else ""  # YAML 1.2, as config files are read
+    except FieldError as exc:
+        raise UsageError(f"--set {text!r}: {exc.problem}") from None
+    except (yaml.YAMLError, RecursionError):
         raise UsageError(f"--set {text!r}: the value is not valid YAML; quote it") from None
     try:
         parse_path(path.strip())
