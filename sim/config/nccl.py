@@ -26,7 +26,7 @@ class NcclConstants(Strict):
     bounds are physical: a slice of at most 1 GB (NCCL's staging buffers are MBs), a launch cost of at
     most 1 s (it is microseconds), a latency scale of at most 1000."""
 
-    ll_kb: Optional[SliceKb] = Field(None, description="LL's pipeline slice (KB, at most 1e6: 1 GB)")
+    ll_kb: Optional[SliceKb] = Field(None, description="LL's pipeline slice (KB, at most 1 GB)")
     ll128_kb: Optional[SliceKb] = Field(None, description="LL128's pipeline slice (KB, at most 1 GB)")
     simple_kb: Optional[SliceKb] = Field(None, description="Simple's pipeline slice (KB, at most 1 GB)")
     nvls_kb: Optional[SliceKb] = Field(None, description="NVLS's pipeline slice (KB, at most 1 GB)")

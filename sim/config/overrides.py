@@ -50,7 +50,8 @@ def set_path(data: dict[str, Any], path: str, value: Any) -> None:
             if not isinstance(node, list):
                 raise ConfigError(f"{path}: {where} is not a list, so [{key}] names nothing")
             if key >= len(node):
-                raise ConfigError(f"{path}: {where} has {len(node)} item(s) (indices 0-{len(node) - 1})")
+                items = f"indices 0-{len(node) - 1}" if node else "no index"
+                raise ConfigError(f"{path}: {where} has {len(node)} item(s) ({items})")
         else:
             if not isinstance(node, dict):
                 raise ConfigError(f"{path}: {where} is {type(node).__name__}, not a mapping, so .{key} names nothing")
