@@ -213,3 +213,45 @@ def test_numpy_scalars_from_a_notebook_validate_as_their_yaml_would() -> None:
     data["cluster"]["racks"] = np.bool_(True)  # still not a count
     with pytest.raises(ConfigError, match=r"cluster.racks: Input should be a valid integer \(got True\)"):
         parse_config(data)
+
+
+# ---- round 4 (issue 45): every number of the schema has a physical upper bound --------------------------
+
+
+def _upper_bounded(parts: list[Any]) -> bool:
+    from annotated_types import Le, Lt
+
+    flat = [p for part in parts for p in (getattr(part, "metadata", None) or [part])]
+    return any(isinstance(p, (Le, Lt)) for p in flat)
+
+
+def _numbers(annotation: Any, metadata: list[Any], path: str) -> Any:
+    """(path, has an upper bound) for every int or float a config can hold under `annotation`."""
+    from typing import Annotated, Literal, get_args, get_origin
+
+    from pydantic import BaseModel
+
+    from sim.config import PolicyEntry
+
+    origin = get_origin(annotation)
+    if origin is Annotated:
+        base, *more = get_args(annotation)
+        yield from _numbers(base, [*metadata, *more], path)
+    elif isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        if annotation is not PolicyEntry:  # a policy's settings are its own (tests/test_policies.py)
+            for name, field in annotation.model_fields.items():
+                yield from _numbers(field.annotation, list(field.metadata), f"{path}.{name}".lstrip("."))
+    elif annotation in (int, float):
+        yield path, _upper_bounded(metadata)
+    elif origin is not Literal:
+        for arg in get_args(annotation):  # Optional, Union, list, tuple
+            yield from _numbers(arg, metadata, path + ("[]" if origin in (list, tuple) else ""))
+
+
+def test_every_number_in_the_schema_has_an_upper_bound() -> None:
+    from sim.config.schema import Config
+
+    found = dict(_numbers(Config, [], ""))
+    assert len(found) > 80 and "simulation.nccl.constants.launch_us" in found  # the walk reaches the sections
+    unbounded = sorted(path for path, bounded in found.items() if not bounded)
+    assert not unbounded, f"numbers without an upper bound (a value no machine has would run): {unbounded}"

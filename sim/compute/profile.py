@@ -38,11 +38,12 @@ Spans under `JUDGED_SHARE` (1%) of
 the step are not judged: a few microseconds of timer jitter are large relative to them and move
 nothing.
 
-A profile file is read only if it is a regular file of at most `MAX_BYTES` and `MAX_LINES`, both checked
-before it is parsed, and it holds at most `MAX_LAYERS` layers: 2,000, thirteen times the zoo's largest
-model (bert_large, 149), and what `syncsim profile` writes for them (at most seven lines and some 1 kB a
-layer) fits both caps. So `workload.profile: /dev/zero` is one error line, not a hang, and an oversized
-profile is refused in milliseconds rather than after minutes of parsing. It is read as YAML 1.2
+A profile file is read only if it is a regular file of at most `MAX_BYTES` with at most `MAX_BREAKS`
+lines, commas and colons (which bound the values a parser would build), both checked before it is parsed,
+and it holds at most `MAX_LAYERS` layers: 2,000, thirteen times the zoo's largest model (bert_large, 149);
+what `syncsim profile` writes for that many (some 420 bytes and 25 breaks a layer) fits both caps. So
+`workload.profile: /dev/zero` is one error line, not a hang, and an oversized profile is refused in
+milliseconds rather than after minutes of parsing (a 16 MB one took 148 s). It is read as YAML 1.2
 (`sim.config.yaml12`), with libyaml's parser, and every time in it must be finite, >= 0 and at most
 `MAX_SPAN_S` (`sim.config.types.MAX_MS`, about three hours: the most compute one iteration may take
 in a config), so that no sum of layers overflows.
@@ -67,7 +68,10 @@ from sim.files import atomic_write
 
 FORMAT = "syncsim-profile"
 MAX_LAYERS = 2_000  # the zoo's largest model has 149 (tests/test_profile.py keeps a margin)
-MAX_LINES = 10 * MAX_LAYERS + 1_000  # `write_profile` writes at most 7 lines a layer, and a header
+# line breaks, commas and colons: every YAML value but the first follows one, so this bounds the values
+# a parser builds (some microseconds each, in Python); `write_profile` writes about 25 a layer
+MAX_BREAKS = 40 * MAX_LAYERS + 2_000
+_BREAKS = (b"\n", b"\r", b",", b":", "\x85".encode(), "\u2028".encode(), "\u2029".encode())
 MAX_BYTES = 2 * MB  # `write_profile` writes well under 1 kB a layer: a measured profile is tens of kB
 MAX_SPAN_S = MAX_MS / 1e3  # seconds: the compute of one iteration a config may give (about 3 hours)
 VERSION = 1
@@ -215,9 +219,10 @@ def _parse(path: Union[str, Path], where: str) -> Any:
         raw = read_bounded(path, "workload.profile", MAX_BYTES, "a profile")
     except OSError as exc:
         raise ConfigError(f"{where}: cannot read it ({exc.strerror})") from None
-    if (lines := raw.count(b"\n")) > MAX_LINES:
+    if (breaks := sum(raw.count(mark) for mark in _BREAKS)) > MAX_BREAKS:  # counted in C: milliseconds
         raise ConfigError(
-            f"{where}: {lines:,} lines, over the {MAX_LINES:,}-line limit for a profile (at most {MAX_LAYERS:,} layers)"
+            f"{where}: {breaks:,} lines, commas and colons, over the {MAX_BREAKS:,} limit for a profile "
+            f"(at most {MAX_LAYERS:,} layers)"
         )
     try:
         return load(raw, fast=True)
