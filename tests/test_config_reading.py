@@ -189,7 +189,9 @@ def test_set_reads_1e3_as_a_number_as_a_file_does(tmp_path: Path) -> None:
 
 
 def test_a_merge_key_list_takes_the_first_mapping_s_value(tmp_path: Path) -> None:
-    text = STAR.replace("cluster: {topology: star, hosts: %s}", "cluster: {topology: star, <<: [{hosts: 2}, {hosts: 4}]}")
+    text = STAR.replace(
+        "cluster: {topology: star, hosts: %s}", "cluster: {topology: star, <<: [{hosts: 2}, {hosts: 4}]}"
+    )
     path = tmp_path / "merged.yaml"
     path.write_text(text)
     assert load_config(path).cluster.hosts == 2  # PyYAML 6.0.4's own merge gave 4

@@ -9,15 +9,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sim.api import prepare, simulate
-from sim.catalog.zoo import get_model
-from sim.cli import main
 import sim.compute.profile
-from sim.catalog.zoo import MODEL_NAMES
+from sim.api import prepare, simulate
+from sim.catalog.zoo import MODEL_NAMES, get_model
+from sim.cli import main
 from sim.compute.profile import (
+    MAX_BREAKS,
     MAX_BYTES,
     MAX_LAYERS,
-    MAX_BREAKS,
     MAX_SPAN_S,
     ComputeProfile,
     LayerTime,
@@ -169,11 +168,17 @@ def test_an_oversize_profile_is_refused_by_counting_before_it_is_parsed(
     monkeypatch.setattr(sim.compute.profile, "load", no_parse)
     # each under the byte cap: many lines; one line of many values (a list of zeros), which took Python's
     # YAML parser seconds per MB; and line breaks YAML counts that are not b"\n"
-    for body in (b"#\n" * (MAX_BREAKS + 1), b"notes: [" + b"0," * MAX_BREAKS + b"]", "#\u2028".encode() * (MAX_BREAKS + 1)):
+    for body in (
+        b"#\n" * (MAX_BREAKS + 1),
+        b"notes: [" + b"0," * MAX_BREAKS + b"]",
+        "#\u2028".encode() * (MAX_BREAKS + 1),
+    ):
         (tmp_path / "p.yaml").write_bytes(body)
         assert len(body) <= MAX_BYTES
         limit = f"{MAX_BREAKS + 1:,} lines, commas and colons, over the {MAX_BREAKS:,} limit for a profile"
-        with pytest.raises(ConfigError, match=f"^workload.profile: .*p.yaml: {limit} \\(at most {MAX_LAYERS:,} layers\\)"):
+        with pytest.raises(
+            ConfigError, match=f"^workload.profile: .*p.yaml: {limit} \\(at most {MAX_LAYERS:,} layers\\)"
+        ):
             read_profile(tmp_path / "p.yaml")
 
 
@@ -190,7 +195,9 @@ def test_the_caps_take_what_syncsim_writes_for_the_most_layers_allowed(tmp_path:
     assert MAX_LAYERS >= 10 * largest  # room for deeper models than the zoo's
     spread = Spread(0.000123456789012345, 0.000123456789012346, 0.000223456789012345, 0.000323456789012345)
     name = "encoder.layer.23.attention.output.dense_with_a_long_module_path_name"
-    layers = tuple(LayerTime(f"{name}.{i}", 1.23456789012345e-4, 2.3456789012345e-4, spread, spread) for i in range(MAX_LAYERS))
+    layers = tuple(
+        LayerTime(f"{name}.{i}", 1.23456789012345e-4, 2.3456789012345e-4, spread, spread) for i in range(MAX_LAYERS)
+    )
     notes = {"torch": "2.13.0+cu126", "repeats": 20, "warmup": 5, "command": "syncsim profile bert_large --batch 64"}
     profile = ComputeProfile("bert_large", 64, "bf16", layers, "NVIDIA H200 141GB HBM3e", notes, 0.0123, spread)
     path = write_profile(profile, tmp_path / "p.yaml")

@@ -7,7 +7,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Union
 
-import yaml
 from pydantic import ValidationError
 
 from sim.config.extends import resolve_extends
@@ -15,6 +14,7 @@ from sim.config.messages import describe
 from sim.config.overrides import apply_overrides
 from sim.config.reading import resolved
 from sim.config.schema import Config, PolicyEntry
+from sim.config.yaml12 import dump
 from sim.config.yaml_io import check_size, plain, read_yaml
 from sim.errors import ConfigError
 
@@ -104,4 +104,4 @@ def _profile_beside(data: Any, folder: Path) -> Any:
 def dump_config(config: Config) -> str:
     """The resolved config (every default filled in) as YAML."""
     data = config.model_dump(mode="json")
-    return yaml.safe_dump(data, sort_keys=False)
+    return dump(data, sort_keys=False)  # text YAML 1.2 would read as a number is quoted

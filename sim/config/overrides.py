@@ -4,8 +4,9 @@ A path names a place in the config the way its YAML nests: `cluster.uplink_gbps`
 `policies[0].group_size`, `faults.stragglers[1].duration_ms`. The value is read as YAML 1.2, as a
 config file is (`sim.config.yaml12`), so `10` and `1e3` are numbers, `[2, 4]` a list, `null` clears a
 setting and `bert_large` stays a string. Mappings missing on the way are made (`numerics.threads=2` on
-a config without `numerics:`); list items must exist. Sweeps (issue 18) name their axes with the same paths. A malformed `--set` (no `=`, a bad
-path, a list index out of range) is a `UsageError` naming `--set`: an argument error, not the config's.
+a config without `numerics:`); list items must exist. Sweeps (issue 18) name their axes with the same
+paths. A malformed `--set` (no `=`, a bad path, a list index out of range) is a `UsageError` naming
+`--set`: an argument error, not the config's.
 """
 
 from __future__ import annotations

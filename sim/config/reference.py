@@ -15,8 +15,8 @@ from pydantic_core import PydanticUndefined
 from policies.registry import BUILTIN, resolve
 from sim.config.calibration import CalibrationConfig
 from sim.config.faults import BackgroundFlow, FaultsConfig, SlowWorker, Straggler
-from sim.config.numerics import AsyncConfig, NumericsConfig, OptimizerConfig, ScheduleConfig, SyntheticData, ZooData
 from sim.config.nccl import NcclConstants, NcclSettings
+from sim.config.numerics import AsyncConfig, NumericsConfig, OptimizerConfig, ScheduleConfig, SyntheticData, ZooData
 from sim.config.schema import (
     ClusterBase,
     Config,

@@ -131,8 +131,9 @@ class Constructor12(yaml.constructor.SafeConstructor):
 
     def construct_undefined(self, node: Node) -> Any:
         raise _NodeError(
-            node, f"the tag {_shown(node.tag)} is not plain data; allowed: !!null, !!bool, !!int, !!float, !!str, "
-            "!!seq, !!map"
+            node,
+            f"the tag {_shown(node.tag)} is not plain data; allowed: !!null, !!bool, !!int, !!float, !!str, "
+            "!!seq, !!map",
         )
 
 
@@ -238,10 +239,10 @@ def load(text: str | bytes, fast: bool = False) -> Any:
 def path_of(root: Node, target: Node) -> str:
     """Where `target` sits under `root`, as a config path (`policies[0].name`); `config` for the root or
     a node not found (each node is visited once, so aliases cannot make this loop)."""
-    stack: list[tuple[Node, str]] = [(root, "")]
+    stack: list[tuple[Node, str, bool]] = [(root, "", False)]  # (node, its path, merged into that path)
     seen: set[int] = set()
     while stack:
-        node, path = stack.pop()
+        node, path, merged = stack.pop()
         if node is target:
             return path or "config"
         if id(node) in seen:
@@ -249,11 +250,14 @@ def path_of(root: Node, target: Node) -> str:
         seen.add(id(node))
         if isinstance(node, MappingNode):
             for key, value in node.value:
+                if key.tag == MERGE:  # what `<<` merges belongs to the mapping that holds it
+                    stack += [(value, path, True), (key, path, False)]
+                    continue
                 name = key.value if isinstance(key, ScalarNode) else "?"
                 here = f"{path}.{name}" if path else str(name)
-                stack += [(value, here), (key, here)]
+                stack += [(value, here, False), (key, here, False)]
         elif isinstance(node, SequenceNode):
-            stack += [(item, f"{path}[{i}]") for i, item in enumerate(node.value)]
+            stack += [(item, path if merged else f"{path}[{i}]", False) for i, item in enumerate(node.value)]
     return "config"
 
 
