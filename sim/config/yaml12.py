@@ -6,12 +6,11 @@ PyYAML implements YAML 1.1, whose plain scalars mean other things than YAML 1.2'
 This module reads plain scalars by YAML 1.2's core schema instead: `null`/`~`/empty, `true`/`false`,
 decimal, `0o` and `0x` integers, and floats (with `.inf` and `.nan`); anything else is text.
 
-Why read 1.2 rather than refuse 1.1's forms: the docs promise 1.2, and YAML 1.2 readers elsewhere
-(ruamel.yaml, Go's yaml.v3, the JavaScript yaml package) read a config the same way, so a file means one
-thing whatever reads it. A 1.1 form does not run as a surprise either: it becomes text, which the strict
-schema refuses by the field's name (`iterations: ... (got '1:30')`, with a note that it is a YAML 1.1
-form; `sim.config.messages`), where 1.1 would have run 90 iterations. Only `010` reads as another
-number (10, as 1.2 says); a leading zero is no way to write a count in any other language either.
+Why read 1.2 rather than refuse 1.1's forms: the docs promise 1.2, and a reader that applies the 1.2
+spec's core schema reads a config the same way, so the file means what the spec says. A 1.1 form does
+not run as a surprise either: it becomes text, which the strict schema refuses by the field's name
+(`iterations: ... (got '1:30')`, with a note that it is a YAML 1.1 form; `sim.config.messages`), where
+1.1 would have run 90 iterations. Only `010` reads as another number than before: 10, as 1.2 says.
 
 Tags are the core schema's only (`!!null !!bool !!int !!float !!str !!seq !!map`), each checked, so
 `!!int abc` is an error naming its field, never a Python exception; 1.1's `!!timestamp`, `!!binary`,
