@@ -34,6 +34,7 @@ from sim.cli import main  # noqa: E402
 from sim.config import PolicyEntry, parse_config  # noqa: E402
 from sim.config.load import read_config  # noqa: E402
 from sim.config.overrides import set_path  # noqa: E402
+from sim.config.yaml12 import dump  # noqa: E402
 from sim.errors import ConfigError  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -72,6 +73,10 @@ HOSTILE: list[Any] = [
     "x",
     "1e3",
     "ünïcødé ✓ 名前",
+    "0o10",  # text to YAML 1.1, so safe_dump leaves it unquoted: 8 to YAML 1.2, as syncsim reads it
+    "010",
+    "1:30",
+    "yes",
     "a\nb",
     "../../escape",
     [],
@@ -123,13 +128,16 @@ def _bounded(seconds: int) -> Iterator[None]:
         signal.signal(signal.SIGALRM, previous)
 
 
-def check(path: Path) -> tuple[int, list[str]]:
-    """`syncsim check PATH` in-process: exit code and the error lines (header and indent removed)."""
+def check(path: Path, *args: str) -> tuple[int, list[str]]:
+    """`syncsim check PATH [ARGS]` in-process: exit code and the error lines (header and indent removed;
+    an argument error is one line, kept whole)."""
     err = io.StringIO()
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()), _bounded(HANG_S):
-        code = main(["check", str(path)])
-    lines = [line.strip() for line in err.getvalue().splitlines()[1:]]
-    return code, lines
+        code = main(["check", str(path), *args])
+    said = err.getvalue().splitlines()
+    if said and "argument error" in said[0]:
+        return code, said
+    return code, [line.strip() for line in said[1:]]
 
 
 def assert_refused_by_field(code: int, lines: list[str], what: str) -> None:
@@ -209,6 +217,17 @@ GARBAGE: dict[str, bytes] = {
     "nul bytes": b"name: a\x00b\n",
     "unclosed": b"cluster: {topology: star\n",
     "huge": b"name: x\n" + b"#" * 11_000_000 + b"\n",
+    # round 4 (issue 45): tags whose content PyYAML could not build ended as Python tracebacks
+    "int tag on text": b"iterations: !!int abc\n",
+    "bool tag": b"simulation: {trace: !!bool maybe}\n",
+    "float tag": b"name: !!float 1:ab\n",
+    "timestamp tag": b"name: !!timestamp x\n",
+    "set tag": b"name: !!set [1]\n",
+    "huge integer": b"iterations: " + b"9" * 10_000 + b"\n",
+    "self merge": b"cluster: &c {<<: *c}\n",
+    "merge of a number": b"cluster: {<<: 3}\n",
+    "merge bomb": b"k0: &k0 {x0: 0}\n"
+    + b"".join(f"k{i}: &k{i} {{<<: *k{i - 1}, x{i}: {i}}}\n".encode() for i in range(1, 1500)),
 }
 
 
@@ -222,6 +241,96 @@ def test_garbage_files_end_in_one_clear_line(kind: str, tmp_path: Path) -> None:
     assert lines and all("Traceback" not in line for line in lines)
     assert len(lines) == 1 or all(FIELD_LINE.match(line) for line in lines), lines
     assert not marker.exists(), "a YAML tag executed code"
+
+
+# YAML text a config's value may be written as: YAML 1.1's forms (octal, base 60, yes/no, dates), YAML 1.2's,
+# tags, merge keys; each as a file's value and as a `--set` value (issue 45)
+HOSTILE_TEXT: list[str] = [
+    "010",
+    "0o10",
+    "0x10",
+    "+4",
+    "1:30",
+    "1_000",
+    "0b11",
+    "yes",
+    "off",
+    "On",
+    "2024-01-01",
+    "1e3",
+    ".NaN",
+    "-.inf",
+    "~",
+    "=",
+    "<<",
+    "!!int abc",
+    "!!int 1:30",
+    "!!float x",
+    "!!bool maybe",
+    "!!null x",
+    "!!timestamp 2001-12-14",
+    "!!binary AAAA",
+    "!!set {a}",
+    "!!omap [{a: 1}]",
+    "!!str 010",
+    "!local x",
+    "!!python/name:os.system",
+    "{<<: [{hosts: 2}, {hosts: 4}]}",
+    "{<<: 3}",
+    "[!!int x]",
+    "!!int " + "9" * 5000,
+]
+PLACEHOLDER = "hostile_placeholder_45"
+
+
+def _dotted(path: tuple[Any, ...]) -> Optional[str]:
+    """A value's path as `--set` names it (`policies[0].name`), or None where a key is no identifier."""
+    out = ""
+    for part in path:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif isinstance(part, str) and part.isidentifier():
+            out += f".{part}" if out else part
+        else:
+            return None
+    return out
+
+
+@settings(
+    max_examples=max(30, EXAMPLES // 8),
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(data=st.data())
+def test_one_hostile_yaml_form_in_a_file_or_set_is_refused_by_name_or_runs(data: st.DataObject, tmp_path: Path) -> None:
+    source = data.draw(st.sampled_from(CONFIGS), label="config")
+    config = yaml.safe_load(source.read_text())
+    if isinstance(config.get("extends"), str):
+        config["extends"] = str((source.parent / config["extends"]).resolve())
+    path = data.draw(st.sampled_from([p for p in _paths(config) if p != ("extends",)]), label="path")
+    raw = data.draw(st.sampled_from(HOSTILE_TEXT), label="text")
+    dotted = _dotted(path)
+    target = tmp_path / "fuzzed.yaml"
+    if dotted is not None and data.draw(st.booleans(), label="as --set"):
+        target.write_text(yaml.safe_dump(config, allow_unicode=True))
+        args: tuple[str, ...] = ("--set", f"{dotted}={raw}")
+    else:
+        _set(config, path, PLACEHOLDER)
+        target.write_text(yaml.safe_dump(config, allow_unicode=True).replace(PLACEHOLDER, raw))
+        args = ()
+    what = f"{source.name} {'.'.join(map(str, path))} = {raw[:40]!r} {args[:1]}"
+    code, lines = check(target, *args)
+    if code == 0:
+        if args:  # run what check accepted: the file with the override applied
+            overridden = tmp_path / "overridden.yaml"
+            overridden.write_text(dump(read_config(target, args[1:]), allow_unicode=True))
+            target = overridden
+        run_small(target, what)
+    elif args and lines and "argument error" in lines[0]:
+        assert code == 2 and len(lines) == 1 and f"--set '{dotted}=" in lines[0], (what, lines)
+    else:
+        assert_refused_by_field(code, lines, what)
 
 
 @settings(max_examples=max(20, EXAMPLES // 4), deadline=None, derandomize=True)

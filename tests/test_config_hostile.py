@@ -213,3 +213,97 @@ def test_numpy_scalars_from_a_notebook_validate_as_their_yaml_would() -> None:
     data["cluster"]["racks"] = np.bool_(True)  # still not a count
     with pytest.raises(ConfigError, match=r"cluster.racks: Input should be a valid integer \(got True\)"):
         parse_config(data)
+
+
+# ---- round 4 (issue 45): every number of the schema has a physical upper bound --------------------------
+
+
+def _upper_bounded(parts: list[Any]) -> bool:
+    from annotated_types import Le, Lt
+
+    flat = [p for part in parts for p in (getattr(part, "metadata", None) or [part])]
+    return any(isinstance(p, (Le, Lt)) for p in flat)
+
+
+def _numbers(annotation: Any, metadata: list[Any], path: str) -> Any:
+    """(path, has an upper bound) for every int or float a config can hold under `annotation`."""
+    from typing import Annotated, Literal, get_args, get_origin
+
+    from pydantic import BaseModel
+
+    from sim.config import PolicyEntry
+
+    origin = get_origin(annotation)
+    if origin is Annotated:
+        base, *more = get_args(annotation)
+        yield from _numbers(base, [*metadata, *more], path)
+    elif isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        if annotation is not PolicyEntry:  # a policy's settings are its own (tests/test_policies.py)
+            for name, field in annotation.model_fields.items():
+                yield from _numbers(field.annotation, list(field.metadata), f"{path}.{name}".lstrip("."))
+    elif annotation in (int, float):
+        yield path, _upper_bounded(metadata)
+    elif origin is not Literal:
+        for arg in get_args(annotation):  # Optional, Union, list, tuple
+            yield from _numbers(arg, metadata, path + ("[]" if origin in (list, tuple) else ""))
+
+
+def test_every_number_in_the_schema_has_an_upper_bound() -> None:
+    from sim.config.schema import Config
+
+    found = dict(_numbers(Config, [], ""))
+    assert len(found) > 80 and "simulation.nccl.constants.launch_us" in found  # the walk reaches the sections
+    unbounded = sorted(path for path, bounded in found.items() if not bounded)
+    assert not unbounded, f"numbers without an upper bound (a value no machine has would run): {unbounded}"
+
+
+# ---- round 4 (issue 45): what was reported, each as `syncsim check` says it ------------------------------
+
+ROUND4_BASE = "workload: {model: synthetic, gradient_mb: 1, compute_ms: 1}\npolicies: [{name: ring}]\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        # YAML 1.1 read `010` as 8 hosts; YAML 1.2, which docs/config.md promises, as 10
+        ("cluster: {topology: star, hosts: 010}\n", "ok - 10 GPUs on 10 hosts"),
+        ("cluster: {topology: star, hosts: 0o10}\n", "ok - 8 GPUs on 8 hosts"),
+        # of a merged list the first mapping wins (PyYAML's own merge let the last, 4, win)
+        ("cluster: {topology: star, <<: [{hosts: 2}, {hosts: 4}]}\n", "ok - 2 GPUs on 2 hosts"),
+    ],
+)
+def test_yaml_1_2_numbers_and_merge_lists_run_as_written(
+    text: str, said: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "c.yaml").write_text(text + ROUND4_BASE)
+    assert main(["check", str(tmp_path / "c.yaml")]) == 0
+    assert said in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [
+        ("iterations: 1:30\n", "iterations: Input should be a valid integer (got '1:30', a number in YAML 1.1 only"),
+        ("simulation: {trace: no}\n", "simulation.trace: Input should be a valid boolean (got 'no', a boolean in"),
+        ("simulation: {nccl: {constants: {launch_us: 1e308}}}\n",
+         "simulation.nccl.constants.launch_us: Input should be less than or equal to 1000000"),
+        ("simulation: {nccl: {constants: {simple_kb: 1e7}}}\n",
+         "simulation.nccl.constants.simple_kb: Input should be less than or equal to 1000000"),
+        ("iterations: !!int ten\n", "iterations: !!int 'ten' is not a YAML 1.2 integer"),
+        ("name: !!set {a}\n", "name: the tag !!set is not plain data"),
+    ],
+)  # fmt: skip
+def test_round_4_inputs_are_one_line_naming_the_field(
+    text: str, line: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, lines = check_lines(tmp_path, "cluster: {topology: star, hosts: 2}\n" + ROUND4_BASE + text, capsys)
+    assert code == 2 and len(lines) == 1 and lines[0].startswith(line), lines
+
+
+def test_extends_a_symlink_to_itself_is_one_line_naming_extends(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "self.yaml").symlink_to("self.yaml")
+    code, lines = check_lines(tmp_path, "extends: self.yaml\n", capsys)
+    assert code == 2 and lines == [f"extends: {tmp_path / 'self.yaml'}: its symbolic links loop; name the file "
+                                   f"itself (named in {tmp_path / 'c.yaml'})"]  # fmt: skip

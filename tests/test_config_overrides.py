@@ -108,3 +108,15 @@ def test_extends_refuses_cycles_and_missing_bases(tmp_path: Path) -> None:
 
 def test_merge_is_key_by_key() -> None:
     assert merge({"a": {"x": 1, "y": 2}, "l": [1, 2]}, {"a": {"y": 3}, "l": [9]}) == {"a": {"x": 1, "y": 3}, "l": [9]}
+
+
+def test_set_is_applied_after_extends_so_it_can_index_a_list_only_the_base_defines(tmp_path: Path) -> None:
+    # the child names no policies: `policies[1]` exists only once the base is merged in. Applied before
+    # `extends:` is resolved, the override would find no list and be refused ("policies has 0 item(s)")
+    (tmp_path / "base.yaml").write_text(QUICKSTART.read_text())
+    (tmp_path / "child.yaml").write_text("extends: base.yaml\niterations: 3\n")
+    config = load_config(tmp_path / "child.yaml", ["policies[1].label=second", "iterations=5"])
+    base_policies = yaml.safe_load(QUICKSTART.read_text())["policies"]
+    assert [p.name for p in config.policies] == [p["name"] for p in base_policies]  # the base's list, kept
+    assert config.policies[1].display == "second", "--set must apply after extends: is resolved"
+    assert config.iterations == 5, "--set must win over the file and its base (it applies last)"

@@ -121,7 +121,7 @@ def test_files_over_the_caps_are_refused_naming_the_field_and_the_cap(tmp_path: 
     with pytest.raises(ConfigError, match=r"^config: .*huge.yaml: 30.0 MB, over the 10 MB limit for a config"):
         load_config(big_config)
     big_profile = sparse_file(tmp_path / "p.yaml", 5 * PROFILE_BYTES)
-    with pytest.raises(ConfigError, match=r"^workload.profile: .*p.yaml: 80.0 MB, over the 16 MB limit for a profile"):
+    with pytest.raises(ConfigError, match=r"^workload.profile: .*p.yaml: 10.0 MB, over the 2 MB limit for a profile"):
         from sim.api import prepare
 
         prepare(load_config(profiled(tmp_path, big_profile)))
@@ -139,3 +139,81 @@ def test_a_file_at_the_cap_is_read_whole_and_one_byte_more_is_refused(tmp_path: 
 
 def test_a_normal_config_and_base_still_load() -> None:
     assert load_config(QUICKSTART).policies
+
+
+# ---- YAML 1.2 wherever a config is read (issue 45): files, bases and --set values alike -------------------
+
+STAR = "cluster: {topology: star, hosts: %s}\nworkload: {model: synthetic, gradient_mb: 1, compute_ms: 1}\n"
+STAR += "policies: [{name: ring}]\n"
+
+
+def star_file(tmp_path: Path, hosts: str = "2", extra: str = "", name: str = "star.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(STAR % hosts + extra)
+    return path
+
+
+@pytest.mark.parametrize(("written", "hosts"), [("010", 10), ("0o10", 8), ("0x10", 16), ("+4", 4)])
+def test_integers_are_read_as_yaml_1_2_in_a_file_a_base_and_set(written: str, hosts: int, tmp_path: Path) -> None:
+    assert load_config(star_file(tmp_path, written)).cluster.hosts == hosts  # YAML 1.1 would read 010 as 8
+    base = star_file(tmp_path, written)
+    (tmp_path / "child.yaml").write_text(f"extends: {base.name}\niterations: 2\n")
+    assert load_config(tmp_path / "child.yaml").cluster.hosts == hosts
+    assert load_config(star_file(tmp_path), [f"cluster.hosts={written}"]).cluster.hosts == hosts
+
+
+@pytest.mark.parametrize(
+    ("line", "override", "field", "kind"),
+    [
+        ("iterations: 1:30\n", "iterations=1:30", "iterations", "a number"),  # 1.1 would run 90 iterations
+        ("iterations: 1_000\n", "iterations=1_000", "iterations", "a number"),
+        ("iterations: 0b11\n", "iterations=0b11", "iterations", "a number"),
+        ("simulation: {trace: off}\n", "simulation.trace=off", "simulation.trace", "a boolean"),
+        ("simulation: {trace: yes}\n", "simulation.trace=yes", "simulation.trace", "a boolean"),
+    ],
+)
+def test_yaml_1_1_forms_are_text_refused_by_the_field(
+    line: str, override: str, field: str, kind: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    written, plain = star_file(tmp_path, extra=line, name="written.yaml"), star_file(tmp_path)
+    for args in ([str(written)], [str(plain), "--set", override]):
+        assert main(["check", *args]) == 2
+        lines = [x.strip() for x in capsys.readouterr().err.splitlines()[1:]]
+        assert len(lines) == 1 and lines[0].startswith(f"{field}: Input should be a valid"), lines
+        assert f"{kind} in YAML 1.1 only; syncsim reads YAML 1.2, where it is text" in lines[0]
+
+
+def test_set_reads_1e3_as_a_number_as_a_file_does(tmp_path: Path) -> None:
+    config = load_config(star_file(tmp_path), ["simulation.nccl.constants.launch_us=1e1"])  # 1.1: the text '1e1'
+    assert config.simulation.nccl.constants.launch_us == 10.0
+
+
+def test_a_merge_key_list_takes_the_first_mapping_s_value(tmp_path: Path) -> None:
+    text = STAR.replace(
+        "cluster: {topology: star, hosts: %s}", "cluster: {topology: star, <<: [{hosts: 2}, {hosts: 4}]}"
+    )
+    path = tmp_path / "merged.yaml"
+    path.write_text(text)
+    assert load_config(path).cluster.hosts == 2  # PyYAML 6.0.4's own merge gave 4
+    path.write_text(text.replace("star, <<", "star, hosts: 3, <<"))
+    assert load_config(path).cluster.hosts == 3  # a key written in the mapping wins over merged ones
+
+
+def test_a_bad_tag_in_a_config_names_its_field_and_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check", str(star_file(tmp_path, "!!int many"))]) == 2
+    lines = [x.strip() for x in capsys.readouterr().err.splitlines()[1:]]
+    assert len(lines) == 1 and lines[0].startswith("cluster.hosts: !!int 'many' is not a YAML 1.2 integer"), lines
+    assert "star.yaml, line 1)" in lines[0]
+
+
+@pytest.mark.parametrize("field", ["extends", "workload.profile"])
+def test_a_symlink_to_itself_is_one_line_naming_the_field_and_the_path(
+    field: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    loop = tmp_path / "loop.yaml"
+    loop.symlink_to(loop.name)  # points at itself
+    config = child(tmp_path, loop.name) if field == "extends" else profiled(tmp_path, loop.name)
+    assert main(["check", str(config)]) == 2
+    lines = [x.strip() for x in capsys.readouterr().err.splitlines()[1:]]
+    assert len(lines) == 1 and lines[0].startswith(f"{field}: "), lines
+    assert f"{loop}: its symbolic links loop" in lines[0]

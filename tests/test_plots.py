@@ -165,3 +165,48 @@ assert plt.get_fignums() == [], plt.get_fignums()
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "comparison.png").stat().st_size > 1000
+
+
+NOT_FINITE = [float("inf"), float("-inf"), float("nan")]
+
+
+@pytest.mark.parametrize("bad", NOT_FINITE)
+def test_non_finite_link_samples_are_left_out_and_noted(bad: float, drawn: list) -> None:
+    rows = samples("ring", "tor0->core0", "uplink", [0.5, 1.0, 0.25], 1.0)
+    rows[1]["time_s"] = bad  # set_xlim(0, inf) raised "Axis limits cannot be NaN or Inf"
+    rows.append({**rows[0], "time_s": 4.0, "utilization": bad})
+    assert utilization_plot(pd.DataFrame(rows), Path("unused.png")) is True
+    (ax,) = drawn[0].axes
+    assert ax.lines[0].get_xdata().tolist() == [1.0, 3.0] and ax.get_xlim() == (0, 3.0)
+    assert [t.get_text() for t in drawn[0].texts] == ["not drawn, not finite (NaN or infinite): 2 sample(s)"]
+
+
+@pytest.mark.parametrize("bad", [*NOT_FINITE, 1e308])  # 1e308 s is infinite once drawn in ms
+def test_a_policy_with_non_finite_times_is_left_out_of_the_comparison_and_named(bad: float, drawn: list) -> None:
+    from sim.results.plots import comparison_plot
+
+    row = {"mean_iteration_s": 0.1, "p99_iteration_s": 0.12, "throughput_samples_s": 640.0,
+           "mean_compute_s": 0.05, "mean_comm_s": 0.04, "mean_wait_s": 0.01}  # fmt: skip
+    summary = pd.DataFrame([{"policy": "ring", **row}, {"policy": "ps", **row, "mean_comm_s": bad}])
+    ends = [{"policy": p, "rank": 0, "end_s": 0.1 * (i + 1)} for p in ("ring", "ps") for i in range(3)]
+    ends[1]["end_s"] = float("inf")
+    comparison_plot(summary, pd.DataFrame(ends), Path("unused.png"))
+    ax_time, ax_tput, ax_iter = drawn[0].axes
+    assert [t.get_text() for t in ax_tput.get_xticklabels()] == ["ring"]
+    assert ax_iter.lines[0].get_xdata().tolist() == pytest.approx([0.1, 0.3])
+    note = "not drawn, not finite (NaN or infinite): policy ps, 1 iteration end(s)"
+    assert [t.get_text() for t in drawn[0].texts] == [note]
+
+
+def test_non_finite_staleness_and_accuracy_rows_are_left_out(drawn: list) -> None:
+    from sim.results.plots import staleness_plot
+
+    staleness = pd.DataFrame({"policy": ["asp"] * 3, "staleness": [0, 1, float("inf")], "updates": [3, 1, 1]})
+    staleness_plot(staleness, Path("unused.png"))
+    curve = [{"worker": -1, "iteration": i, "time_s": 0.1 * i, "accuracy": 0.1 * i, "policy": "ps"} for i in range(3)]
+    curve[2]["accuracy"] = float("nan")
+    accuracy_plot(pd.DataFrame(curve), Path("unused.png"))
+    assert drawn[0].axes[0].lines[0].get_ydata().tolist() == [0.75, 0.25]  # shares of the 4 finite rows' updates
+    assert drawn[1].axes[0].lines[0].get_xdata().tolist() == [0.0, 0.1]
+    assert [t.get_text() for t in drawn[0].texts] == ["not drawn, not finite (NaN or infinite): 1 row(s)"]
+    assert [t.get_text() for t in drawn[1].texts] == ["not drawn, not finite (NaN or infinite): 1 evaluation(s)"]

@@ -9,10 +9,22 @@ from pathlib import Path
 import pytest
 import yaml
 
+import sim.compute.profile
 from sim.api import prepare, simulate
-from sim.catalog.zoo import get_model
+from sim.catalog.zoo import MODEL_NAMES, get_model
 from sim.cli import main
-from sim.compute.profile import ComputeProfile, LayerTime, Spread, read_profile, unsteady_spans, write_profile
+from sim.compute.profile import (
+    MAX_BREAKS,
+    MAX_BYTES,
+    MAX_LAYERS,
+    MAX_SPAN_S,
+    ComputeProfile,
+    LayerTime,
+    Spread,
+    read_profile,
+    unsteady_spans,
+    write_profile,
+)
 from sim.config import load_config
 from sim.errors import ConfigError
 
@@ -117,6 +129,81 @@ def test_a_bad_profile_file_is_one_line_and_exit_2(tmp_path: Path, capsys: pytes
         assert "workload.profile: " in err and message in err and "Traceback" not in err, case
     assert main(["check", str(config_file(tmp_path, profile="missing.yaml"))]) == 2
     assert "cannot read it" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("where", "value"),
+    [
+        ("layers[2].forward_s", 1e308),  # summing such layers overflowed (an OverflowError, issue 45)
+        ("layers[0].backward_s", float("inf")),
+        ("layers[1].forward_s", float("nan")),
+        ("layers[0].forward_s", MAX_SPAN_S * 1.01),
+        ("step_s", 1e308),
+        ("layers[0].forward_spread", {"min_s": 0.0, "q1_s": 0.0, "q3_s": 0.0, "max_s": 1e308}),
+    ],
+)
+def test_a_time_beyond_the_physical_bound_is_one_line_naming_the_row(
+    where: str, value: object, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_profile(fake(), tmp_path / "p.yaml")
+    data = yaml.safe_load((tmp_path / "p.yaml").read_text())
+    if where.startswith("layers"):
+        row, key = where.removeprefix("layers[").split("].")
+        data["layers"][int(row)][key] = value
+    else:
+        data[where] = value
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(data))
+    assert main(["check", str(config_file(tmp_path, profile="p.yaml"))]) == 2
+    lines = [line.strip() for line in capsys.readouterr().err.splitlines()[1:]]
+    assert len(lines) == 1 and lines[0].startswith("workload.profile: "), lines
+    assert f": {where}: expected " in lines[0] and f"{MAX_SPAN_S:g}" in lines[0], lines
+
+
+def test_an_oversize_profile_is_refused_by_counting_before_it_is_parsed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_parse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("parsed a profile that its count of lines, commas and colons already refuses")
+
+    monkeypatch.setattr(sim.compute.profile, "load", no_parse)
+    # each under the byte cap: many lines; one line of many values (a list of zeros), which took Python's
+    # YAML parser seconds per MB; and line breaks YAML counts that are not b"\n"
+    for body in (
+        b"#\n" * (MAX_BREAKS + 1),
+        b"notes: [" + b"0," * MAX_BREAKS + b"]",
+        "#\u2028".encode() * (MAX_BREAKS + 1),
+    ):
+        (tmp_path / "p.yaml").write_bytes(body)
+        assert len(body) <= MAX_BYTES
+        limit = f"{MAX_BREAKS + 1:,} lines, commas and colons, over the {MAX_BREAKS:,} limit for a profile"
+        with pytest.raises(
+            ConfigError, match=f"^workload.profile: .*p.yaml: {limit} \\(at most {MAX_LAYERS:,} layers\\)"
+        ):
+            read_profile(tmp_path / "p.yaml")
+
+
+def test_more_layers_than_the_cap_are_refused_naming_layers(tmp_path: Path) -> None:
+    header = "format: syncsim-profile\nversion: 1\nmodel: resnet32\nbatch_size: 4\nprecision: fp32\nlayers:\n"
+    rows = "- {name: x, forward_s: 0.001, backward_s: 0.001}\n" * (MAX_LAYERS + 1)
+    (tmp_path / "p.yaml").write_text(header + rows)
+    with pytest.raises(ConfigError, match=f": layers: {MAX_LAYERS + 1:,} layers; at most {MAX_LAYERS:,}"):
+        read_profile(tmp_path / "p.yaml")
+
+
+def test_the_caps_take_what_syncsim_writes_for_the_most_layers_allowed(tmp_path: Path) -> None:
+    largest = max(len(get_model(name).layers) for name in MODEL_NAMES)
+    assert MAX_LAYERS >= 10 * largest  # room for deeper models than the zoo's
+    spread = Spread(0.000123456789012345, 0.000123456789012346, 0.000223456789012345, 0.000323456789012345)
+    name = "encoder.layer.23.attention.output.dense_with_a_long_module_path_name"
+    layers = tuple(
+        LayerTime(f"{name}.{i}", 1.23456789012345e-4, 2.3456789012345e-4, spread, spread) for i in range(MAX_LAYERS)
+    )
+    notes = {"torch": "2.13.0+cu126", "repeats": 20, "warmup": 5, "command": "syncsim profile bert_large --batch 64"}
+    profile = ComputeProfile("bert_large", 64, "bf16", layers, "NVIDIA H200 141GB HBM3e", notes, 0.0123, spread)
+    path = write_profile(profile, tmp_path / "p.yaml")
+    raw = path.read_bytes()
+    assert len(raw) <= MAX_BYTES and sum(raw.count(mark) for mark in (b"\n", b",", b":")) <= MAX_BREAKS
+    assert read_profile(path).layers == layers
 
 
 def test_profile_settings_that_cannot_apply_are_refused(tmp_path: Path) -> None:

@@ -38,8 +38,15 @@ Spans under `JUDGED_SHARE` (1%) of
 the step are not judged: a few microseconds of timer jitter are large relative to them and move
 nothing.
 
-A profile file is read only if it is a regular file of at most `MAX_BYTES` (16 MB: some 200,000 layers,
-far more than any zoo model has), so `workload.profile: /dev/zero` is one error line, not a hang.
+A profile file is read only if it is a regular file of at most `MAX_BYTES` with at most `MAX_BREAKS`
+lines, commas and colons (which bound the values a parser would build), both checked before it is parsed,
+and it holds at most `MAX_LAYERS` layers: 2,000, thirteen times the zoo's largest model (bert_large, 149);
+what `syncsim profile` writes for that many (some 420 bytes and 25 breaks a layer) fits both caps. So
+`workload.profile: /dev/zero` is one error line, not a hang, and an oversized profile is refused in
+milliseconds rather than after minutes of parsing (a 16 MB one took 148 s). It is read as YAML 1.2
+(`sim.config.yaml12`), with libyaml's parser, and every time in it must be finite, >= 0 and at most
+`MAX_SPAN_S` (`sim.config.types.MAX_MS`, about three hours: the most compute one iteration may take
+in a config), so that no sum of layers overflows.
 """
 
 from __future__ import annotations
@@ -54,11 +61,19 @@ from typing import Any, Optional, Union
 import yaml
 
 from sim.config.reading import MB, read_bounded
+from sim.config.types import MAX_MS
+from sim.config.yaml12 import FieldError, dump, load
 from sim.errors import ConfigError
 from sim.files import atomic_write
 
 FORMAT = "syncsim-profile"
-MAX_BYTES = 16 * MB  # a measured profile is a few kB
+MAX_LAYERS = 2_000  # the zoo's largest model has 149 (tests/test_profile.py keeps a margin)
+# line breaks, commas and colons: every YAML value but the first follows one, so this bounds the values
+# a parser builds (some microseconds each, in Python); `write_profile` writes about 25 a layer
+MAX_BREAKS = 40 * MAX_LAYERS + 2_000
+_BREAKS = (b"\n", b"\r", b",", b":", "\x85".encode(), "\u2028".encode(), "\u2029".encode())
+MAX_BYTES = 2 * MB  # `write_profile` writes well under 1 kB a layer: a measured profile is tens of kB
+MAX_SPAN_S = MAX_MS / 1e3  # seconds: the compute of one iteration a config may give (about 3 hours)
 VERSION = 1
 UNSTEADY_IQR = 0.25  # a span whose interquartile range exceeds this fraction of its median is unsteady
 UNSTEADY_RANGE = 2.0  # ... or whose maximum exceeds this multiple of its minimum
@@ -164,7 +179,7 @@ def write_profile(profile: ComputeProfile, path: Union[str, Path]) -> Path:
     }
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)  # flow style for the spreads and notes: one line each
-    atomic_write(path, yaml.safe_dump(data, sort_keys=False, width=120, default_flow_style=None))
+    atomic_write(path, dump(data, sort_keys=False, width=120, default_flow_style=None))
     return path
 
 
@@ -186,20 +201,41 @@ def _spread(value: Any, where: str) -> Optional[Spread]:
     ):
         raise ConfigError(f"{where}: expected a mapping of {', '.join(keys)} (seconds), got {value!r}")
     numbers = [float(value[k]) for k in keys]
-    if not 0 <= numbers[0] <= numbers[1] <= numbers[2] <= numbers[3] < math.inf:
-        raise ConfigError(f"{where}: expected 0 <= min_s <= q1_s <= q3_s <= max_s, finite; got {value!r}")
+    if not 0 <= numbers[0] <= numbers[1] <= numbers[2] <= numbers[3] <= MAX_SPAN_S:
+        raise ConfigError(f"{where}: expected 0 <= min_s <= q1_s <= q3_s <= max_s <= {MAX_SPAN_S:g}; got {value!r}")
     return Spread(*numbers)
+
+
+def _seconds(value: Any, where: str) -> float:
+    """A measured time: a number of seconds, finite, >= 0 and at most `MAX_SPAN_S`."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= MAX_SPAN_S:
+        raise ConfigError(f"{where}: expected seconds, 0 to {MAX_SPAN_S:g} (finite); got {value!r}")
+    return float(value)
+
+
+def _parse(path: Union[str, Path], where: str) -> Any:
+    """The YAML data of a profile file, after checking its size and line count cheaply (before parsing)."""
+    try:
+        raw = read_bounded(path, "workload.profile", MAX_BYTES, "a profile")
+    except OSError as exc:
+        raise ConfigError(f"{where}: cannot read it ({exc.strerror})") from None
+    if (breaks := sum(raw.count(mark) for mark in _BREAKS)) > MAX_BREAKS:  # counted in C: milliseconds
+        raise ConfigError(
+            f"{where}: {breaks:,} lines, commas and colons, over the {MAX_BREAKS:,} limit for a profile "
+            f"(at most {MAX_LAYERS:,} layers)"
+        )
+    try:
+        return load(raw, fast=True)
+    except FieldError as exc:
+        raise ConfigError(f"{where}: {exc.field}: {exc.problem}") from None
+    except (yaml.YAMLError, RecursionError) as exc:
+        raise ConfigError(f"{where}: not valid YAML ({str(exc).splitlines()[0]})") from None
 
 
 def read_profile(path: Union[str, Path]) -> ComputeProfile:
     """A profile file, checked field by field (errors name `workload.profile` and the field)."""
     where = f"workload.profile: {path}"
-    try:
-        data = yaml.safe_load(read_bounded(path, "workload.profile", MAX_BYTES, "a profile"))
-    except OSError as exc:
-        raise ConfigError(f"{where}: cannot read it ({exc.strerror})") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{where}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    data = _parse(path, where)
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ConfigError(f"{where}: not a compute profile (expected `format: {FORMAT}`; `syncsim profile` writes one)")
     if data.get("version") != VERSION:
@@ -207,24 +243,21 @@ def read_profile(path: Union[str, Path]) -> ComputeProfile:
     for key, kind in (("model", str), ("batch_size", int), ("precision", str), ("layers", list)):
         if not isinstance(data.get(key), kind) or isinstance(data.get(key), bool):
             raise ConfigError(f"{where}: {key}: expected {kind.__name__}, got {data.get(key)!r}")
+    if len(data["layers"]) > MAX_LAYERS:
+        raise ConfigError(
+            f"{where}: layers: {len(data['layers']):,} layers; at most {MAX_LAYERS:,} (the zoo's largest has 149)"
+        )
     layers = []
     for i, row in enumerate(data["layers"]):
         if not isinstance(row, dict) or not isinstance(row.get("name"), str):
             raise ConfigError(f"{where}: layers[{i}]: expected a mapping with name, forward_s and backward_s")
-        times = []
-        for key in ("forward_s", "backward_s"):
-            value = row.get(key)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
-                raise ConfigError(f"{where}: layers[{i}].{key}: expected seconds >= 0, got {value!r}")
-            times.append(float(value))
+        times = [_seconds(row.get(key), f"{where}: layers[{i}].{key}") for key in ("forward_s", "backward_s")]
         spreads = [_spread(row.get(k), f"{where}: layers[{i}].{k}") for k in ("forward_spread", "backward_spread")]
         layers.append(LayerTime(row["name"], *times, *spreads))
     notes = data.get("notes") if isinstance(data.get("notes"), dict) else {}
     step_s = data.get("step_s")
-    if step_s is not None and (
-        isinstance(step_s, bool) or not isinstance(step_s, (int, float)) or not 0 <= step_s < math.inf
-    ):
-        raise ConfigError(f"{where}: step_s: expected seconds >= 0, got {step_s!r}")
+    if step_s is not None:
+        step_s = _seconds(step_s, f"{where}: step_s")
     return ComputeProfile(
         data["model"],
         data["batch_size"],

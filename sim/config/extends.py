@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from sim.config.reading import resolved
 from sim.config.yaml_io import read_yaml
 from sim.errors import ConfigError
 
@@ -24,8 +25,11 @@ def resolve_extends(data: Any, path: Path, chain: tuple[Path, ...] = ()) -> Any:
     ref = data["extends"]
     if not isinstance(ref, str) or not ref.strip():
         raise ConfigError(f"extends: expected the path of a base config file, got {ref!r} (in {path})")
-    here = path.resolve()
-    base_path = (here.parent / ref).resolve()
+    here = resolved(path, "config")
+    try:
+        base_path = resolved(here.parent / ref, "extends")
+    except ConfigError as exc:  # a loop of symbolic links
+        raise ConfigError(f"{exc} (named in {path})") from None
     if base_path in (*chain, here):
         cycle = " -> ".join(str(p) for p in (*chain, here, base_path))
         raise ConfigError(f"extends: the files extend each other in a cycle ({cycle})")

@@ -7,13 +7,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Union
 
-import yaml
 from pydantic import ValidationError
 
 from sim.config.extends import resolve_extends
 from sim.config.messages import describe
 from sim.config.overrides import apply_overrides
+from sim.config.reading import resolved
 from sim.config.schema import Config, PolicyEntry
+from sim.config.yaml12 import dump
 from sim.config.yaml_io import check_size, plain, read_yaml
 from sim.errors import ConfigError
 
@@ -76,8 +77,9 @@ def load_config(path: Union[str, Path], overrides: Sequence[str] = ()) -> Config
     also looked for beside the file."""
     from policies.registry import add_search_folder
 
+    data = read_config(path, overrides)  # first: a path that cannot be read is worded as the config's error
     add_search_folder(Path(path).parent)
-    return parse_config(read_config(path, overrides))
+    return parse_config(data)
 
 
 def read_config(path: Union[str, Path], overrides: Sequence[str] = ()) -> Any:
@@ -95,11 +97,11 @@ def _profile_beside(data: Any, folder: Path) -> Any:
     workload = data.get("workload") if isinstance(data, dict) else None
     profile = workload.get("profile") if isinstance(workload, dict) else None
     if isinstance(profile, str) and profile and not Path(profile).is_absolute():
-        data = {**data, "workload": {**workload, "profile": str((folder / profile).resolve())}}
+        data = {**data, "workload": {**workload, "profile": str(resolved(folder / profile, "workload.profile"))}}
     return data
 
 
 def dump_config(config: Config) -> str:
     """The resolved config (every default filled in) as YAML."""
     data = config.model_dump(mode="json")
-    return yaml.safe_dump(data, sort_keys=False)
+    return dump(data, sort_keys=False)  # text YAML 1.2 would read as a number is quoted

@@ -11,6 +11,8 @@ from typing import Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel
 
+from sim.config.yaml12 import yaml11_only
+
 
 def _where(loc: tuple[Any, ...]) -> str:
     # pydantic puts union branches in the path (`literal['all']`, `list[str]`, a topology tag): drop them
@@ -34,7 +36,11 @@ def _format_error(err: dict[str, Any]) -> str:
     if kind == "value_error":  # a validator may report several problems, one a line
         return "\n".join(_value_error_line(where, line) for line in msg.split("\n"))
     shown = err.get("input")
-    return f"{where}: {msg}" + ("" if isinstance(shown, (dict, list)) else f" (got {shown!r})")
+    if isinstance(shown, (dict, list)):
+        return f"{where}: {msg}"
+    if old := yaml11_only(shown):  # `1:30`, `yes`: text in YAML 1.2, which syncsim reads (sim.config.yaml12)
+        return f"{where}: {msg} (got {shown!r}, {old} in YAML 1.1 only; syncsim reads YAML 1.2, where it is text)"
+    return f"{where}: {msg} (got {shown!r})"
 
 
 def _value_error_line(where: str, msg: str) -> str:

@@ -1,11 +1,12 @@
 """Config paths and `--set KEY=VALUE` overrides, applied to a config's data before it is validated.
 
 A path names a place in the config the way its YAML nests: `cluster.uplink_gbps`, `workload.model`,
-`policies[0].group_size`, `faults.stragglers[1].duration_ms`. The value is read as YAML, so `10`
-is a number, `[2, 4]` a list, `null` clears a setting and `bert_large` stays a string. Mappings
-missing on the way are made (`numerics.threads=2` on a config without `numerics:`); list items must
-exist. Sweeps (issue 18) name their axes with the same paths. A malformed `--set` (no `=`, a bad
-path, a list index out of range) is a `UsageError` naming `--set`: an argument error, not the config's.
+`policies[0].group_size`, `faults.stragglers[1].duration_ms`. The value is read as YAML 1.2, as a
+config file is (`sim.config.yaml12`), so `10` and `1e3` are numbers, `[2, 4]` a list, `null` clears a
+setting and `bert_large` stays a string. Mappings missing on the way are made (`numerics.threads=2` on
+a config without `numerics:`); list items must exist. Sweeps (issue 18) name their axes with the same
+paths. A malformed `--set` (no `=`, a bad path, a list index out of range) is a `UsageError` naming
+`--set`: an argument error, not the config's.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any, Union
 
 import yaml
 
+from sim.config.yaml12 import FieldError, load
 from sim.errors import ConfigError, UsageError
 
 Key = Union[str, int]
@@ -49,7 +51,8 @@ def set_path(data: dict[str, Any], path: str, value: Any) -> None:
             if not isinstance(node, list):
                 raise ConfigError(f"{path}: {where} is not a list, so [{key}] names nothing")
             if key >= len(node):
-                raise ConfigError(f"{path}: {where} has {len(node)} item(s) (indices 0-{len(node) - 1})")
+                items = f"indices 0-{len(node) - 1}" if node else "no index"
+                raise ConfigError(f"{path}: {where} has {len(node)} item(s) ({items})")
         else:
             if not isinstance(node, dict):
                 raise ConfigError(f"{path}: {where} is {type(node).__name__}, not a mapping, so .{key} names nothing")
@@ -67,8 +70,10 @@ def parse_override(text: str) -> tuple[str, Any]:
     if not sep or not path.strip():
         raise UsageError(f"--set {text!r}: write KEY=VALUE, e.g. --set cluster.uplink_gbps=25")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError:
+        value = load(raw) if raw.strip() else ""  # YAML 1.2, as config files are read
+    except FieldError as exc:
+        raise UsageError(f"--set {text!r}: {exc.problem}") from None
+    except (yaml.YAMLError, RecursionError):
         raise UsageError(f"--set {text!r}: the value is not valid YAML; quote it") from None
     try:
         parse_path(path.strip())

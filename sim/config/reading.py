@@ -5,10 +5,12 @@ and a path can name anything: `/dev/zero` never ends, a FIFO blocks until someon
 cannot be read. The file is opened without blocking, checked to be a regular file (`fstat` on the open
 descriptor, so the check is about what is read), and at most `limit + 1` bytes are read: a file that
 grows past the cap while being read is still refused, and nothing larger than the cap is ever in memory.
+A path is made absolute through `resolved`, which words a loop of symbolic links as the field's error.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from pathlib import Path
@@ -42,6 +44,19 @@ def read_bounded(path: Union[str, os.PathLike[str]], field: str, limit: int, wha
     if len(data) > limit:  # it grew while being read (only limit + 1 bytes were read)
         raise ConfigError(_too_big(field, target, len(data), limit, what))
     return data
+
+
+def resolved(path: Union[str, os.PathLike[str]], field: str) -> Path:
+    """`path` made absolute with its symbolic links followed; `ConfigError` naming `field` and the path
+    where they cannot be followed: a link to itself, or a loop of links (Python 3.11 raises that as a
+    RuntimeError, 3.13 as OSError ELOOP), which would otherwise end as a traceback."""
+    try:
+        return Path(path).resolve()
+    except RuntimeError:
+        why = "its symbolic links loop"
+    except OSError as exc:
+        why = "its symbolic links loop" if exc.errno == errno.ELOOP else f"cannot follow it ({exc.strerror})"
+    raise ConfigError(f"{field}: {path}: {why}; name the file itself")
 
 
 def _too_big(field: str, path: Path, size: int, limit: int, what: str) -> str:

@@ -15,6 +15,7 @@ from pydantic_core import PydanticUndefined
 from policies.registry import BUILTIN, resolve
 from sim.config.calibration import CalibrationConfig
 from sim.config.faults import BackgroundFlow, FaultsConfig, SlowWorker, Straggler
+from sim.config.nccl import NcclConstants, NcclSettings
 from sim.config.numerics import AsyncConfig, NumericsConfig, OptimizerConfig, ScheduleConfig, SyntheticData, ZooData
 from sim.config.schema import (
     ClusterBase,
@@ -22,8 +23,6 @@ from sim.config.schema import (
     CustomCluster,
     CustomLink,
     CustomNode,
-    NcclConstants,
-    NcclSettings,
     PolicyEntry,
     SimulationConfig,
     StarCluster,
@@ -86,14 +85,24 @@ def render() -> str:
         "bytes. Unknown keys are errors.",
         "",
         "Values are taken as written, never coerced: a number must be finite (`.nan`, `.inf` and `1e400` are",
-        "refused), an integer must be written as one (`true` is not 1, `'4'` is not 4, `2.0` is not 2), and `1e3`",
-        "is the number 1000 (as in YAML 1.2). The upper bounds are what no real machine exceeds. A key given twice,",
-        "a file that is not UTF-8, and YAML tags that build Python objects are errors. `syncsim check` reports",
-        "every problem at once, one line per field.",
+        "refused), an integer must be written as one (`true` is not 1, `'4'` is not 4, `2.0` is not 2). The upper",
+        "bounds are what no real machine exceeds. A key given twice, a file that is not UTF-8, and YAML tags",
+        "other than YAML 1.2's (`!!int`, `!!str`, ...; not `!!timestamp`, `!!set` or Python's) are errors.",
+        "`syncsim check` reports every problem at once, one line per field.",
+        "",
+        "Configs, their bases, `--set` values and profiles are read as YAML 1.2 (its core schema), not as",
+        "YAML 1.1, which PyYAML and older tools read: `1e3` is the number 1000; `010` is 10 (octal is `0o10`);",
+        "a boolean is `true` or `false`, while `yes`, `no`, `on` and `off` are text; `1:30` (base 60), `1_000`",
+        "and `0b11` are text, which a number's field refuses, naming the field and that the form is YAML 1.1's;",
+        "`2024-01-01` is text. Merge keys (`<<: *base`, YAML 1.1's, which most readers keep) merge as their",
+        "rules say: a key written in the mapping wins over a merged one, and in `<<: [*a, *b]` the first",
+        "mapping that has a key wins. syncsim reads 1.2 rather than refusing 1.1's forms so that a file means",
+        "the same to it as to every other YAML 1.2 reader (`sim.config.yaml12` says more).",
         "",
         "A config, each base it `extends:` and a `workload.profile` must be regular files (not `/dev/zero`, a",
-        "FIFO or a folder), a config at most 10 MB and a profile at most 16 MB; anything else is refused, naming",
-        "the field and the limit, before it is read.",
+        "FIFO, a folder or a loop of symbolic links), a config at most 10 MB and a profile at most 2 MB and",
+        "21,000 lines (2,000 layers); anything else is refused, naming the field and the limit, before it is",
+        "parsed.",
         "",
         "A file may start from another: `extends: base.yaml` (a path relative to the file) merges the file onto",
         "the base key by key; a mapping merges into the base's mapping, anything else (a number, a list such as",

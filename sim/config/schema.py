@@ -16,6 +16,7 @@ from sim.catalog.zoo import MODEL_NAMES, canonical_name
 from sim.config.calibration import CalibrationConfig
 from sim.config.custom_topology import wiring_problems
 from sim.config.faults import BackgroundFlow, FaultsConfig
+from sim.config.nccl import NcclSettings
 from sim.config.numerics import NumericsConfig
 from sim.config.sparsity import SparsityConfig
 from sim.config.types import (
@@ -237,44 +238,6 @@ class PolicyEntry(BaseModel):
     @property
     def display(self) -> str:
         return self.label or self.name
-
-
-class NcclConstants(Strict):
-    """The NCCL model's fitted constants for this cluster (`python -m sim.nccl.fit --table FILE` prints
-    them from its nccl-tests results); each one unset keeps the GPU's own (sim/nccl/fabrics.py)."""
-
-    ll_kb: Optional[Annotated[float, Field(ge=0)]] = Field(None, description="LL's pipeline slice")
-    ll128_kb: Optional[Annotated[float, Field(ge=0)]] = Field(None, description="LL128's pipeline slice")
-    simple_kb: Optional[Annotated[float, Field(ge=0)]] = Field(None, description="Simple's pipeline slice")
-    nvls_kb: Optional[Annotated[float, Field(ge=0)]] = Field(None, description="NVLS's pipeline slice")
-    launch_us: Optional[Annotated[float, Field(ge=0)]] = Field(None, description="a fixed cost per collective")
-    step_scale: Optional[Annotated[float, Field(gt=0)]] = Field(
-        None, description="factor on NCCL's per-step NVLink latencies"
-    )
-    network_kb: Optional[Annotated[float, Field(ge=0)]] = Field(
-        None, description="the slice a step between hosts waits for"
-    )
-    network_scale: Optional[Annotated[float, Field(gt=0)]] = Field(
-        None, description="factor on NCCL's per-step network latencies"
-    )
-
-
-class NcclSettings(Strict):
-    """What the NCCL model may choose (as NCCL_ALGO and NCCL_PROTO restrict NCCL itself), and this
-    cluster's constants."""
-
-    algorithm: Literal["auto", "ring", "tree", "nvls", "nvls_tree"] = Field(
-        "auto",
-        description="auto: the fastest by NCCL's tuner; or always ring, tree (all-reduce across hosts), nvls "
-        "(all-reduce inside one NVSwitch host of H100-class GPUs) or nvls_tree (NVLS inside hosts, a tree across "
-        "them); a collective the forced one cannot run falls back to ring",
-    )
-    protocol: Literal["auto", "ll", "ll128", "simple"] = Field(
-        "auto", description="auto: the fastest by NCCL's tuner; or always ll, ll128 or simple"
-    )
-    constants: NcclConstants = Field(
-        default_factory=NcclConstants, description="fitted to this cluster's measurements (default: the GPU's)"
-    )
 
 
 class SimulationConfig(Strict):

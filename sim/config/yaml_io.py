@@ -1,4 +1,4 @@
-"""Reading a config file safely: UTF-8 text, plain YAML data, no duplicate keys, bounded size.
+"""Reading a config file safely: UTF-8 text, plain YAML 1.2 data, no duplicate keys, bounded size.
 
 Configs are often generated (sweeps, notebooks, other programs), so the reader expects anything:
 bytes that are not UTF-8, YAML tags that would build Python objects, a key given twice (PyYAML keeps
@@ -9,47 +9,16 @@ nested thousands deep, and paths that are not files at all (`/dev/zero`, a FIFO)
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from sim.config.reading import MB, read_bounded
+from sim.config.yaml12 import MAX_VALUES, FieldError, load
 from sim.errors import ConfigError
 
 MAX_BYTES = 10 * MB  # a config is a few kB; a generated one with long explicit schedules, a few MB
-MAX_VALUES = 1_000_000  # values after expanding aliases: a billion-laughs document stops here
-
-
-class _Loader(yaml.SafeLoader):
-    """Safe YAML (plain data only) that refuses a key given twice in one mapping."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: set[Any] = set()
-        for key_node, _ in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":
-                continue  # `<<: *base` merges keys that explicit keys may override
-            key = self.construct_object(key_node, deep=deep)
-            try:
-                duplicate = key in seen
-            except TypeError:
-                continue  # an unhashable key: the base constructor reports it
-            if duplicate:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"key {key!r} is given twice in one mapping", key_node.start_mark
-                )
-            seen.add(key)
-        return super().construct_mapping(node, deep=deep)
-
-
-# YAML 1.1 (PyYAML) reads `1e3` and `1e400` as strings: only a float with a dot is a number there.
-# YAML 1.2, and every user, reads them as numbers; without this a strict config would refuse `1e3`.
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
-    list("-+0123456789"),
-)
 
 
 def read_yaml(path: Path, field: str = "config") -> Any:
@@ -66,7 +35,9 @@ def read_yaml(path: Path, field: str = "config") -> Any:
             f"{path}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start}); save it as UTF-8"
         ) from None
     try:
-        data = yaml.load(text, Loader=_Loader)  # noqa: S506 - _Loader derives from SafeLoader
+        data = load(text)  # YAML 1.2's types (sim.config.yaml12)
+    except FieldError as exc:
+        raise ConfigError(f"{exc.field}: {exc.problem} ({path}, line {exc.line})") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {_one_line(exc)}") from None
     except RecursionError:

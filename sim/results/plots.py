@@ -1,10 +1,17 @@
-"""The PNGs: where iteration time goes and throughput per policy; link utilisation; staleness."""
+"""The PNGs: where iteration time goes and throughput per policy; link utilisation; staleness.
+
+Every figure draws only finite values (`finite_rows`): a NaN or an infinity (a run whose times
+overflowed, a table edited by hand) would stop matplotlib (`Axis limits cannot be NaN or Inf`) or vanish
+silently, so such rows are left out and a note under the figure says how many and whose.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
@@ -29,6 +36,12 @@ def comparison_plot(
     time_label: str = "simulated time (s)",
 ) -> None:
     ok = summary.dropna(subset=["mean_iteration_s"])
+    ms = ok[["mean_compute_s", "mean_comm_s", "mean_wait_s", "p99_iteration_s"]] * 1e3  # as drawn: in ms
+    drawn = finite(ms.assign(total=ms.sum(axis=1), tput=ok["throughput_samples_s"]))
+    left_out = [f"policy {p}" for p in ok.loc[~drawn, "policy"]]
+    ok = ok[drawn]
+    iterations, dropped = finite_rows(iterations, ["end_s"])
+    left_out += [f"{dropped} iteration end(s)"] if dropped else []
     fig, (ax_time, ax_tput, ax_iter) = figure(1, 3, figsize=(15, 4.2))
     labels = list(ok["policy"])
     x = range(len(labels))
@@ -55,6 +68,7 @@ def comparison_plot(
     ax_iter.set_ylabel("Updates per worker")
     ax_iter.set_title("Progress")
     beside(ax_iter)
+    footnote(fig, not_finite(left_out))
     save_captioned(fig, path, config_name)
 
 
@@ -66,6 +80,7 @@ def utilization_plot(utilization: pd.DataFrame, path: Path, config_name: str | N
     their mean. A policy that sent nothing (`no_sync`) gets no panel, only a note; returns whether a
     figure was written (none when no policy sent anything)."""
     policies = list(dict.fromkeys(utilization["policy"]))
+    utilization, dropped = finite_rows(utilization, ["time_s", "utilization"])
     busy = [p for p in policies if (utilization.loc[utilization["policy"] == p, "utilization"] > 0).any()]
     if not busy:
         return False
@@ -95,10 +110,32 @@ def utilization_plot(utilization: pd.DataFrame, path: Path, config_name: str | N
         beside(ax)
     axes[-1, 0].set_xlabel("Simulated time (s)")  # each panel has its own scale; the unit is said once
     idle = [p for p in policies if p not in busy]
-    if idle:
-        fig.text(0.01, 0.0, f"not shown, no network traffic: {', '.join(idle)}", fontsize=8, color="0.35", va="top")
+    notes = [f"not shown, no network traffic: {', '.join(idle)}"] if idle else []
+    footnote(fig, notes + not_finite([f"{dropped} sample(s)"] if dropped else []))
     save_captioned(fig, path, config_name)
     return True
+
+
+def finite(values: pd.DataFrame) -> pd.Series:
+    """Which rows of `values` (numbers) are finite throughout."""
+    return pd.Series(np.isfinite(values.to_numpy(dtype=float)).all(axis=1), index=values.index)
+
+
+def finite_rows(frame: pd.DataFrame, columns: Sequence[str]) -> tuple[pd.DataFrame, int]:
+    """The rows of `frame` whose `columns` are all finite, and how many rows were left out."""
+    keep = finite(frame[list(columns)])
+    return frame[keep], int((~keep).sum())
+
+
+def not_finite(left_out: Sequence[str]) -> list[str]:
+    """The note for values left out of a figure because they were NaN or infinite."""
+    return [f"not drawn, not finite (NaN or infinite): {', '.join(left_out)}"] if left_out else []
+
+
+def footnote(fig: Figure, lines: Sequence[str]) -> None:
+    """Notes under the figure, in grey."""
+    if lines:
+        fig.text(0.01, 0.0, "\n".join(lines), fontsize=8, color="0.35", va="top")
 
 
 def beside(ax: Axes, **kwargs: Any) -> None:
@@ -140,6 +177,7 @@ def line_styles(count: int, markers: bool = False) -> list[dict]:
 
 
 def staleness_plot(staleness: pd.DataFrame, path: Path, config_name: str | None = None) -> None:
+    staleness, dropped = finite_rows(staleness, ["staleness", "updates"])
     fig, ax = figure(figsize=(7, 3.5))
     groups = list(staleness.groupby("policy", sort=False))
     for (label, rows), style in zip(groups, line_styles(len(groups))):
@@ -148,6 +186,7 @@ def staleness_plot(staleness: pd.DataFrame, path: Path, config_name: str | None 
     ax.set_xlabel("Staleness (updates by others since the worker's last pull)")
     ax.set_ylabel("Share of updates")
     beside(ax)
+    footnote(fig, not_finite([f"{dropped} row(s)"] if dropped else []))
     save_captioned(fig, path, config_name)
 
 
@@ -160,7 +199,7 @@ def accuracy_plot(
     time_label: str = "simulated time (s)",
 ) -> None:
     """Consensus accuracy of every policy against time (`time_label`) and against iterations."""
-    consensus = accuracy[accuracy["worker"] < 0]
+    consensus, dropped = finite_rows(accuracy[accuracy["worker"] < 0], ["time_s", "iteration", "accuracy"])
     fig, (ax_time, ax_iter) = figure(1, 2, figsize=(12, 4.2), sharey=True)
     groups = list(consensus.groupby("policy", sort=False))
     for (label, rows), style in zip(groups, line_styles(len(groups))):  # coinciding curves stay visible
@@ -181,6 +220,7 @@ def accuracy_plot(
     handles, labels = ax_time.get_legend_handles_labels()  # with the shaded phases, which only ax_time has
     unique = dict(zip(labels, handles))
     beside(ax_iter, handles=list(unique.values()), labels=list(unique.keys()))
+    footnote(fig, not_finite([f"{dropped} evaluation(s)"] if dropped else []))
     save_captioned(fig, path, config_name)
 
 
@@ -189,7 +229,7 @@ def search_plot(
 ) -> None:
     """Sync-Switch's offline search: final accuracy and time to finish against the BSP fraction, as
     means over the seeds with min-max bars where the table has them (`search.csv`)."""
-    rows = table.sort_values("fraction")
+    rows, dropped = finite_rows(table.sort_values("fraction"), ["fraction", "final_accuracy", "sim_time_s"])
     x = rows["fraction"] * 100
     fig, (ax_acc, ax_time) = figure(1, 2, figsize=(11, 4))
     colors = ["tab:green" if ok else "tab:red" for ok in rows["passes"]]
@@ -211,6 +251,7 @@ def search_plot(
         ax.minorticks_off()
         ax.set_xlabel("BSP share of training")
         ax.grid(alpha=0.3)
+    footnote(fig, not_finite([f"{dropped} fraction(s)"] if dropped else []))
     save_captioned(fig, path, config_name)
 
 
