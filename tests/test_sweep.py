@@ -170,8 +170,9 @@ def test_a_billion_point_sweep_is_refused_from_its_axis_lengths(
         expand({**base(), "sweep": {"grid": axes}})
     assert main(["check", str(sweep_file(tmp_path, {"grid": axes}))]) == 2
     assert "1,000,000,000 points; a sweep has at most 100,000" in capsys.readouterr().err
-    # a loose bound, not a benchmark (expanding first never finished; benchmarks/check_scale.py times it)
-    assert time.perf_counter() - start < 10.0
+    # a bound that only tells "at once" from "never" (expanding 10^9 points first takes days at a few ms
+    # each), so load cannot cross it; benchmarks/check_scale.py times it
+    assert time.perf_counter() - start < 120.0
 
 
 def test_progress_is_told_the_count_before_any_point_is_built() -> None:
