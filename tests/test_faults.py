@@ -261,3 +261,15 @@ def test_a_straggler_count_above_its_listed_targets_is_refused(target: dict, lin
     assert str(caught.value).splitlines() == [f"faults.stragglers[0].{line}"]
     cfg["faults"]["stragglers"][0]["count"] = 2 if "ranks" in target else 1  # as many as listed: accepted
     parse_config(cfg)
+
+
+def test_a_background_window_ends_before_its_end_time_not_at_it() -> None:
+    """Background traffic's window is [start_s, start_s + duration_s): 1 s on, 1 s off from 0 for 4 s
+    is on over [0, 1) and [2, 3); the off period ends exactly at 4 s, where nothing opens (an end taken
+    as inclusive added a zero-length row [4, 4] to faults.csv). The run lasts 6 s, past the window."""
+    cfg = synthetic(star(2), [{"name": "no_sync"}], 1, compute_ms=1000.0, iterations=6)
+    cfg["background"] = [{"hosts": ["h0", "h1"], "gbps": 5.0, "on_s": 1.0, "off_s": 1.0, "duration_s": 4.0}]
+    result = simulate(cfg)
+    assert float(result.summary["sim_time_s"].iloc[0]) == pytest.approx(6 * 1.0)  # 6 iterations of 1 s compute
+    rows = result.faults[["what", "start_s", "end_s"]].values.tolist()
+    assert rows == [["background", 0.0, 1.0], ["background", 2.0, 3.0]], f"background window rows: {rows}"
