@@ -12,9 +12,9 @@ from real.launch import LAUNCHED_ENV
 from real.results import print_real_results
 from real.session import main
 from real.timing_run import with_timing_numerics
-from sim.cli.common import SECONDS
 from sim.config import load_config
 from sim.errors import ConfigError, SyncsimError
+from sim.flags import SECONDS
 
 
 def run(argv: list[str] | None = None) -> int:

@@ -227,7 +227,10 @@ def test_plot_and_sweep_flags_are_argument_errors(tmp_path: Path, capsys: pytest
     one_argument_error(capsys.readouterr().err, "search", "--smallest, --start: need 0 < --smallest (0.2) <= --start")
 
 
-def typed_flags(parser: argparse.ArgumentParser, command: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], str, Any]]:
+Flag = tuple[tuple[str, ...], str, Any]  # (command, flag, type)
+
+
+def typed_flags(parser: argparse.ArgumentParser, command: tuple[str, ...] = ()) -> Iterator[Flag]:
     """(command, flag, type) for every flag of every (sub)command that converts its value."""
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):

@@ -248,7 +248,10 @@ def test_every_problem_of_a_background_flow_and_a_straggler_is_reported_at_once(
     "target, line",
     [
         ({"ranks": [0, 1]}, "count: 3 exceeds the 2 ranks it picks from; allowed: 1 to 2 (leave it out for all)"),
-        ({"uplinks": ["rack0"]}, "count: 3 exceeds the 1 uplinks it picks from; allowed: 1 to 1 (leave it out for all)"),
+        (
+            {"uplinks": ["rack0"]},
+            "count: 3 exceeds the 1 uplinks it picks from; allowed: 1 to 1 (leave it out for all)",
+        ),
     ],
 )
 def test_a_straggler_count_above_its_listed_targets_is_refused(target: dict, line: str) -> None:

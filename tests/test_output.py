@@ -539,7 +539,9 @@ def test_every_command_with_out_is_listed_for_the_link_test() -> None:
     from sim.cli.main import build_parser
 
     (commands,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
-    with_out = {name for name, sub in commands.choices.items() if any("--out" in a.option_strings for a in sub._actions)}
+    with_out = {
+        name for name, sub in commands.choices.items() if any("--out" in a.option_strings for a in sub._actions)
+    }
     assert with_out == set(OUT_COMMANDS)
 
 

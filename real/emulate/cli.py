@@ -20,8 +20,8 @@ from real.emulate.errors import EmulationError
 from real.emulate.names import namespace_prefix, tag_from_name
 from real.emulate.plan import DEFAULT_SUBNET, plan_config
 from real.emulate.shaping import QUEUES
-from sim.cli.common import number
 from sim.errors import ConfigError, UsageError
+from sim.flags import number
 
 EXIT_CONFIG = 2
 EXIT_EMULATION = 3

@@ -7,8 +7,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from sim.cli.common import Subparsers, add_set, count, exit_code, hold, number, progress
+from sim.cli.common import Subparsers, add_set, exit_code, hold, progress
 from sim.errors import ConfigError, UsageError
+from sim.flags import count, number
 
 
 def add_search(sub: Subparsers) -> None:
@@ -19,9 +20,15 @@ def add_search(sub: Subparsers) -> None:
     search.add_argument("config", help="YAML config with a numerics: section and a sync_switch policy")
     search.add_argument("--out", required=True, help="output folder")
     search.add_argument("--policy", help="the sync_switch entry's label (default: the first sync_switch)")
-    search.add_argument("--tolerance", type=number(0, what="an accuracy difference"), default=0.01, help="accuracy a fraction may lose to full BSP")
-    search.add_argument("--start", type=number(0, above=True, what="a fraction"), default=0.5, help="the first fraction tried (then halved)")
-    search.add_argument("--smallest", type=number(0, above=True, what="a fraction"), default=0.0625, help="stop halving below this fraction")
+    fraction = number(0, above=True, what="a fraction")  # below 1 too: checked with the other flag
+    search.add_argument(
+        "--tolerance",
+        type=number(0, what="an accuracy difference"),
+        default=0.01,
+        help="accuracy a fraction may lose to full BSP",
+    )
+    search.add_argument("--start", type=fraction, default=0.5, help="the first fraction tried (then halved)")
+    search.add_argument("--smallest", type=fraction, default=0.0625, help="stop halving below this fraction")
     search.add_argument(
         "--seeds", type=count(1), default=3, help="seeds per fraction (config's seed, +1, ...); decides on their mean"
     )
@@ -72,7 +79,9 @@ def add_sweep(sub: Subparsers) -> None:
     sweep = sub.add_parser("sweep", help="run every point of a config's sweep: section; re-runs skip finished points")
     sweep.add_argument("config", help="YAML config with a sweep: section")
     sweep.add_argument("--out", help="output folder (default: results/<config name>-sweep)")
-    sweep.add_argument("--jobs", type=count(1), help="points run at once, each in its own process (default: the cores)")
+    sweep.add_argument(
+        "--jobs", type=count(1), help="points run at once, each in its own process (default: the cores)"
+    )
     sweep.add_argument("--quiet", action="store_true", help="no progress bar")
     sweep.add_argument("--dask", metavar="ADDRESS", help="run the points on this Dask scheduler (tcp://HOST:8786)")
     add_set(sweep)

@@ -10,8 +10,9 @@ from pathlib import Path
 from real.emulate.shaping import QUEUES  # stdlib only: the parser is built without torch
 from sim.catalog.gpus import PRECISIONS
 from sim.catalog.zoo import MODEL_NAMES
-from sim.cli.common import SECONDS, Subparsers, add_set, count, hold, require_torch
+from sim.cli.common import Subparsers, add_set, hold, require_torch
 from sim.errors import ConfigError, UsageError
+from sim.flags import SECONDS, count
 
 
 def add_real(sub: Subparsers) -> None:
@@ -88,13 +89,21 @@ def add_calibrate(sub: Subparsers) -> None:
     cal.add_argument(
         "--backend", choices=["auto", "gloo", "nccl"], default="auto", help="auto: nccl with a GPU per worker, or gloo"
     )
-    cal.add_argument("--repeats", type=count(1), help="timed repeats per measurement (default: calibration.repeats, 5)")
+    cal.add_argument(
+        "--repeats", type=count(1), help="timed repeats per measurement (default: calibration.repeats, 5)"
+    )
     cal.add_argument("--statistic", help="median, mean or min over repeats (default: calibration.statistic, median)")
     cal.add_argument(
-        "--uplink-bytes", dest="uplink_bytes", type=count(1), help="bytes per host in the rack-egress test (default: probed)"
+        "--uplink-bytes",
+        dest="uplink_bytes",
+        type=count(1),
+        help="bytes per host in the rack-egress test (default: probed)",
     )
     cal.add_argument(
-        "--max-bytes", dest="max_bytes", type=count(1), help="the largest message the probe may choose (default: 64 MiB)"
+        "--max-bytes",
+        dest="max_bytes",
+        type=count(1),
+        help="the largest message the probe may choose (default: 64 MiB)",
     )
     add_set(cal)
     cal.set_defaults(func=_cmd_calibrate)
@@ -168,7 +177,9 @@ def add_validate(sub: Subparsers) -> None:
     val.add_argument("--emulate", metavar="TAG", help="use this running emulation (default: build one from the config)")
     val.add_argument("--timeout", type=SECONDS, default=120.0, help="seconds before a silent peer counts as dead")
     val.add_argument(
-        "--warmup", type=count(0), help="iterations dropped on both sides (default: the config's warmup_iterations, else 3)"
+        "--warmup",
+        type=count(0),
+        help="iterations dropped on both sides (default: the config's warmup_iterations, else 3)",
     )
     val.add_argument(
         "--queue",

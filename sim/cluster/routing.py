@@ -4,9 +4,9 @@ Hosts never forward traffic: a route climbs from its source endpoint to the firs
 its host, a host to its NIC's switch), crosses the switch fabric by a shortest path, and descends to
 the destination. A host cabled to another host (back to back, no switch) reaches it over that cable;
 a route never passes through a third host, so every route is a simple path (validation refuses
-wiring where two hosts would need one: `sim.config.custom_topology`). Among equal-cost fabric paths one is chosen by a stable hash of (seed, source,
-destination, channel), as switches hash a connection's 5-tuple: a connection keeps its path, and
-different seeds give different collisions.
+wiring where two hosts would need one: `sim.config.custom_topology`). Among equal-cost fabric paths
+one is chosen by a stable hash of (seed, source, destination, channel), as switches hash a
+connection's 5-tuple: a connection keeps its path, and different seeds give different collisions.
 """
 
 from __future__ import annotations
