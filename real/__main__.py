@@ -14,6 +14,7 @@ from real.session import main
 from real.timing_run import with_timing_numerics
 from sim.config import load_config
 from sim.errors import ConfigError, SyncsimError
+from sim.flags import SECONDS
 
 
 def run(argv: list[str] | None = None) -> int:
@@ -21,7 +22,7 @@ def run(argv: list[str] | None = None) -> int:
     parser.add_argument("config")
     parser.add_argument("--out", required=True, help="results folder (with --calibrate: the calibrated YAML)")
     parser.add_argument("--calibrate", action="store_true", help="measure the cluster instead of training")
-    parser.add_argument("--timeout", type=float, default=60.0, help="seconds before a silent peer counts as dead")
+    parser.add_argument("--timeout", type=SECONDS, default=60.0, help="seconds before a silent peer counts as dead")
     parser.add_argument("--backend", choices=BACKENDS, default="auto")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="change one config setting")
     args = parser.parse_args(argv)

@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Optional
 
-from sim.errors import OutputBusy
+from sim.errors import OutputBusy, UsageError
 
 try:
     import fcntl
@@ -54,6 +54,19 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_locks_in_child)
 # what `_temporary` creates; nothing else in a folder is ever removed by `clean_temporaries`
 TEMPORARY = re.compile(r"^\..+\.[0-9a-f]{8}\.tmp(\.[A-Za-z0-9]+)?$")
+
+
+def not_a_link(path: str | os.PathLike[str], flag: str = "--out") -> Path:
+    """`path`, refused (UsageError naming `flag`) when it is a symbolic link, dangling or not: results are
+    never written through a link, whose target may be anywhere (a shared folder, a system file); naming
+    the target itself says where they go. `syncsim` applies it to every command's --out before running."""
+    out = Path(path)
+    if out.is_symlink():
+        raise UsageError(
+            f"{flag}: {out} is a symbolic link (to {os.readlink(out)}); output is not written through a link: "
+            "name the folder or file it points to, or another path"
+        )
+    return out
 
 
 def atomic_write(path: str | os.PathLike[str], data: str | bytes) -> None:

@@ -37,7 +37,7 @@ def config_file(folder: Path, **extra: Any) -> Path:
 @pytest.mark.parametrize(
     ("flags", "line"),
     [
-        (["--repeats", "0"], "--repeats: Input should be greater than or equal to 1 (got 0)"),
+        (["--repeats", "20000"], "--repeats: Input should be less than or equal to 10000 (got 20000)"),
         (["--statistic", "avg"], "--statistic: Input should be 'median', 'mean' or 'min' (got 'avg')"),
         (["--uplink-bytes", "10"], "--uplink-bytes: Input should be greater than or equal to 4096 (got 10)"),
         (["--uplink-bytes", "8192", "--max-bytes", "4096"], "--uplink-bytes: 8192 exceeds max_bytes (4096)"),

@@ -4,7 +4,9 @@ labelled as such, exit 2."""
 
 from __future__ import annotations
 
+import argparse
 import importlib.metadata
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +14,7 @@ import pandas as pd
 import pytest
 
 from sim.cli import main
+from sim.cli.main import build_parser
 from sim.cli.common import version
 
 ROOT = Path(__file__).parent.parent
@@ -212,9 +215,74 @@ def test_plot_and_sweep_flags_are_argument_errors(tmp_path: Path, capsys: pytest
     one_argument_error(capsys.readouterr().err, "plot", "--metric: no column 'nope' in the sweep table; allowed:")
     assert main(["plot", str(tmp_path / "nothing")]) == 2
     one_argument_error(capsys.readouterr().err, "plot", "folder: ")
-    assert main(["sweep", str(QUICKSTART), "--jobs", "0"]) == 2
-    one_argument_error(capsys.readouterr().err, "sweep", "--jobs: expected an integer >= 1, got 0")
-    assert main(["search", str(SEARCH), "--out", str(tmp_path / "s"), "--seeds", "0"]) == 2
-    one_argument_error(capsys.readouterr().err, "search", "--seeds: expected an integer >= 1, got 0")
+    for argv, command in (
+        (["sweep", str(QUICKSTART), "--jobs", "0"], "sweep"),
+        (["search", str(SEARCH), "--out", str(tmp_path / "s"), "--seeds", "0"], "search"),
+    ):
+        with pytest.raises(SystemExit) as stop:  # refused while parsing, before the config is read
+            main(argv)
+        assert stop.value.code == 2
+        one_argument_error(capsys.readouterr().err, command, f"{argv[-2]}: expected an integer >= 1, got 0")
     assert main(["search", str(SEARCH), "--out", str(tmp_path / "s"), "--start", "0.1", "--smallest", "0.2"]) == 2
     one_argument_error(capsys.readouterr().err, "search", "--smallest, --start: need 0 < --smallest (0.2) <= --start")
+
+
+Flag = tuple[tuple[str, ...], str, Any]  # (command, flag, type)
+
+
+def typed_flags(parser: argparse.ArgumentParser, command: tuple[str, ...] = ()) -> Iterator[Flag]:
+    """(command, flag, type) for every flag of every (sub)command that converts its value."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from typed_flags(sub, (*command, name))
+        elif action.type is not None and action.option_strings:
+            yield command, action.option_strings[-1], action.type
+
+
+NUMERIC_FLAGS = list(typed_flags(build_parser()))
+
+
+def test_the_numeric_flags_are_all_found() -> None:
+    """The walk below sees the flags issue 45 named (so a parametrization over nothing cannot pass)."""
+    found = {(" ".join(command), flag) for command, flag, _ in NUMERIC_FLAGS}
+    assert {("validate", "--timeout"), ("real", "--timeout"), ("real", "--nproc"), ("sweep", "--jobs")} <= found
+    assert len(found) >= 18
+
+
+@pytest.mark.parametrize("command, flag, kind", NUMERIC_FLAGS, ids=[f"{' '.join(c)} {f}" for c, f, _ in NUMERIC_FLAGS])
+def test_every_numeric_flag_refuses_nan_inf_and_negatives_while_parsing(
+    command: tuple[str, ...], flag: str, kind: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A bare int or float type takes -1 (and float takes nan, inf): every numeric flag states its range,
+    and a value outside it is one argument error naming the flag, exit 2, before anything is read or
+    launched (no config is given: the parse stops at the flag)."""
+    assert kind not in (int, float), f"syncsim {' '.join(command)} {flag}: a bare {kind.__name__} takes nan or -1"
+    for value in ("nan", "inf", "-inf", "-1", "-0.5"):
+        with pytest.raises(SystemExit) as stop:
+            main([*command, f"{flag}={value}"])  # = keeps argparse from reading -inf as a flag
+        assert stop.value.code == 2
+        err = capsys.readouterr().err
+        one_argument_error(err, " ".join(command), f"{flag}: expected ")
+        assert err.rstrip("\n").split(", got ")[1].startswith(f"{value} ("), err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["real", "c.yaml", "--timeout", "0"],
+        ["validate", "c.yaml", "--out", "o", "--timeout", "0"],
+        ["calibrate", "c.yaml", "--out", "o", "--timeout", "0"],
+        ["real", "c.yaml", "--nproc", "0"],
+        ["sweep", "c.yaml", "--jobs", "0"],
+        ["profile", "resnet32", "--out", "o", "--batch", "0"],
+        ["emulate", "up", "c.yaml", "--scale", "0"],
+    ],
+)
+def test_zero_is_refused_where_it_means_nothing(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """A zero timeout (every peer dead at once), zero processes, jobs, samples or link rate."""
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    assert stop.value.code == 2
+    command = " ".join(argv[:2] if argv[0] == "emulate" else argv[:1])
+    one_argument_error(capsys.readouterr().err, command, f"{argv[-2]}: expected ")

@@ -80,7 +80,7 @@ def test_extends_dev_zero_is_refused_at_once(tmp_path: Path, capsys: pytest.Capt
     code, err, seconds = check_error(child(tmp_path, ZERO), capsys)
     assert code == 2 and "Traceback" not in err, err
     assert "extends: /dev/zero is not a regular file (a character device)" in err, err
-    assert seconds < 1.0  # a bound, not a benchmark: the old reader never returned
+    assert seconds < 60.0  # only tells "at once" from "never" (the old reader never returned), past any load
 
 
 @needs_dev_zero
@@ -88,7 +88,7 @@ def test_profile_dev_zero_is_refused_at_once(tmp_path: Path, capsys: pytest.Capt
     code, err, seconds = check_error(profiled(tmp_path, ZERO), capsys)
     assert code == 2 and "Traceback" not in err, err
     assert "workload.profile: /dev/zero is not a regular file (a character device)" in err, err
-    assert seconds < 1.0
+    assert seconds < 60.0
 
 
 @needs_dev_zero

@@ -129,3 +129,18 @@ def test_compiled_and_numpy_solvers_give_identical_runs(monkeypatch: pytest.Monk
         assert (tmp_path / "numpy" / f"{table}.csv").read_bytes() == (
             tmp_path / "compiled" / f"{table}.csv"
         ).read_bytes()
+
+
+def test_forward_buckets_run_first_layers_first() -> None:
+    """Forward visits the buckets in the reverse of backward's order. Three 10 MB layers with 15 MB
+    buckets: backward closes bucket 0 = layers 2 and 1 (20 MB, the first to reach 15 MB), then bucket 1
+    = layer 0 (10 MB). Forward needs layer 0 first, so a PS worker's reads in step 1 are 10 MB, then
+    20 MB, each issued once the one before it arrived (in turn)."""
+    cfg = synthetic(star(2, server_hosts=1), [{"name": "ps", "hosts": ["ps0"]}], 30.0, compute_ms=30.0, layers=3)
+    cfg["iterations"] = 2
+    cfg["workload"]["bucket_mb"] = 15.0
+    ops = simulate(cfg).ops
+    for rank in (0, 1):
+        pulls = ops[(ops["step"] == 1) & (ops["rank"] == rank) & (ops["kind"] == "pull")].sort_values("issued_s")
+        assert list(pulls["nbytes"]) == [10e6, 20e6], "forward buckets: read in the wrong order"
+        assert pulls["issued_s"].iloc[1] == pytest.approx(pulls["finished_s"].iloc[0], rel=1e-12)

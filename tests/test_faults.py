@@ -163,6 +163,11 @@ def test_open_ended_background_competes_for_the_whole_run() -> None:
             r"faults.stragglers\[0\].uplinks: unknown racks \['rack9'\]; allowed: all, rack0, rack1",
         ),
         ("background", [{"hosts": ["h0", "h99"], "gbps": 1}], r"background\[0\].hosts: unknown hosts \['h99'\]"),
+        (  # "all" racks are counted on the cluster: two here
+            "faults",
+            {"stragglers": [{"uplinks": "all", "count": 3, "delay_ms": 1, "every_s": 1, "duration_s": 1}]},
+            r"faults.stragglers\[0\].count: 3 exceeds the 2 racks it picks from; allowed: 1 to 2",
+        ),
     ],
 )
 def test_fault_targets_are_checked_against_the_cluster(section: str, value: object, message: str) -> None:
@@ -237,3 +242,37 @@ def test_every_problem_of_a_background_flow_and_a_straggler_is_reported_at_once(
         "background[0].fraction: applies only to uplinks; give hosts a rate in gbps",
         "background[0].on_s: on_s and off_s go together",
     ]
+
+
+@pytest.mark.parametrize(
+    "target, line",
+    [
+        ({"ranks": [0, 1]}, "count: 3 exceeds the 2 ranks it picks from; allowed: 1 to 2 (leave it out for all)"),
+        (
+            {"uplinks": ["rack0"]},
+            "count: 3 exceeds the 1 uplinks it picks from; allowed: 1 to 1 (leave it out for all)",
+        ),
+    ],
+)
+def test_a_straggler_count_above_its_listed_targets_is_refused(target: dict, line: str) -> None:
+    """Each occurrence hits `count` different targets of those listed: asking for more than are listed
+    was once accepted and quietly hit them all."""
+    cfg = synthetic(two_tier(2, 2, 25.0), [{"name": "ring"}], 10)
+    cfg["faults"] = {"stragglers": [{**target, "count": 3, "delay_ms": 1, "every_s": 1, "duration_s": 1}]}
+    with pytest.raises(ConfigError) as caught:
+        parse_config(cfg)  # at validation: `syncsim check` lists it
+    assert str(caught.value).splitlines() == [f"faults.stragglers[0].{line}"]
+    cfg["faults"]["stragglers"][0]["count"] = 2 if "ranks" in target else 1  # as many as listed: accepted
+    parse_config(cfg)
+
+
+def test_a_background_window_ends_before_its_end_time_not_at_it() -> None:
+    """Background traffic's window is [start_s, start_s + duration_s): 1 s on, 1 s off from 0 for 4 s
+    is on over [0, 1) and [2, 3); the off period ends exactly at 4 s, where nothing opens (an end taken
+    as inclusive added a zero-length row [4, 4] to faults.csv). The run lasts 6 s, past the window."""
+    cfg = synthetic(star(2), [{"name": "no_sync"}], 1, compute_ms=1000.0, iterations=6)
+    cfg["background"] = [{"hosts": ["h0", "h1"], "gbps": 5.0, "on_s": 1.0, "off_s": 1.0, "duration_s": 4.0}]
+    result = simulate(cfg)
+    assert float(result.summary["sim_time_s"].iloc[0]) == pytest.approx(6 * 1.0)  # 6 iterations of 1 s compute
+    rows = result.faults[["what", "start_s", "end_s"]].values.tolist()
+    assert rows == [["background", 0.0, 1.0], ["background", 2.0, 3.0]], f"background window rows: {rows}"

@@ -120,3 +120,31 @@ def test_in_graph_replication_is_refused_for_asynchronous_schemes() -> None:
     cfg["policies"] = [{"name": "asp", "replication": "in_graph"}]
     with pytest.raises(ConfigError, match=r"policies\[0\]\.replication: .*asynchronous.*allowed here: between_graph"):
         simulate(cfg)
+
+
+def test_input_pipeline_prefetch_holds_exactly_its_batches_per_gpu() -> None:
+    """The prefetch queue by hand: 2 GPUs x 2 batches of 32 = 128 samples ready at most, at 320
+    samples/s (one batch per 0.1 s). With no taker the loaders fill it by t = 0.4 s and then hold one
+    more batch prepared, waiting for room; so at t = 10 five batches go out at once (four queued, the
+    held one put as soon as the first leaves), and the sixth and seventh follow 0.1 s and 0.2 s later."""
+    import simpy
+
+    from sim.engine.input_pipeline import host_inputs
+
+    env = simpy.Environment()
+    first, second = host_inputs(env, ("h0", "h0"), 320.0, 32, prefetch_batches=2)  # type: ignore[misc]
+    assert first is second  # one pipeline per host, shared by its GPUs
+    env.run(until=0.25)
+    assert first.ready.level == 2 * 32  # batches at 0.1 and 0.2 s
+    env.run(until=10.0)
+    assert first.ready.level == 4 * 32, "input pipeline: prefetch capacity is not 2 batches x 2 GPUs"
+    handed: list[float] = []
+
+    def taker() -> Any:
+        for _ in range(7):
+            yield first.take()
+            handed.append(env.now)
+
+    env.process(taker())
+    env.run(until=11.0)
+    assert handed == pytest.approx([10.0] * 5 + [10.1, 10.2]), "input pipeline: batches handed out off by one"

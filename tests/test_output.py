@@ -518,3 +518,57 @@ def test_a_full_disk_is_one_line_and_keeps_the_finished_policies(
         "free some space (what was finished before is kept)"
     )
     assert finished_policies(out, 3 * 4) == ["ring"]
+
+
+# one argv per command with an --out flag; {out} is the link (the walk below checks none is missing)
+OUT_COMMANDS = {
+    "run": ["run", "configs/quickstart.yaml", "--out", "{out}"],
+    "sweep": ["sweep", "configs/quickstart.yaml", "--out", "{out}"],
+    "real": ["real", "configs/real_2x2_digits.yaml", "--out", "{out}"],
+    "calibrate": ["calibrate", "configs/real_2x2_digits.yaml", "--out", "{out}"],
+    "validate": ["validate", "configs/real_2x2_digits.yaml", "--out", "{out}"],
+    "search": ["search", "configs/sync_switch_search_digits.yaml", "--out", "{out}"],
+    "fidelity": ["fidelity", "--out", "{out}"],
+    "profile": ["profile", "resnet32", "--batch", "2", "--out", "{out}"],
+}
+
+
+def test_every_command_with_out_is_listed_for_the_link_test() -> None:
+    import argparse
+
+    from sim.cli.main import build_parser
+
+    (commands,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    with_out = {
+        name for name, sub in commands.choices.items() if any("--out" in a.option_strings for a in sub._actions)
+    }
+    assert with_out == set(OUT_COMMANDS)
+
+
+@pytest.mark.parametrize("command", sorted(OUT_COMMANDS))
+@pytest.mark.parametrize("dangling", [False, True])
+def test_an_out_that_is_a_symbolic_link_is_refused_before_anything_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, command: str, dangling: bool
+) -> None:
+    """Results are never written through a link (its target may be anywhere): one argument error naming
+    --out, exit 2, and the link's target (a folder, or a file for calibrate and profile) untouched."""
+    from sim.cli import main
+
+    monkeypatch.chdir(Path(__file__).parent.parent)
+    target = tmp_path / "elsewhere"
+    if not dangling:
+        target.mkdir()
+        (target / "keep.txt").write_text("mine")
+    link = tmp_path / "link"
+    link.symlink_to(target)
+    argv = [part.format(out=link) for part in OUT_COMMANDS[command]]
+    assert main(argv) == 2
+    assert capsys.readouterr().err == (
+        f"syncsim {command}: argument error: --out: {link} is a symbolic link (to {target}); output is not written "
+        "through a link: name the folder or file it points to, or another path\n"
+    )
+    assert link.is_symlink()
+    if dangling:
+        assert not target.exists()
+    else:
+        assert [p.name for p in target.iterdir()] == ["keep.txt"] and (target / "keep.txt").read_text() == "mine"

@@ -221,7 +221,9 @@ def test_the_profile_command_writes_a_profile_and_refuses_bad_flags(
     out = tmp_path / "r32.yaml"
     assert main(["profile", "resnet32", "--batch", "4", "--out", str(out), "--warmup", "0", "--repeats", "1"]) == 0
     assert read_profile(out).batch_size == 4 and "profile: " in capsys.readouterr().out
-    assert main(["profile", "resnet32", "--batch", "0", "--out", str(out)]) == 2
+    with pytest.raises(SystemExit) as stop:  # refused while the command line is parsed
+        main(["profile", "resnet32", "--batch", "0", "--out", str(out)])
+    assert stop.value.code == 2
     assert "--batch: expected an integer >= 1, got 0" in capsys.readouterr().err
     if not torch.cuda.is_available():
         assert main(["profile", "resnet32", "--batch", "4", "--device", "cuda", "--out", str(out)]) == 2

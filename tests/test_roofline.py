@@ -205,3 +205,35 @@ def test_stacked_tables_give_each_tables_own_shares(implementation: str) -> None
         own = table.seconds(costs, implementation)
         assert row[: len(own)] == pytest.approx(own, rel=1e-12, abs=1e-15)
         assert not row[len(own) :].any()  # the padding costs nothing
+
+
+def test_eager_dispatch_charges_forward_kernels_only() -> None:
+    """Under `eager` the CPU issues forward kernels from Python at dispatch_us each, while backward's
+    are issued by autograd's C++ engine, free of that cost. One layer by hand, memory-bound, no launch
+    cost: forward 10 us on the GPU with 5 kernels, backward 20 us with 10, dispatch 10 us. Forward's
+    last kernel is issued at 5 x 10 = 50 us and the GPU then needs its 10 us: forward's share is 60 us.
+    Backward queues behind it and adds its own 20 us; charging its 10 kernels to Python would make it
+    finish at 150 + 20 us instead."""
+    import numpy as np
+
+    from sim.compute.roofline import OpTable
+
+    us = 1e-6
+    table = OpTable(
+        layer=np.array([0, 0]),
+        backward=np.array([False, True]),
+        unit=np.array([0, 0]),
+        compute_s=np.array([0.0, 0.0]),
+        memory_s=np.array([10 * us, 20 * us]),
+        kernels=np.array([5.0, 10.0]),
+        winograd=np.array([False, False]),
+        layers=1,
+        order=np.array([0, 1]),
+        unaligned=np.array([False, False]),
+        epilogue=np.array([False, False]),
+    )
+    costs = KernelCosts(fp32=1.0, tf32=1.0, tensor=1.0, memory=1.0, launch_us=0.0, dispatch_us=10.0)
+    forward, backward = table.layer_seconds(costs, "eager")
+    assert forward[0] == pytest.approx(60 * us, rel=1e-12)
+    assert backward[0] == pytest.approx(20 * us, rel=1e-12), "roofline: backward kernels charged Python dispatch"
+    assert table.layer_seconds(costs, "tuned") == (pytest.approx([10 * us]), pytest.approx([20 * us]))

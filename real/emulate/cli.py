@@ -21,6 +21,7 @@ from real.emulate.names import namespace_prefix, tag_from_name
 from real.emulate.plan import DEFAULT_SUBNET, plan_config
 from real.emulate.shaping import QUEUES
 from sim.errors import ConfigError, UsageError
+from sim.flags import number
 
 EXIT_CONFIG = 2
 EXIT_EMULATION = 3
@@ -45,7 +46,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     up = sub.add_parser("up", parents=[common, overrides], help="create the emulated cluster of a config")
     up.add_argument("config", help="YAML config file (its cluster: section is built)")
     up.add_argument("--tag", help="names the emulation's namespaces (default: from the config's name)")
-    up.add_argument("--scale", type=float, default=1.0, help="multiply every link rate by this (default 1)")
+    up.add_argument(
+        "--scale",
+        type=number(0, above=True, what="a rate multiplier"),
+        default=1.0,
+        help="multiply every link rate by this (default 1)",
+    )
     up.add_argument(
         "--subnet", default=DEFAULT_SUBNET, help=f"private IPv4 range for the hosts (default {DEFAULT_SUBNET})"
     )

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from sim.cli.common import Subparsers, add_set, exit_code, hold, progress
 from sim.errors import ConfigError, UsageError
+from sim.flags import count, number
 
 
 def add_search(sub: Subparsers) -> None:
@@ -19,11 +20,17 @@ def add_search(sub: Subparsers) -> None:
     search.add_argument("config", help="YAML config with a numerics: section and a sync_switch policy")
     search.add_argument("--out", required=True, help="output folder")
     search.add_argument("--policy", help="the sync_switch entry's label (default: the first sync_switch)")
-    search.add_argument("--tolerance", type=float, default=0.01, help="accuracy a fraction may lose to full BSP")
-    search.add_argument("--start", type=float, default=0.5, help="the first fraction tried (then halved)")
-    search.add_argument("--smallest", type=float, default=0.0625, help="stop halving below this fraction")
+    fraction = number(0, above=True, what="a fraction")  # below 1 too: checked with the other flag
     search.add_argument(
-        "--seeds", type=int, default=3, help="seeds per fraction (config's seed, +1, ...); decides on their mean"
+        "--tolerance",
+        type=number(0, what="an accuracy difference"),
+        default=0.01,
+        help="accuracy a fraction may lose to full BSP",
+    )
+    search.add_argument("--start", type=fraction, default=0.5, help="the first fraction tried (then halved)")
+    search.add_argument("--smallest", type=fraction, default=0.0625, help="stop halving below this fraction")
+    search.add_argument(
+        "--seeds", type=count(1), default=3, help="seeds per fraction (config's seed, +1, ...); decides on their mean"
     )
     add_set(search)
     search.set_defaults(func=_cmd_search)
@@ -34,10 +41,6 @@ def _cmd_search(args: argparse.Namespace) -> int:
     from sim.experiments.search import SearchError, offline_search
     from sim.files import atomic_write
 
-    if args.seeds < 1:
-        raise UsageError(f"--seeds: expected an integer >= 1, got {args.seeds}")
-    if not 0 <= args.tolerance < float("inf"):
-        raise UsageError(f"--tolerance: expected a finite accuracy difference >= 0, got {args.tolerance}")
     if not 0 < args.smallest <= args.start < 1:
         raise UsageError(f"--smallest, --start: need 0 < --smallest ({args.smallest}) <= --start ({args.start}) < 1")
     config = load_config(args.config, args.set)
@@ -76,7 +79,9 @@ def add_sweep(sub: Subparsers) -> None:
     sweep = sub.add_parser("sweep", help="run every point of a config's sweep: section; re-runs skip finished points")
     sweep.add_argument("config", help="YAML config with a sweep: section")
     sweep.add_argument("--out", help="output folder (default: results/<config name>-sweep)")
-    sweep.add_argument("--jobs", type=int, help="points run at once, each in its own process (default: the cores)")
+    sweep.add_argument(
+        "--jobs", type=count(1), help="points run at once, each in its own process (default: the cores)"
+    )
     sweep.add_argument("--quiet", action="store_true", help="no progress bar")
     sweep.add_argument("--dask", metavar="ADDRESS", help="run the points on this Dask scheduler (tcp://HOST:8786)")
     add_set(sweep)
@@ -87,8 +92,6 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     from sim.experiments.sweep import load_sweep
     from sim.experiments.sweep_runner import ERRORS_FILE, PARQUET_FILE, TABLE_FILE, run_sweep
 
-    if args.jobs is not None and args.jobs < 1:
-        raise UsageError(f"--jobs: expected an integer >= 1, got {args.jobs}")
     sweep = load_sweep(args.config, args.set, None if args.quiet else progress("validating"))
     out = hold(args, Path(args.out) if args.out else Path("results") / f"{sweep.name}-sweep")
     bad = sweep.bad

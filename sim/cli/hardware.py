@@ -12,6 +12,7 @@ from sim.catalog.gpus import PRECISIONS
 from sim.catalog.zoo import MODEL_NAMES
 from sim.cli.common import Subparsers, add_set, hold, require_torch
 from sim.errors import ConfigError, UsageError
+from sim.flags import SECONDS, count
 
 
 def add_real(sub: Subparsers) -> None:
@@ -22,11 +23,11 @@ def add_real(sub: Subparsers) -> None:
     )
     real.add_argument(
         "--nproc",
-        type=int,
+        type=count(1),
         help="worker processes (default: the cluster's GPU count, which it must equal; servers are added)",
     )
     real.add_argument("--out", help="output folder (default: results/<config name>-real)")
-    real.add_argument("--timeout", type=float, default=60.0, help="seconds before a silent peer counts as dead")
+    real.add_argument("--timeout", type=SECONDS, default=60.0, help="seconds before a silent peer counts as dead")
     real.add_argument(
         "--backend",
         choices=["auto", "gloo", "nccl"],
@@ -84,17 +85,25 @@ def add_calibrate(sub: Subparsers) -> None:
     cal.add_argument("config", help="YAML config (its cluster: shape and numerics: model are measured)")
     cal.add_argument("--out", required=True, help="the calibrated YAML to write")
     cal.add_argument("--emulate", metavar="TAG", help="measure the emulated cluster `syncsim emulate up` built")
-    cal.add_argument("--timeout", type=float, default=120.0)
+    cal.add_argument("--timeout", type=SECONDS, default=120.0, help="seconds before a silent peer counts as dead")
     cal.add_argument(
         "--backend", choices=["auto", "gloo", "nccl"], default="auto", help="auto: nccl with a GPU per worker, or gloo"
     )
-    cal.add_argument("--repeats", type=int, help="timed repeats per measurement (default: calibration.repeats, 5)")
+    cal.add_argument(
+        "--repeats", type=count(1), help="timed repeats per measurement (default: calibration.repeats, 5)"
+    )
     cal.add_argument("--statistic", help="median, mean or min over repeats (default: calibration.statistic, median)")
     cal.add_argument(
-        "--uplink-bytes", dest="uplink_bytes", type=int, help="bytes per host in the rack-egress test (default: probed)"
+        "--uplink-bytes",
+        dest="uplink_bytes",
+        type=count(1),
+        help="bytes per host in the rack-egress test (default: probed)",
     )
     cal.add_argument(
-        "--max-bytes", dest="max_bytes", type=int, help="the largest message the probe may choose (default: 64 MiB)"
+        "--max-bytes",
+        dest="max_bytes",
+        type=count(1),
+        help="the largest message the probe may choose (default: 64 MiB)",
     )
     add_set(cal)
     cal.set_defaults(func=_cmd_calibrate)
@@ -166,9 +175,11 @@ def add_validate(sub: Subparsers) -> None:
     val.add_argument("config")
     val.add_argument("--out", required=True, help="output folder")
     val.add_argument("--emulate", metavar="TAG", help="use this running emulation (default: build one from the config)")
-    val.add_argument("--timeout", type=float, default=120.0)
+    val.add_argument("--timeout", type=SECONDS, default=120.0, help="seconds before a silent peer counts as dead")
     val.add_argument(
-        "--warmup", type=int, help="iterations dropped on both sides (default: the config's warmup_iterations, else 3)"
+        "--warmup",
+        type=count(0),
+        help="iterations dropped on both sides (default: the config's warmup_iterations, else 3)",
     )
     val.add_argument(
         "--queue",
@@ -198,7 +209,7 @@ def add_profile(sub: Subparsers) -> None:
     """`syncsim profile MODEL`: per-layer compute times of a zoo model on this machine's device."""
     prof = sub.add_parser("profile", help="measure a zoo model's per-layer compute times on this machine's device")
     prof.add_argument("model", choices=MODEL_NAMES, help="a zoo model")
-    prof.add_argument("--batch", type=int, required=True, help="samples per iteration (per GPU)")
+    prof.add_argument("--batch", type=count(1), required=True, help="samples per iteration (per GPU)")
     prof.add_argument(
         "--precision",
         choices=PRECISIONS,
@@ -207,11 +218,11 @@ def add_profile(sub: Subparsers) -> None:
     )
     prof.add_argument("--out", required=True, help="the profile (YAML) to write")
     prof.add_argument("--device", default="auto", help="auto (the current CUDA device, else the CPU), cpu, cuda:N")
-    prof.add_argument("--warmup", type=int, default=3, help="untimed iterations first")
+    prof.add_argument("--warmup", type=count(0), default=3, help="untimed iterations first")
     prof.add_argument(
-        "--repeats", type=int, default=10, help="timed iterations; each layer's median is kept, with its spread"
+        "--repeats", type=count(1), default=10, help="timed iterations; each layer's median is kept, with its spread"
     )
-    prof.add_argument("--seed", type=int, default=0, help="seeds the model's weights and the synthetic batch")
+    prof.add_argument("--seed", type=count(0), default=0, help="seeds the model's weights and the synthetic batch")
     prof.set_defaults(func=_cmd_profile)
 
 
@@ -223,9 +234,6 @@ def _cmd_profile(args: argparse.Namespace) -> int:
     from sim.compute.profile import unsteady_spans, write_profile
 
     args.config = "the command line"  # what another error's message names
-    for flag, least in (("batch", 1), ("warmup", 0), ("repeats", 1)):
-        if getattr(args, flag) < least:
-            raise UsageError(f"--{flag}: expected an integer >= {least}, got {getattr(args, flag)}")
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         raise UsageError(f"--device: {args.device!r} needs a CUDA device and this machine has none; allowed here: cpu")
     device = None if args.device == "auto" else args.device

@@ -23,6 +23,7 @@ from sim.cli.experiments import add_fidelity, add_plot, add_search, add_sweep
 from sim.cli.hardware import add_calibrate, add_profile, add_real, add_validate
 from sim.cli.simulation import add_check, add_list, add_run
 from sim.errors import ConfigError, OutputBusy, SyncsimError, Terminated, UsageError, signal_name
+from sim.files import not_a_link
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -55,6 +56,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if unknown:  # named by the command's parser, whose --help lists what it takes
         _command_parser(parser, args).error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
+        if isinstance(getattr(args, "out", None), str):  # every command's --out, folder or file, before it runs
+            not_a_link(args.out)
         with ExitStack() as args.held, _sigterm_interrupts():  # output folders locked by the command
             return int(args.func(args))
     except KeyboardInterrupt as stop:  # wherever it came (a command's own handler says more)

@@ -2,9 +2,11 @@
 
 Hosts never forward traffic: a route climbs from its source endpoint to the first switch (a GPU to
 its host, a host to its NIC's switch), crosses the switch fabric by a shortest path, and descends to
-the destination. Among equal-cost fabric paths one is chosen by a stable hash of (seed, source,
-destination, channel), as switches hash a connection's 5-tuple: a connection keeps its path, and
-different seeds give different collisions.
+the destination. A host cabled to another host (back to back, no switch) reaches it over that cable;
+a route never passes through a third host, so every route is a simple path (validation refuses
+wiring where two hosts would need one: `sim.config.custom_topology`). Among equal-cost fabric paths
+one is chosen by a stable hash of (seed, source, destination, channel), as switches hash a
+connection's 5-tuple: a connection keeps its path, and different seeds give different collisions.
 """
 
 from __future__ import annotations
@@ -53,17 +55,22 @@ class Router:
         return self._links(up) + options[choice] + self._links(list(reversed(down)))
 
     def _chain(self, node: str) -> list[str]:
-        """`node` and the nodes up to its first switch (or to a multi-homed host)."""
+        """`node` and the nodes up to its first switch: at most GPU -> host -> switch.
+
+        The climb takes only a GPU's one link to its host and a host's link to its one switch, so it
+        never passes through another host (a chain of hosts cabled to each other once grew without
+        end). A host with several networked neighbours (multi-homed, or cabled to another host) ends
+        its chain; the rest of the route is a shortest path through switches (`_fabric_options`)."""
         chain = self._chains.get(node)
         if chain is None:
             chain = [node]
-            while self.graph.nodes[chain[-1]]["kind"] != "switch":
-                ups = [n for n in self.graph.successors(chain[-1]) if self.graph.nodes[n]["kind"] != "gpu"]
-                if self.graph.nodes[chain[-1]]["kind"] == "gpu":
-                    ups = list(self.graph.successors(chain[-1]))
-                if len(ups) != 1:
-                    break
-                chain.append(ups[0])
+            if self.graph.nodes[node]["kind"] == "gpu":
+                chain.append(next(iter(self.graph.successors(node))))  # a GPU's one link, to its host
+            top = chain[-1]
+            if self.graph.nodes[top]["kind"] != "switch":
+                ups = [n for n in self.graph.successors(top) if self.graph.nodes[n]["kind"] != "gpu"]
+                if len(ups) == 1 and self.graph.nodes[ups[0]]["kind"] == "switch":
+                    chain.append(ups[0])
             self._chains[node] = chain
         return chain
 
@@ -73,7 +80,7 @@ class Router:
         if options is None:
             if a == b:
                 options = [()]
-            else:
+            else:  # shortest paths are simple, and hosts other than the two ends are not in the graph
                 graph = self._fabric if a in self._fabric and b in self._fabric else self._with_endpoints(a, b)
                 try:
                     options = [self._links(p) for p in nx.all_shortest_paths(graph, a, b)]

@@ -93,8 +93,17 @@ class Straggler(Strict):
             problems.append("delay_mode: applies only with delay_ms")
         if self.count is not None and self.every_s is None:
             problems.append("count: applies only to a random process (every_s)")
+        listed = self.ranks if self.ranks is not None else self.uplinks  # "all" racks: checked on the cluster
+        if self.count is not None and isinstance(listed, list) and self.count > len(listed):
+            problems.append(count_problem(self.count, len(listed), "ranks" if self.ranks is not None else "uplinks"))
         _report(problems)
         return self
+
+
+def count_problem(count: int, targets: int, kind: str) -> str:
+    """An occurrence picks `count` different targets from those listed: more than there are is refused
+    (the engine once hit them all silently)."""
+    return f"count: {count} exceeds the {targets} {kind} it picks from; allowed: 1 to {targets} (leave it out for all)"
 
 
 class BackgroundFlow(Strict):

@@ -25,6 +25,8 @@ ZOO_CLASSES = {
 }
 ZOO_POSITIONS = {"bert_base": BERT_POSITIONS, "bert_large": BERT_POSITIONS, "gpt2": GPT2_POSITIONS}
 
+DIGITS_SAMPLES = 1797  # sklearn's load_digits: the 8x8 digits set's size
+
 Samples = Annotated[int, Field(ge=1, le=1_000_000)]  # numerics keeps its data set in memory
 Width = Annotated[int, Field(ge=1, le=65_536)]
 Iterations = Annotated[int, Field(ge=0, le=1_000_000_000)]
@@ -163,6 +165,34 @@ class NumericsConfig(Strict):
     @property
     def zoo_model(self) -> bool:
         return self.model in MODEL_NAMES
+
+    @property
+    def samples_field(self) -> str | None:
+        """The field that sizes the data set (None for digits, whose size is fixed)."""
+        if self.zoo_model:
+            return "zoo.samples"
+        return "synthetic.samples" if self.dataset == "synthetic" else None
+
+    @property
+    def split(self) -> tuple[int, int]:
+        """(training, held-out) sample counts: the held-out share rounded, at least one sample, so the
+        evaluation always has data; the task builders (sim.numerics) split by these counts."""
+        samples = {"zoo.samples": self.zoo.samples, "synthetic.samples": self.synthetic.samples}.get(
+            self.samples_field or "", DIGITS_SAMPLES
+        )
+        held_out = max(1, int(round(self.test_fraction * samples)))
+        return samples - held_out, held_out
+
+    @model_validator(mode="after")
+    def _split_leaves_training_samples(self) -> NumericsConfig:
+        train, held_out = self.split
+        if train < 1:
+            more = f" or raise {self.samples_field}" if self.samples_field else ""
+            raise ValueError(
+                f"test_fraction: {self.test_fraction:g} of {train + held_out} samples holds out {held_out} and "
+                f"leaves no training sample; lower test_fraction{more}"
+            )
+        return self
 
     @model_validator(mode="after")
     def _cnn_needs_images(self) -> NumericsConfig:

@@ -21,7 +21,7 @@ from sim.cluster.routing import Router
 from sim.cluster.topology import GBPS, Cluster
 from sim.compute.durations import ComputeModel
 from sim.config import Config
-from sim.config.faults import BackgroundFlow, Straggler
+from sim.config.faults import BackgroundFlow, Straggler, count_problem
 from sim.network.flows import Network
 
 
@@ -41,6 +41,8 @@ def fault_problems(config: Config, cluster: Cluster) -> list[str]:
             lines.append(f"{where}.uplinks: this cluster has no racks; allowed here: ranks or hosts")
         elif isinstance(uplinks, list) and (unknown := [r for r in uplinks if r not in racks]):
             lines.append(f"{where}.uplinks: unknown racks {unknown}; allowed: all, {', '.join(racks)}")
+        elif uplinks == "all" and racks and (getattr(spec, "count", None) or 0) > len(racks):
+            lines.append(f"{where}.{count_problem(spec.count, len(racks), 'racks')}")  # listed ones: at validation
         named = getattr(spec, "hosts", None) or ()
         if unknown := [h for h in named if h not in hosts]:
             lines.append(f"{where}.hosts: unknown hosts {unknown}; allowed: {', '.join(hosts)}")
@@ -147,7 +149,7 @@ def straggler(ctx: FaultContext, index: int, spec: Straggler, effects: LinkEffec
         hit = (
             targets
             if spec.count is None
-            else list(rng.choice(targets, size=min(spec.count, len(targets)), replace=False))
+            else list(rng.choice(targets, size=spec.count, replace=False))  # count <= targets: validated
         )
         env.process(_occurrence(ctx, spec, hit, effects))
 

@@ -109,7 +109,7 @@ def expand(data: Any, progress: Optional[Progress] = None) -> Sweep:
         for index, combo in enumerate(itertools.product(*blocks))
     )
     made = progress(combos, total) if progress is not None else combos
-    return Sweep(name, axes, [_point(index, base, coords) for index, coords in made])
+    return Sweep(name, axes, _distinct([_point(index, base, coords) for index, coords in made]))
 
 
 def shape(data: Any) -> tuple[list[int], int]:
@@ -129,7 +129,7 @@ def expand_at(data: Any, indices: Iterable[int], count: int, progress: Optional[
     name = base.get("name", "experiment") if isinstance(base.get("name"), str) else "experiment"
     combos: Iterator[Combo] = ((index, _coords_at(blocks, index)) for index in indices)
     made = progress(combos, count) if progress is not None else combos
-    return Sweep(name, axes, [_point(index, base, coords) for index, coords in made])
+    return Sweep(name, axes, _distinct([_point(index, base, coords) for index, coords in made]))
 
 
 def _coords_at(blocks: list[list[tuple[tuple[str, Any], ...]]], index: int) -> dict[str, Any]:
@@ -191,8 +191,16 @@ def _axes(spec: dict[str, Any]) -> tuple[list[str], list[list[tuple[tuple[str, A
         problems.append(f"sweep.grid: expected a mapping of axis -> list of values, got {grid!r}")
         grid = {}
     for path, values in grid.items():
-        if (checked := axis(path, values, "sweep.grid")) is not None:
-            blocks.append([((path, value),) for value in checked])
+        if (checked := axis(path, values, "sweep.grid")) is None:
+            continue
+        if twice := _repeat(checked):
+            j, k = twice
+            problems.append(
+                f"sweep.grid.{path}: value {k} ({checked[k]!r}) repeats value {j} ({checked[j]!r}); list each "
+                "value once (equal values make one point twice)"
+            )
+            continue
+        blocks.append([((path, value),) for value in checked])
     groups = spec.get("zip") or []
     if not isinstance(groups, list) or not all(isinstance(g, dict) and g for g in groups):
         problems.append("sweep.zip: expected a list of groups, each a mapping of axis -> list of values")
@@ -207,7 +215,16 @@ def _axes(spec: dict[str, Any]) -> tuple[list[str], list[list[tuple[tuple[str, A
             shown = ", ".join(f"{path}: {len(values)}" for path, values in columns)
             problems.append(f"sweep.zip[{i}]: the axes of a group move together and need equal lengths ({shown})")
             continue
-        blocks.append([tuple((path, values[k]) for path, values in columns) for k in range(lengths.pop())])
+        rows = [tuple((path, values[k]) for path, values in columns) for k in range(lengths.pop())]
+        if twice := _repeat([[value for _, value in row] for row in rows]):
+            j, k = twice
+            shown = ", ".join(f"{path}={value!r}" for path, value in rows[k])
+            problems.append(
+                f"sweep.zip[{i}]: row {k} ({shown}) repeats row {j}; list each combination once "
+                "(equal rows make one point twice)"
+            )
+            continue
+        blocks.append(rows)
     seeds = spec.get("seeds")
     if seeds is not None:
         if "seed" in axes:
@@ -224,6 +241,46 @@ def _axes(spec: dict[str, Any]) -> tuple[list[str], list[list[tuple[tuple[str, A
     if problems:
         raise ConfigError("\n".join(problems))
     return axes, blocks
+
+
+def _distinct(points: list[Point]) -> list[Point]:
+    """`points`, refused when two resolve to one config: they would share one results folder (the key)
+    and one row of the table twice. Equal values on an axis are refused earlier (`_axes`); this catches
+    values that differ only until defaults are filled in (null and the default's value)."""
+    first: dict[str, Point] = {}
+    for point in points:
+        if point.config is None:
+            continue
+        other = first.setdefault(point.key, point)
+        if other is not point:
+            raise ConfigError(
+                f"sweep: point {point.index} ({point.label()}) resolves to the same config as point {other.index} "
+                f"({other.label()}); drop one of the values"
+            )
+    return points
+
+
+def _same(value: Any) -> Any:
+    """A hashable stand-in equal for values a config reads as equal: 1 and 1.0, [25] and [25.0]."""
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return (type(value).__name__, value)
+    if isinstance(value, (int, float)):
+        return ("number", value)  # 1 == 1.0 and hash(1) == hash(1.0): one key, exact for large ints too
+    if isinstance(value, (list, tuple)):
+        return ("list", tuple(_same(v) for v in value))
+    if isinstance(value, dict):
+        return ("map", tuple(sorted((str(k), _same(v)) for k, v in value.items())))
+    return ("other", repr(value))
+
+
+def _repeat(values: list[Any]) -> Optional[tuple[int, int]]:
+    """The first (earlier, later) indices of two equal values, or None when each appears once."""
+    seen: dict[Any, int] = {}
+    for k, value in enumerate(values):
+        j = seen.setdefault(_same(value), k)
+        if j != k:
+            return j, k
+    return None
 
 
 def _point(index: int, base: dict[str, Any], coords: dict[str, Any]) -> Point:

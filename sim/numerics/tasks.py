@@ -48,7 +48,7 @@ def load_dataset(cfg: NumericsConfig, seed: int) -> Dataset:
         )
         x, y = x.astype(np.float32), y.astype(np.int64)
     order = np.random.default_rng([seed, 0x5EED]).permutation(len(y))
-    n_test = max(1, int(round(cfg.test_fraction * len(y))))
+    n_test = cfg.split[1]  # validated to leave a training sample
     test, train = order[:n_test], order[n_test:]
     x_train, x_test = x[train], x[test]
     if cfg.dataset == "synthetic":  # standardise with the training statistics only

@@ -128,7 +128,7 @@ def _synthetic(name: str, cfg: NumericsConfig, seed: int) -> Dataset:
         y = (teacher[x].sum(1) > 0).float()
     else:
         x, y = token_sequences(name, z.sequence, z.classes, n, g)
-    test = max(1, int(round(cfg.test_fraction * n)))
+    test = cfg.split[1]  # validated to leave a training sample
     return Dataset(x[test:], y[test:], x[:test], y[:test], z.classes)
 
 
