@@ -86,3 +86,13 @@ def test_the_limiting_link_is_busy_while_the_collective_crosses_racks(case: Case
 def test_the_trees_load_the_uplinks_of_the_racks_holding_most_edges(ratio: str, outcomes) -> None:  # type: ignore[no-untyped-def]
     link = outcomes[Case(ratio, 8, "tree", 256 * MIB)].crossing_link
     assert link in {"tor1->core0", "tor2->core0", "core0->tor1", "core0->tor2"}, link
+
+
+def test_nccls_pick_does_not_see_the_uplinks_but_its_time_does() -> None:
+    """NCCL's topology search knows the hosts' NICs, not the rack uplinks behind them: on 16:1 racks it
+    picks what it picks on non-blocking ones (two hosts' 100 Gb/s under each 200 Gb/s uplink), and
+    that pick then runs on the slow uplinks."""
+    case = Case("16:1", 8, "auto", 2**20)
+    blind, open_racks = run(case), run(case, uplink_gbps=2 * 100.0)
+    assert (blind.algorithm, blind.protocol) == (open_racks.algorithm, open_racks.protocol)
+    assert blind.seconds > 2 * open_racks.seconds, (blind.seconds, open_racks.seconds)

@@ -35,7 +35,7 @@ from sim.network.flows import Network
 
 RACKS, HOSTS_PER_RACK, NIC_GBPS, GPU = 4, 2, 100.0, "A100"
 UPLINK_GBPS = {"2:1": 100.0, "4:1": 50.0, "16:1": 12.5}
-SCHEMES = ("ring", "tree", "hierarchical")
+SCHEMES = ("ring", "tree", "hierarchical")  # and "auto": one all-reduce as NCCL's tuner picks it
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,8 @@ class Case:
     def ranks(self) -> int:
         return RACKS * HOSTS_PER_RACK * self.gpus
 
-    def config(self) -> dict:
+    def config(self, uplink_gbps: float | None = None) -> dict:
+        """The cluster and settings (`uplink_gbps`: another uplink than the ratio's)."""
         return {
             "name": "oversubscribed",
             "cluster": {
@@ -61,7 +62,7 @@ class Case:
                 "gpus_per_host": self.gpus,
                 "gpu": GPU,
                 "nic_gbps": NIC_GBPS,
-                "uplink_gbps": UPLINK_GBPS[self.ratio],
+                "uplink_gbps": uplink_gbps or UPLINK_GBPS[self.ratio],
                 "link_latency_us": 1.0,
             },
             "workload": {"model": "synthetic", "gradient_mb": 1.0, "compute_ms": 1.0},
@@ -69,7 +70,7 @@ class Case:
             "simulation": {
                 "network_model": "nccl",
                 "trace": False,
-                "nccl": {"algorithm": "tree" if self.scheme == "tree" else "ring"},
+                "nccl": {"algorithm": self.scheme if self.scheme in ("tree", "auto") else "ring"},
             },
         }
 
@@ -99,9 +100,9 @@ class Outcome:
     crossing_link: str
 
 
-def run(case: Case) -> Outcome:
-    """Run `case` and measure it."""
-    config = parse_config(case.config())
+def run(case: Case, uplink_gbps: float | None = None) -> Outcome:
+    """Run `case` and measure it (`uplink_gbps`: on other uplinks than its ratio's)."""
+    config = parse_config(case.config(uplink_gbps))
     cluster = build_cluster(config.cluster)
     fabric = fabric_of(GPU)
     env, router = simpy.Environment(), Router(cluster)
