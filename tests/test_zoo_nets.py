@@ -6,11 +6,28 @@ import pytest
 
 pytest.importorskip("torch")
 
-from sim.catalog.zoo import MODEL_NAMES, get_model  # noqa: E402
-from sim.numerics.zoo_nets import build_zoo_module, flat_layout  # noqa: E402
+from sim.catalog.zoo import MODEL_NAMES, TORCH_MODELS, get_model  # noqa: E402
+from sim.config.numerics import NumericsConfig  # noqa: E402
+from sim.numerics.zoo_nets import BUILDERS, build_zoo_module, flat_layout  # noqa: E402
+
+TIMED_ONLY = [name for name in MODEL_NAMES if name not in TORCH_MODELS]
 
 
-@pytest.mark.parametrize("name", MODEL_NAMES)
+def test_the_zoo_lists_exactly_the_models_built_here() -> None:
+    assert list(BUILDERS) == list(TORCH_MODELS)
+    assert set(TIMED_ONLY) == {"transformer_xl", "transformer_xl_large", "gnmt", "ssd300"}
+
+
+@pytest.mark.parametrize("name", TIMED_ONLY)
+def test_a_model_without_a_module_is_refused_naming_the_buildable_ones(name: str) -> None:
+    with pytest.raises(ValueError, match=f"model '{name}' has no torch.nn version") as error:
+        build_zoo_module(name)
+    assert all(built in str(error.value) for built in TORCH_MODELS)
+    with pytest.raises(ValueError, match=f"{name} has no torch.nn version to train"):
+        NumericsConfig(model=name, dataset="synthetic")
+
+
+@pytest.mark.parametrize("name", TORCH_MODELS)
 def test_every_zoo_layer_has_its_parameter_count(name: str) -> None:
     module, spec = build_zoo_module(name), get_model(name)
     params = dict(module.named_parameters())

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from real.emulate.shaping import QUEUES  # stdlib only: the parser is built without torch
 from sim.catalog.gpus import PRECISIONS
-from sim.catalog.zoo import MODEL_NAMES
+from sim.catalog.zoo import TORCH_MODELS
 from sim.cli.common import Subparsers, add_set, hold, require_torch
 from sim.errors import ConfigError, UsageError
 from sim.flags import SECONDS, count
@@ -208,7 +208,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 def add_profile(sub: Subparsers) -> None:
     """`syncsim profile MODEL`: per-layer compute times of a zoo model on this machine's device."""
     prof = sub.add_parser("profile", help="measure a zoo model's per-layer compute times on this machine's device")
-    prof.add_argument("model", choices=MODEL_NAMES, help="a zoo model")
+    prof.add_argument("model", choices=TORCH_MODELS, help="a zoo model with a torch.nn version")
     prof.add_argument("--batch", type=count(1), required=True, help="samples per iteration (per GPU)")
     prof.add_argument(
         "--precision",

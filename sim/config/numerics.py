@@ -11,7 +11,7 @@ from typing import Annotated, Literal, Optional, Union
 
 from pydantic import Field, field_validator, model_validator
 
-from sim.catalog.zoo import MODEL_NAMES, canonical_name
+from sim.catalog.zoo import MODEL_NAMES, TORCH_MODELS, canonical_name
 from sim.catalog.zoo.cnn import CIFAR10_CLASSES, IMAGENET_CLASSES
 from sim.catalog.zoo.transformers import BERT_POSITIONS, GPT2_POSITIONS
 from sim.config.types import AsTuple, Strict
@@ -128,7 +128,7 @@ class NumericsConfig(Strict):
     model: str = Field(
         "mlp",
         description="logreg, mlp or cnn (cnn: digits only), or a zoo model (torch.nn, on synthetic data "
-        "shaped for it; `zoo:`): " + ", ".join(MODEL_NAMES),
+        "shaped for it; `zoo:`): " + ", ".join(TORCH_MODELS),
     )
     hidden: list[Width] = Field([64], description="mlp: hidden layer widths")
     channels: list[Width] = Field([8, 16], description="cnn: channels of its two 3x3 conv layers")
@@ -159,7 +159,12 @@ class NumericsConfig(Strict):
         if canonical in SMALL_MODELS:
             return canonical
         if canonical not in MODEL_NAMES:
-            raise ValueError(f"unknown model {value!r}; allowed: {', '.join(SMALL_MODELS + MODEL_NAMES)}")
+            raise ValueError(f"unknown model {value!r}; allowed: {', '.join(SMALL_MODELS + TORCH_MODELS)}")
+        if canonical not in TORCH_MODELS:
+            raise ValueError(
+                f"{canonical} has no torch.nn version to train (the simulator times it only); "
+                f"allowed: {', '.join(SMALL_MODELS + TORCH_MODELS)}"
+            )
         return canonical
 
     @property

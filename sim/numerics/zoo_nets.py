@@ -321,7 +321,13 @@ BUILDERS: dict[str, Callable[[], nn.Module]] = {
 
 
 def build_zoo_module(name: str, features: Optional[int] = None) -> nn.Module:
-    """The zoo model `name`; `features` shrinks DeepFM's hashed feature space."""
+    """The zoo model `name` (one of TORCH_MODELS; ValueError for the others); `features` shrinks
+    DeepFM's hashed feature space."""
+    if name not in BUILDERS:
+        raise ValueError(
+            f"model {name!r} has no torch.nn version (the simulator times it from its zoo layers only); "
+            f"buildable: {', '.join(BUILDERS)}"
+        )
     if name == "deepfm" and features is not None:
         return DeepFM(features)
     return BUILDERS[name]()

@@ -11,11 +11,14 @@ from collections.abc import Callable
 from functools import cache
 
 from sim.catalog.zoo.cnn import resnet32, resnet50, vgg16, wrn26_10
+from sim.catalog.zoo.gnmt import gnmt
 from sim.catalog.zoo.recsys import deepfm
 from sim.catalog.zoo.spec import Layer, ModelSpec
+from sim.catalog.zoo.ssd import ssd300
+from sim.catalog.zoo.transformer_xl import transformer_xl, transformer_xl_large
 from sim.catalog.zoo.transformers import bert_base, bert_large, gpt2
 
-__all__ = ["Layer", "ModelSpec", "MODEL_NAMES", "canonical_name", "get_model"]
+__all__ = ["Layer", "ModelSpec", "MODEL_NAMES", "TORCH_MODELS", "canonical_name", "get_model"]
 
 _BUILDERS: dict[str, Callable[[], ModelSpec]] = {
     "resnet50": resnet50,
@@ -26,9 +29,25 @@ _BUILDERS: dict[str, Callable[[], ModelSpec]] = {
     "bert_large": bert_large,
     "gpt2": gpt2,
     "deepfm": deepfm,
+    "transformer_xl": transformer_xl,
+    "transformer_xl_large": transformer_xl_large,
+    "gnmt": gnmt,
+    "ssd300": ssd300,
 }
 
 MODEL_NAMES: tuple[str, ...] = tuple(_BUILDERS)
+# The zoo models sim.numerics.zoo_nets builds as torch.nn (what `syncsim real` trains and `syncsim
+# profile` measures); the others are layer lists the simulator times, with no module to run.
+TORCH_MODELS: tuple[str, ...] = (
+    "resnet50",
+    "vgg16",
+    "wrn26_10",
+    "resnet32",
+    "bert_base",
+    "bert_large",
+    "gpt2",
+    "deepfm",
+)
 
 
 def canonical_name(name: str) -> str:

@@ -33,6 +33,13 @@ RELU_FLOPS = 1
 GELU_FLOPS = 8
 # Softmax per score: scale, max, subtract-and-exp, sum, divide.
 SOFTMAX_FLOPS = 5
+# An LSTM cell per hidden unit and step: three sigmoids and two tanh (about 3 FLOPs each, as
+# GELU's tanh is counted below its neighbours), three products, a sum, and the two bias adds of each
+# of its four gate inputs.
+LSTM_CELL_FLOPS = 27
+# Zipf's law: a token's frequency falls about as 1 / its frequency rank. WordPiece and BPE number
+# tokens roughly by frequency (and word vocabularies are sorted by it), so the popular rows come first.
+TOKEN_ZIPF_S = 1.0
 
 Size = int | tuple[int, int]
 
@@ -134,6 +141,40 @@ def embedding(
     reads = reads or (lookup.per_sample if lookup is not None else 0.0)
     op = Op("lookup", 0.0, 2.0 * reads * dim)  # gather the rows, write them out
     return Layer(name, num_embeddings * dim, 0.0, rows=num_embeddings, lookup=lookup, ops=(op,))
+
+
+def lstm(name: str, input_size: int, hidden: int, steps: int, *, bidirectional: bool = False) -> Layer:
+    """One `nn.LSTM` layer (both biases, as PyTorch keeps them) over `steps` positions of one sample.
+
+    cuDNN runs the input projection of every step as one matrix product, then per step and
+    direction a small product of the hidden state and the fused gate arithmetic: one kernel each,
+    `steps` times over, which is why recurrent layers launch so many more kernels than FLOPs suggest.
+    """
+    directions = 2 if bidirectional else 1
+    gates = 4 * hidden
+    params = directions * (gates * (input_size + hidden) + 2 * gates)
+    ops = (
+        Op(
+            "matmul",
+            2.0 * steps * directions * gates * input_size,
+            float(steps * (input_size + directions * gates)),
+            directions,
+        ),
+        Op(
+            "matmul",
+            2.0 * steps * directions * gates * hidden,
+            float(steps * directions * (hidden + gates)),
+            steps * directions,
+        ),
+        # reads the four gate inputs and the cell state, writes the cell and hidden states
+        Op(
+            "elementwise",
+            float(LSTM_CELL_FLOPS * steps * directions * hidden),
+            float(steps * directions * (gates + 3 * hidden)),
+            steps * directions,
+        ),
+    )
+    return Layer(name, params, sum(op.flops for op in ops), ops=ops, bias=True)
 
 
 def layer_norm(name: str, dim: int, tokens: int, *, full_precision: bool = True) -> Layer:

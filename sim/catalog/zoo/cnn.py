@@ -25,7 +25,7 @@ _RESNET50_STAGES = ((3, 64, 1), (4, 128, 2), (6, 256, 2), (3, 512, 2))
 _BOTTLENECK_EXPANSION = 4
 
 
-def _bottleneck(
+def bottleneck(
     prefix: str, in_ch: int, width: int, stride: int, in_size: int, stride_in_1x1: bool
 ) -> tuple[list[Layer], int]:
     """One bottleneck block; returns its layers and its output spatial size."""
@@ -65,7 +65,7 @@ def resnet50_layers(*, stride_in_1x1: bool = False) -> tuple[Layer, ...]:
     size, in_ch = pooled, 64
     for stage, (blocks, width, stride) in enumerate(_RESNET50_STAGES, start=1):
         for block in range(blocks):
-            block_layers, size = _bottleneck(
+            block_layers, size = bottleneck(
                 f"layer{stage}.{block}",
                 in_ch,
                 width,

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from sim.catalog.zoo.builders import (
+    TOKEN_ZIPF_S,
     aligned,
     cross_entropy,
     embedding,
@@ -24,22 +25,28 @@ from sim.catalog.zoo.builders import (
     plus_flops,
     transformer_block,
 )
+from sim.catalog.zoo.gnmt import GNMT_SEQ_LEN, gnmt_layers
 from sim.catalog.zoo.spec import Layer, Lookup, ModelSpec, Op
+from sim.catalog.zoo.transformer_xl import TXL_SIZES, transformer_xl_layers
 
 BERT_VOCAB = 30522
 BERT_POSITIONS = 512
 BERT_TOKEN_TYPES = 2
 BERT_SEQ_LEN = 128
 
-# Zipf's law: a token's frequency falls about as 1 / its frequency rank. WordPiece and BPE number
-# tokens roughly by frequency, so the popular rows come first.
-TOKEN_ZIPF_S = 1.0
-
 GPT2_VOCAB = 50257
 GPT2_POSITIONS = 1024
 GPT2_SEQ_LEN = 1024
-# tokens per sample each model's FLOPs are counted for (timing runs and profiles train at these)
-SEQUENCE_LENGTHS = {"bert_base": BERT_SEQ_LEN, "bert_large": BERT_SEQ_LEN, "gpt2": GPT2_SEQ_LEN}
+# tokens per sample each model's FLOPs are counted for (timing runs and profiles train at these);
+# Transformer-XL's segments and GNMT's sentences (a side) at the lengths of their published rows
+SEQUENCE_LENGTHS = {
+    "bert_base": BERT_SEQ_LEN,
+    "bert_large": BERT_SEQ_LEN,
+    "gpt2": GPT2_SEQ_LEN,
+    "transformer_xl": TXL_SIZES["transformer_xl"].seq_len,
+    "transformer_xl_large": TXL_SIZES["transformer_xl_large"].seq_len,
+    "gnmt": GNMT_SEQ_LEN,
+}
 
 
 def bert_layers(
@@ -172,10 +179,14 @@ _SIZES = {
 
 
 def layers_at_sequence_length(name: str, seq_len: int, *, reference: bool = False) -> tuple[Layer, ...]:
-    """The layers of the zoo transformer `name` for sequences of `seq_len` tokens (published
+    """The layers of the zoo sequence model `name` for sequences of `seq_len` tokens (published
     benchmarks use other lengths than the zoo's sample); `reference`: as the published code runs
-    it (`bert_layers`, `gpt2_layers`)."""
+    it (`bert_layers`, `gpt2_layers`; Transformer-XL and GNMT are always built so)."""
+    if name in TXL_SIZES:
+        return transformer_xl_layers(TXL_SIZES[name], seq_len)
+    if name == "gnmt":
+        return gnmt_layers(seq_len=seq_len)
     if name not in _SIZES:
-        raise ValueError(f"model {name!r} has no sequence length; transformers: {', '.join(_SIZES)}")
+        raise ValueError(f"model {name!r} has no sequence length; sequence models: {', '.join(SEQUENCE_LENGTHS)}")
     build = gpt2_layers if name == "gpt2" else bert_layers
     return build(**_SIZES[name], seq_len=seq_len, reference=reference)
