@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from sim.experiments.scaling import steady_throughput, table
+from sim.experiments.scaling import samples_per_s, steady_throughput, table
 from sim.experiments.scaling_all import (
     ScoredRow,
     classify,
@@ -70,9 +70,9 @@ def test_every_row_has_one_role_and_every_unexpressible_row_a_reason() -> None:
     assert listed["reason"].map(lambda r: isinstance(r, str) and len(r) > 10).all()
     # the reasons say what is missing, by hand for a few kinds of row
     for index, row in listed.iterrows():
-        if row["model"] == "transformer_xl":
-            assert "no zoo model 'transformer_xl'" in row["reason"]
-        elif row["framework"].startswith("TensorFlow") and row["model"] in ("bert_large", "resnet50"):
+        if row["model"] in ("transformer_xl", "transformer_xl_large", "gnmt", "ssd300"):
+            assert row["framework"].startswith("TensorFlow"), index  # every PyTorch row of theirs is expressed
+        if row["framework"].startswith("TensorFlow"):
             assert row["reason"].startswith("TensorFlow"), index
         elif row["model"] == "bert_large" and row["seq_len"] in (384, 512):
             assert f"sequence length {int(row['seq_len'])}" in row["reason"]
@@ -110,7 +110,23 @@ def _scored(index: int) -> ScoredRow:
     return next(row for row in scored_rows() if row.index == index)
 
 
-@pytest.mark.parametrize("index", [26, 35])  # BERT-large tf32 on DGX A100: 1 -> 8 GPUs; 1 node -> 2 nodes
+def test_tokens_per_second_rows_become_zoo_samples_per_second() -> None:
+    rows = table()
+    rate = samples_per_s(rows)
+    first = rows.index[(rows["gpus"] == 1) & rows["framework"].str.startswith("PyTorch")]
+    by_model = {model: rows.loc[first][rows.loc[first, "model"] == model].index[0] for model in set(rows["model"])}
+    # Transformer-XL counts each segment's 192 (base) or 384 (large) targets; GNMT 50 source tokens
+    # and 49 decoder inputs per zoo pair; images and sequences are samples already
+    for model, tokens in (("transformer_xl", 192), ("transformer_xl_large", 384), ("gnmt", 99), ("ssd300", 1)):
+        index = by_model[model]
+        assert rate[index] == pytest.approx(rows.at[index, "samples_per_s"] / tokens), model
+    made_up = rows.loc[[by_model["transformer_xl"]]].assign(model="vgg16")
+    with pytest.raises(ValueError, match="tokens/s rows of vgg16"):
+        samples_per_s(made_up)
+
+
+# BERT-large tf32 on DGX A100: 1 -> 8 GPUs; 1 node -> 2 nodes; Transformer-XL base and GNMT (tokens/s) 1 -> 2, 4 GPUs
+@pytest.mark.parametrize("index", [26, 35, 256, 356])
 def test_rows_simulate_end_to_end(index: int) -> None:
     row = _scored(index)
     efficiency = pinned_efficiency(row)

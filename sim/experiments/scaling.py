@@ -30,6 +30,7 @@ import pandas as pd
 
 from sim.api import simulate
 from sim.catalog.zoo import MODEL_NAMES
+from sim.catalog.zoo.gnmt import GNMT_SEQ_LEN
 from sim.catalog.zoo.transformers import SEQUENCE_LENGTHS
 from sim.results.tables import steady_figures
 
@@ -43,6 +44,17 @@ SYSTEM_GPUS = {"DGX A100": "A100", "DGX-1": "V100", "DGX-2": "V100", "DGX H100":
 LOADER_WORKERS = {"DGX-1": 8, "DGX-2": 8, "DGX A100": 16}
 LOADED_MODELS = ("resnet50",)  # models whose rows read and decode images on the host's CPUs
 PROBE_EFFICIENCY = 0.5
+# The tokens a published tokens/s figure counts per zoo sample, which turn it into samples/s (the
+# simulator's unit; a ratio of two rows needs none, pinning the compute to a base row does):
+# Transformer-XL counts its targets, a segment's tgt_len per sequence (NVIDIA/DeepLearningExamples@
+# 729963dd47e7c8bd462ad10bfac7a7b0b604e6dd:PyTorch/LanguageModeling/Transformer-XL/pytorch/train.py
+# L526, L599); GNMT the source tokens plus the target's less one (the decoder's input), the zoo's
+# pair being 50 a side (PyTorch/Translation/GNMT/seq2seq/train/trainer.py L172-L173, L252).
+TOKENS_PER_SAMPLE = {
+    "transformer_xl": SEQUENCE_LENGTHS["transformer_xl"],
+    "transformer_xl_large": SEQUENCE_LENGTHS["transformer_xl_large"],
+    "gnmt": 2 * GNMT_SEQ_LEN - 1,
+}
 
 
 @dataclass(frozen=True)
@@ -71,10 +83,22 @@ def table() -> pd.DataFrame:
         return pd.read_csv(f)
 
 
+def samples_per_s(rows: pd.DataFrame) -> pd.Series:
+    """The rows' throughputs in zoo samples/s: as published, but tokens/s (the note says so) over
+    TOKENS_PER_SAMPLE of the row's model."""
+    tokens = rows["note"].fillna("").str.startswith("tokens/s")
+    unknown = set(rows.loc[tokens, "model"]) - set(TOKENS_PER_SAMPLE)
+    if unknown:
+        raise ValueError(f"tokens/s rows of {', '.join(sorted(unknown))}: no tokens per sample known")
+    per_sample = rows["model"].map(TOKENS_PER_SAMPLE).where(tokens, 1.0)
+    return rows["samples_per_s"] / per_sample
+
+
 def pairs() -> list[ScalingPair]:
     """The published 1- and 8-GPU rows that pair up (PyTorch, zoo models at the zoo's sequence length)."""
     rows = table()
     rows = rows[(rows["nodes"] == 1) & rows["framework"].str.startswith("PyTorch") & rows["model"].isin(MODEL_NAMES)]
+    rows = rows.assign(samples_per_s=samples_per_s(rows))
     keys = ["model", "system", "precision", "batch_per_gpu", "seq_len", "framework"]
     out = []
     for key, group in rows.groupby(keys, dropna=False, sort=True):

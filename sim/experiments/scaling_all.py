@@ -27,6 +27,7 @@ from sim.experiments.scaling import (
     loader_rate,
     pair_config,
     pairs,
+    samples_per_s,
     steady_throughput,
     table,
 )
@@ -133,6 +134,7 @@ def classify(rows: pd.DataFrame | None = None) -> pd.DataFrame:
 def scored_rows(rows: pd.DataFrame | None = None) -> list[ScoredRow]:
     """The rows to score, each with its base, in the table's order."""
     out = classify(rows)
+    rate = samples_per_s(out)  # tokens/s rows in zoo samples/s
     scored = []
     for index, row in out[out["role"] == "scored"].iterrows():
         base = out.loc[int(row["base_index"])]
@@ -151,10 +153,10 @@ def scored_rows(rows: pd.DataFrame | None = None) -> list[ScoredRow]:
                 str(row["table"]),
                 int(row["nodes"]),
                 int(row["gpus"]),
-                float(row["samples_per_s"]),
+                float(rate[index]),
                 int(base["nodes"]),
                 int(base["gpus"]),
-                float(base["samples_per_s"]),
+                float(rate[int(row["base_index"])]),
             )
         )
     return scored
