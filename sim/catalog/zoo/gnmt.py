@@ -27,11 +27,11 @@ from sim.catalog.zoo.spec import Layer, Lookup, ModelSpec, Op
 _DLE = "NVIDIA/DeepLearningExamples@729963dd47e7c8bd462ad10bfac7a7b0b604e6dd"
 _GNMT = f"{_DLE}:PyTorch/Translation/GNMT"
 
-# 32,000 BPE merges (scripts/wmt16_en_de.sh L171) give a vocabulary padded to a multiple of 8 for
-# tensor cores (train.py L426-L427): 32,320 tokens, the synthetic vocabulary's default that mirrors
-# it (README.md L690-L691), as the shapes in MLPerf's GNMT ([32320, 1024], NVIDIA/apex tests) show.
+# 32,000 BPE merges (scripts/wmt16_en_de.sh L171) give a vocabulary that TF32 and FP16 runs pad to a
+# multiple of 8 for tensor cores (train.py L426-L427, seq2seq/utils.py L294-L299; FP32 runs keep the
+# few rows less): 32,320 tokens, the synthetic vocabulary's default that mirrors it (README.md L690-L691).
 GNMT_VOCAB = 32320
-# hidden size and layers (seq2seq/models/gnmt.py L34; README.md L87-L97)
+# hidden size and layers (seq2seq/models/gnmt.py L34; README.md L88-L105)
 GNMT_HIDDEN = 1024
 GNMT_LAYERS = 4
 # --train-max-length, BOS and EOS included (train.py L208; README.md L567-L569)
