@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import signal
+from collections.abc import Iterator
 from typing import Any
 
 GBPS = 1e9 / 8  # bytes/s per Gbit/s
@@ -57,3 +60,20 @@ def two_tier(
         "link_latency_us": 5.0,
         **extra,
     }
+
+
+@contextlib.contextmanager
+def bounded(seconds: int, what: str = "no answer") -> Iterator[None]:
+    """Fail instead of hanging: raise TimeoutError if the block runs past `seconds` (a hang never
+    ends, so any finite bound separates it from an answer)."""
+
+    def stop(signum: int, frame: object) -> None:
+        raise TimeoutError(f"{what} within {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, stop)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)

@@ -16,7 +16,6 @@ import copy
 import io
 import os
 import re
-import signal
 import typing
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,6 +27,7 @@ import yaml
 hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
+from helpers import bounded  # noqa: E402
 
 from sim.api import simulate  # noqa: E402
 from sim.cli import main  # noqa: E402
@@ -114,25 +114,11 @@ def _set(data: Any, path: tuple[Any, ...], value: Any) -> None:
     data[path[-1]] = value
 
 
-@contextlib.contextmanager
-def _bounded(seconds: int) -> Iterator[None]:
-    def hang(signum: int, frame: Any) -> None:
-        raise TimeoutError(f"no answer within {seconds} s")
-
-    previous = signal.signal(signal.SIGALRM, hang)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
-
-
 def check(path: Path, *args: str) -> tuple[int, list[str]]:
     """`syncsim check PATH [ARGS]` in-process: exit code and the error lines (header and indent removed;
     an argument error is one line, kept whole)."""
     err = io.StringIO()
-    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()), _bounded(HANG_S):
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()), bounded(HANG_S):
         code = main(["check", str(path), *args])
     said = err.getvalue().splitlines()
     if said and "argument error" in said[0]:
@@ -153,7 +139,7 @@ def run_small(path: Path, what: str) -> None:
     data["iterations"] = min(data.get("iterations", 10), BUDGET)
     if data.get("warmup_iterations") is not None:  # must leave an iteration to summarise
         data["warmup_iterations"] = min(data["warmup_iterations"], BUDGET - 1)
-    with _bounded(HANG_S):
+    with bounded(HANG_S):
         result = simulate(data)
     assert not result.errors, f"{what}: accepted by check, then failed: {result.errors}"
     assert len(result.summary) == len(data["policies"])

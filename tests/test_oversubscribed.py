@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from sim.experiments.oversubscribed import UPLINK_GBPS, Case, run
+from sim.experiments.oversubscribed import UPLINK_GBPS, Case, Outcome, run
 
 GBPS = 1e9 / 8
 NIC = 100 * GBPS
@@ -56,18 +56,18 @@ def _id(case: Case) -> str:
 
 
 @pytest.fixture(scope="module")
-def outcomes() -> dict[Case, object]:
+def outcomes() -> dict[Case, Outcome]:
     return {case: run(case) for case in CASES}
 
 
 @pytest.mark.parametrize("case", CASES, ids=_id)
-def test_never_faster_than_its_bytes_at_line_rate(case: Case, outcomes) -> None:  # type: ignore[no-untyped-def]
+def test_never_faster_than_its_bytes_at_line_rate(case: Case, outcomes: dict[Case, Outcome]) -> None:
     bound = line_rate_seconds(case)
     assert outcomes[case].seconds >= bound * (1 - 1e-9), f"{_id(case)}: {outcomes[case].seconds} s below {bound} s"
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.nbytes >= 64 * MIB], ids=_id)
-def test_large_collectives_keep_the_bottleneck_busy(case: Case, outcomes) -> None:  # type: ignore[no-untyped-def]
+def test_large_collectives_keep_the_bottleneck_busy(case: Case, outcomes: dict[Case, Outcome]) -> None:
     """Within 15% of the bytes at what NCCL's protocol reaches of the line rate, plus NCCL's own latency
     (its base and per-step figures): a model that idles a saturated uplink falls far outside."""
     o = outcomes[case]
@@ -76,14 +76,16 @@ def test_large_collectives_keep_the_bottleneck_busy(case: Case, outcomes) -> Non
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.nbytes >= 256 * MIB], ids=_id)
-def test_the_limiting_link_is_busy_while_the_collective_crosses_racks(case: Case, outcomes) -> None:  # type: ignore[no-untyped-def]
+def test_the_limiting_link_is_busy_while_the_collective_crosses_racks(
+    case: Case, outcomes: dict[Case, Outcome]
+) -> None:
     o = outcomes[case]
     assert o.crossing_utilization >= 0.85, f"{_id(case)}: {o.crossing_link} busy {o.crossing_utilization:.1%}"
     assert "core" in o.crossing_link, f"{_id(case)}: the busiest link is {o.crossing_link}, not an uplink"
 
 
 @pytest.mark.parametrize("ratio", list(UPLINK_GBPS))
-def test_the_trees_load_the_uplinks_of_the_racks_holding_most_edges(ratio: str, outcomes) -> None:  # type: ignore[no-untyped-def]
+def test_the_trees_load_the_uplinks_of_the_racks_holding_most_edges(ratio: str, outcomes: dict[Case, Outcome]) -> None:
     link = outcomes[Case(ratio, 8, "tree", 256 * MIB)].crossing_link
     assert link in {"tor1->core0", "tor2->core0", "core0->tor1", "core0->tor2"}, link
 

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import contextlib
-import signal
 from collections import Counter
-from collections.abc import Iterator
 
 import pytest
-from helpers import GBPS, US, star, synthetic, two_tier
+from helpers import GBPS, US, bounded, star, synthetic, two_tier
 
 from sim.cluster.routing import Router
 from sim.cluster.topology import build_cluster
@@ -84,22 +81,6 @@ def test_hosts_never_forward() -> None:
     assert nodes_of(c, Router(c).path("m.g0", "b.g0")) == ["m.g0", "m", "s2", "b", "b.g0"]
 
 
-@contextlib.contextmanager
-def bounded(seconds: int) -> Iterator[None]:
-    """Fail instead of hanging: a route search that loops never ends, so any finite bound separates."""
-
-    def stop(signum: int, frame: object) -> None:
-        raise TimeoutError(f"no route within {seconds} s (the route search loops)")
-
-    previous = signal.signal(signal.SIGALRM, stop)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
-
-
 BACK_TO_BACK = {  # two hosts cabled to each other, no switch (once: the route search walked a->b->a...)
     "topology": "custom",
     "link_latency_us": 5.0,
@@ -110,7 +91,7 @@ BACK_TO_BACK = {  # two hosts cabled to each other, no switch (once: the route s
 
 def test_hosts_cabled_back_to_back_route_over_their_cable() -> None:
     c = build(BACK_TO_BACK)
-    with bounded(20):
+    with bounded(20, "no route (the route search loops)"):
         r = Router(c)
         assert nodes_of(c, r.path("a.g0", "b.g1")) == ["a.g0", "a", "b", "b.g1"]
         assert nodes_of(c, r.path("b.g0", "a.g0")) == ["b.g0", "b", "a", "a.g0"]
@@ -122,7 +103,7 @@ def test_hosts_cabled_back_to_back_run_a_ring_at_the_closed_form() -> None:
     """Two 1-GPU hosts on one 25 Gbps cable: a ring all-reduce of n bytes is one step each way,
     2 (p-1) alpha + 2 (p-1)/p n/B with p = 2 and alpha = GPU->host (1 us) + cable (5 us) + host->GPU (1 us)."""
     cluster = {**BACK_TO_BACK, "nodes": [{**n, "gpus": 1} for n in BACK_TO_BACK["nodes"]]}
-    with bounded(30):
+    with bounded(30, "no route (the route search loops)"):
         result = simulate(synthetic(cluster, [{"name": "ring"}], 100.0))
     assert not result.errors, result.errors
     alpha, n = (1 + 5 + 1) * US, 100e6

@@ -66,3 +66,15 @@ def test_the_bundled_config_predicts_the_logged_hybrids_within_fifteen_percent()
         minutes = summary.loc[label, "sim_time_s"] / 60
         assert minutes == pytest.approx(logged.loc[(repro.CIFAR10.experiment, label), "median_min"], rel=0.15)
     assert summary.loc["b5-a95", "switches"] == 1
+
+
+def test_the_null_model_is_the_phase_weighted_mix_of_the_pure_runs() -> None:
+    # 5% of a 180 min BSP run, 95% of a 26 min ASP run, one 180 s switch: 9 + 24.7 + 3 min
+    assert repro.phase_mix_minutes(0.05, 180.0, 26.0, 1, 180.0) == pytest.approx(36.7)
+    # the pure runs are the mix at share 1 and 0, with no switch
+    assert repro.phase_mix_minutes(1.0, 180.0, 26.0, 0, 180.0) == 180.0
+    assert repro.phase_mix_minutes(0.0, 180.0, 26.0, 0, 180.0) == 26.0
+    with pytest.raises(ValueError, match="fraction: a BSP share between 0 and 1"):
+        repro.phase_mix_minutes(5.0, 180.0, 26.0, 1, 180.0)
+    with pytest.raises(ValueError, match="switches: a count"):
+        repro.phase_mix_minutes(0.5, 180.0, 26.0, -1, 180.0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 
 from sim.experiments import sync_switch_logs as logs
@@ -37,3 +38,17 @@ def test_every_straggler_series_names_logged_runs_and_slows_per_step() -> None:
         (418.67 / 34000) / (451.73 / 40000), rel=1e-9
     )
     assert slowdowns[("sync_baseline", "30lat_2strag")] == pytest.approx(466.9 / 170.2, rel=1e-3)
+
+
+def test_the_extra_time_is_scored_on_what_the_stragglers_add() -> None:
+    # logged 1.5x, predicted 1.2x: the total is 20% under, the 0.5 extra 60% under (0.2 against 0.5)
+    assert stragglers.extra_error_pct(1.2, 1.5) == pytest.approx(-60.0)
+    assert stragglers.extra_error_pct(2.0, 1.5) == pytest.approx(100.0)  # 1.0 extra against 0.5
+    assert stragglers.extra_error_pct(1.0, 1.1) == pytest.approx(-100.0)  # stragglers cost nothing
+    with pytest.raises(ValueError, match="logged_slowdown: above 1"):
+        stragglers.extra_error_pct(1.1, 1.0)
+
+
+def test_within_counts_the_errors_inside_the_band_both_ways() -> None:
+    assert stragglers.within(pd.Series([-25.0, 25.0, -25.1, 30.0, 0.0])) == 3
+    assert stragglers.within(pd.Series([-100.0, -60.0])) == 0

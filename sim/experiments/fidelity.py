@@ -64,31 +64,30 @@ def simulate(row: Published) -> tuple[float, str, str]:
     return row.bus_factor() * row.nbytes / env.now / 1e9, choice.algorithm, choice.protocol
 
 
+def scored(row: Published) -> dict[str, Any]:
+    """`row` simulated: its collective and cluster, the published and simulated bus bandwidth, the
+    error (simulated / published - 1), and the algorithm and protocol run."""
+    busbw, algorithm, protocol = simulate(row)
+    return {
+        "collective": row.collective,
+        "gpu": row.gpu,
+        "network": row.network,
+        "hosts": row.nodes,
+        "gpus": row.ranks,
+        "size": _size(row.nbytes) if row.sized else "peak",
+        "published_gbs": row.busbw_gbs,
+        "simulated_gbs": round(busbw, 1),
+        "error": busbw / row.busbw_gbs - 1,
+        "algorithm": algorithm,
+        "protocol": protocol,
+        "bug_report": row.bug_report,
+    }
+
+
 def fidelity_table(include_bug_reports: bool = True) -> pd.DataFrame:
     """One line per published figure: the figure, the simulator's, and the error (simulated / published - 1)."""
-    out = []
-    for row in rows(include_bug_reports):
-        busbw, algorithm, protocol = simulate(row)
-        out.append(
-            {
-                "kind": row.kind,
-                "collective": row.collective,
-                "gpu": row.gpu,
-                "network": row.network,
-                "hosts": row.nodes,
-                "gpus": row.ranks,
-                "size": _size(row.nbytes) if row.sized else "peak",
-                "published_gbs": row.busbw_gbs,
-                "simulated_gbs": round(busbw, 1),
-                "error": busbw / row.busbw_gbs - 1,
-                "algorithm": algorithm,
-                "protocol": protocol,
-                "bug_report": row.bug_report,
-                "system": row.system,
-                "source": row.source,
-            }
-        )
-    return pd.DataFrame(out)
+    figures = rows(include_bug_reports)
+    return pd.DataFrame([{"kind": r.kind} | scored(r) | {"system": r.system, "source": r.source} for r in figures])
 
 
 def summary(table: pd.DataFrame) -> pd.DataFrame:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from sim.experiments.fidelity import _size, simulate
+from sim.experiments.fidelity import scored
 from sim.nccl.fit import source_of
 from sim.nccl.published import Published, rows
 
@@ -76,27 +76,9 @@ def heldout_table(figures: Sequence[Published] | None = None, null: AlphaBeta | 
     null = null_model() if null is None else null
     out = []
     for row in figures:
-        busbw, algorithm, protocol = simulate(row)
         null_gbs = null.busbw_gbs(row)
-        out.append(
-            {
-                "source": source_of(row),
-                "collective": row.collective,
-                "gpu": row.gpu,
-                "network": row.network,
-                "hosts": row.nodes,
-                "gpus": row.ranks,
-                "size": _size(row.nbytes) if row.sized else "peak",
-                "published_gbs": row.busbw_gbs,
-                "simulated_gbs": round(busbw, 1),
-                "error": busbw / row.busbw_gbs - 1,
-                "null_gbs": round(null_gbs, 1),
-                "null_error": null_gbs / row.busbw_gbs - 1,
-                "algorithm": algorithm,
-                "protocol": protocol,
-                "bug_report": row.bug_report,
-            }
-        )
+        null_figures = {"null_gbs": round(null_gbs, 1), "null_error": null_gbs / row.busbw_gbs - 1}
+        out.append({"source": source_of(row)} | scored(row) | null_figures)
     return pd.DataFrame(out)
 
 

@@ -14,6 +14,12 @@ worker. Three things are calibrated, each on runs that are not predicted:
    launcher's job records of the CIFAR-100 hybrids (only those: the CIFAR-10 predictions use
    nothing of their own).
 
+Beside each prediction stands the null model `phase_mix_minutes`: the hybrid's BSP share of the
+same setup's simulated pure BSP run, the rest of its pure ASP run, plus the switch cost. The
+hybrids' predictions come out within a fraction of a point of it: their times follow from the
+BSP and ASP calibration, and what the simulation predicts on its own is the pure runs of the
+other setups.
+
 Every other configuration is then simulated at its full length: the CIFAR-10 hybrids of every BSP
 fraction and order, the 16-worker cluster (same rates, twice the towers per master), and CIFAR-100
 ResNet-50's BSP (the CIFAR-10 input rate at 64 images a tower) and hybrids.
@@ -189,36 +195,59 @@ def _policy(label: str, setup: Setup, steps: float, switch_cost_s: float) -> dic
     }
 
 
+def phase_mix_minutes(fraction: float, bsp_min: float, asp_min: float, switches: int, switch_cost_s: float) -> float:
+    """The null model of a hybrid's time: its BSP share of the pure BSP run's minutes, the rest of
+    the pure ASP run's, plus each switch's idle time (docs/sync_switch.md, "Throughput: the
+    phase-weighted mix"). No simulation: what the discrete-event run adds is what differs from it."""
+    if not 0.0 <= fraction <= 1.0:
+        raise ValueError(f"fraction: a BSP share between 0 and 1 (got {fraction})")
+    if switches < 0:
+        raise ValueError(f"switches: a count, 0 or more (got {switches})")
+    return fraction * bsp_min + (1.0 - fraction) * asp_min + switches * switch_cost_s / 60.0
+
+
 def predict(runs: pd.DataFrame, calibration: Calibration, base: dict[str, Any]) -> pd.DataFrame:
-    """Every configuration of the three setups, simulated at full length, beside its logs."""
+    """Every configuration of the three setups, simulated at full length, beside its logs and the
+    null model (`phase_mix_minutes` of the same setup's simulated pure BSP and ASP runs, which are
+    the calibration's times; the 16-worker ASP run is simulated for it alone)."""
     rows = []
     for setup in SETUPS:
         table = logged(runs, setup.experiment)
-        policies, roles = [], {}
+        policies, roles, shares = [], {}, {}
         for label, entry in table.iterrows():
             if label in ("bsp", "asp"):
                 policies.append({**(BSP if label == "bsp" else ASP), "label": label})
             else:
                 policies.append(_policy(str(label), setup, float(entry["steps"]), calibration.switch_cost_s))
+                shares[str(label)] = (setup.bsp_fraction(float(entry["steps"])), len(policies[-1]["pattern"]) - 1)
         if setup is CIFAR10:  # its pure runs sit in the baseline folder: the calibration, shown for reference
             policies += [{**BSP, "label": "bsp"}, {**ASP, "label": "asp"}]
             table = pd.concat([table, logged(runs, BASELINE).loc[["bsp", "asp"]]])
             roles = {"bsp": "calibration (input rate)", "asp": "calibration (compute)"}
-        elif setup is CIFAR100:
-            roles = {"asp": "calibration (compute)"}
+        elif setup is CIFAR100:  # its hybrids' switches are the ones the switch cost is the median of
+            roles = {"asp": "calibration (compute)", "bsp": "prediction"}
+        hybrid_role = "in-sample (switch cost)" if setup is CIFAR100 else "prediction"
+        pure = [p for p in ({**BSP, "label": "bsp"}, {**ASP, "label": "asp"}) if p["label"] not in table.index]
         config = setup_config(base, setup, calibration.compute_ms[setup.model], calibration.input_samples_s)
-        simulated = run_policies(config, policies, setup.bsp_steps)
+        simulated = run_policies(config, policies + pure, setup.bsp_steps)
+        bsp_min, asp_min = (float(simulated.loc[label, "sim_time_s"]) / 60.0 for label in ("bsp", "asp"))
         for label, entry in table.iterrows():
             predicted = float(simulated.loc[label, "sim_time_s"]) / 60.0
+            logged_min = float(entry["median_min"])
+            # a pure run is the mix at share 1 or 0: the null model is then syncsim's own number
+            share, switches = shares.get(str(label), (1.0 if label == "bsp" else 0.0, 0))
+            null = phase_mix_minutes(share, bsp_min, asp_min, switches, calibration.switch_cost_s)
             rows.append(
                 {
                     "experiment": BASELINE if label in ("bsp", "asp") and setup is CIFAR10 else setup.experiment,
                     "configuration": label,
-                    "role": roles.get(str(label), "prediction"),
+                    "role": roles.get(str(label), hybrid_role),
                     "runs": int(entry["runs"]),
-                    "logged_min": round(float(entry["median_min"]), 1),
+                    "logged_min": round(logged_min, 1),
                     "predicted_min": round(predicted, 1),
-                    "error_pct": round(100.0 * (predicted / float(entry["median_min"]) - 1.0), 1),
+                    "error_pct": round(100.0 * (predicted / logged_min - 1.0), 1),
+                    "null_min": round(null, 1),
+                    "null_error_pct": round(100.0 * (null / logged_min - 1.0), 1),
                 }
             )
     return pd.DataFrame(rows)
@@ -240,10 +269,23 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     table = predict(runs, calibration, base)
     print(logs.markdown(table))
-    predicted = table[table["role"] == "prediction"]
+    scored = table[~table["role"].str.startswith("calibration")]
+    print()
+    for name, rows in (
+        ("predicted", scored[scored["role"] == "prediction"]),
+        ("in-sample", scored[scored["role"] != "prediction"]),
+        ("all not calibrated", scored),
+    ):
+        print(
+            f"{name}: {len(rows)}, median |error| syncsim {rows['error_pct'].abs().median():.1f}%, "
+            f"null model {rows['null_error_pct'].abs().median():.1f}%; worst {rows['error_pct'].abs().max():.1f}% "
+            f"and {rows['null_error_pct'].abs().max():.1f}%"
+        )
+    hybrids = scored[~scored["configuration"].isin(["bsp", "asp"])]
+    apart = (hybrids["error_pct"] - hybrids["null_error_pct"]).abs()
     print(
-        f"\npredictions: {len(predicted)}, median |error| {predicted['error_pct'].abs().median():.1f}%, "
-        f"worst {predicted['error_pct'].abs().max():.1f}%"
+        f"hybrids: {len(hybrids)}, syncsim and the null model at most {apart.max():.1f} points apart "
+        f"(median {apart.median():.1f}); a pure run is the null model at share 1 or 0"
     )
 
 

@@ -10,6 +10,9 @@ the `tc netem` delay on the straggling hosts (`faults.stragglers[].delay_ms`), a
 slowdowns. The delay is charged per RPC (`delay_mode: rpc`): TensorFlow moves every tensor as a gRPC
 request answered with it, so a transfer to or from a delayed host pays it once and one between two
 delayed hosts twice (docs/sync_switch.md, "Stragglers", has the mechanisms checked and rejected).
+Each slowdown is scored on the total time and on the extra time the stragglers add (slowdown - 1),
+beside the null model "stragglers cost nothing": on the total, the calibrated run without
+stragglers counts, and the null model already scores well.
 
 The online policies' runs are replayed: their phases from the launcher's job records (the logs
 keep neither the stragglers' timing nor the detection thresholds), simulated beside the static 5%
@@ -60,6 +63,21 @@ STRAGGLER_SERIES = (
     ("BSP", "fixed_batch_sync_baseline_cosine", "fixed_batch_sync_{}_cosine", BSP_PER_WORKER, STRAGGLER_CASES[:2]),
 )
 SLOWDOWN_ITERATIONS = 400
+WITHIN = 0.25  # the band a prediction's error is counted in
+
+
+def extra_error_pct(predicted_slowdown: float, logged_slowdown: float) -> float:
+    """The error on the time the stragglers add (slowdown - 1), in percent: the total time's error
+    counts the run without stragglers, which a model that charges them nothing already gets
+    right. The null model (slowdown 1) scores -100."""
+    if logged_slowdown <= 1.0:
+        raise ValueError(f"logged_slowdown: above 1, or there is no extra time to score (got {logged_slowdown})")
+    return 100.0 * ((predicted_slowdown - 1.0) / (logged_slowdown - 1.0) - 1.0)
+
+
+def within(errors_pct: pd.Series, band: float = WITHIN) -> int:
+    """How many errors (percent) lie within +-`band`."""
+    return int((errors_pct.abs() <= 100.0 * band).sum())
 
 
 def _netem(ranks: Sequence[int], delay_ms: float, delay_mode: str) -> dict[str, Any]:
@@ -71,8 +89,10 @@ def _netem(ranks: Sequence[int], delay_ms: float, delay_mode: str) -> dict[str, 
 def straggler_slowdowns(runs: pd.DataFrame, base: dict[str, Any], delay_mode: str = "rpc") -> pd.DataFrame:
     """Per straggler case of each series (`STRAGGLER_SERIES`), the logged and the simulated slowdown
     over the series' run without stragglers, per step (the April 10 ms x 2 run stopped at 34,000
-    steps). Each series' compute is calibrated on that run. `delay_mode`: how the netem delay is
-    charged (`faults.stragglers[].delay_mode`)."""
+    steps), each scored on the total time and on the extra time the stragglers add
+    (`extra_error_pct`), beside the null model "stragglers cost nothing" (slowdown 1). Each series'
+    compute is calibrated on that run. `delay_mode`: how the netem delay is charged
+    (`faults.stragglers[].delay_mode`)."""
     setup = STRAGGLER
     rows = []
     for mode, baseline, name, policy, cases in STRAGGLER_SERIES:
@@ -87,6 +107,7 @@ def straggler_slowdowns(runs: pd.DataFrame, base: dict[str, Any], delay_mode: st
             slowed = float(
                 run_policies({**config, "faults": faults}, [policy], SLOWDOWN_ITERATIONS).loc[label, "sim_time_s"]
             )
+            predicted = slowed / nominal
             rows.append(
                 {
                     "mode": mode,
@@ -94,8 +115,13 @@ def straggler_slowdowns(runs: pd.DataFrame, base: dict[str, Any], delay_mode: st
                     "delay_ms": delay_ms,
                     "stragglers": len(ranks),
                     "logged_slowdown": round(slowdown, 3),
-                    "predicted_slowdown": round(slowed / nominal, 3),
-                    "error_pct": round(100.0 * (slowed / nominal / slowdown - 1.0), 1),
+                    "predicted_slowdown": round(predicted, 3),
+                    "error_pct": round(100.0 * (predicted / slowdown - 1.0), 1),
+                    "null_error_pct": round(100.0 * (1.0 / slowdown - 1.0), 1),
+                    "logged_extra": round(slowdown - 1.0, 3),
+                    "predicted_extra": round(predicted - 1.0, 3),
+                    "extra_error_pct": round(extra_error_pct(predicted, slowdown), 1),
+                    "null_extra_error_pct": round(extra_error_pct(1.0, slowdown), 1),
                 }
             )
     return pd.DataFrame(rows)
@@ -191,12 +217,32 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     parser.parse_args(argv)
     runs, phases, base = logs.bundled(), logs.bundled(logs.PHASES), base_config()
-    slowdowns = straggler_slowdowns(runs, base, "rpc")
+    rpc = straggler_slowdowns(runs, base, "rpc")
     one_way = straggler_slowdowns(runs, base, "one_way")
-    slowdowns = slowdowns.rename(columns={"predicted_slowdown": "predicted (rpc)"}).assign(
-        **{"predicted (one_way)": one_way["predicted_slowdown"], "error_pct (one_way)": one_way["error_pct"]}
+    total = ["mode", "baseline", "delay_ms", "stragglers", "logged_slowdown", "predicted_slowdown", "error_pct"]
+    extra = ["logged_extra", "predicted_extra", "extra_error_pct"]
+    on_total = rpc[total + ["null_error_pct"]].rename(
+        columns={"predicted_slowdown": "predicted (rpc)", "null_error_pct": "error_pct (null)"}
     )
-    print(logs.markdown(slowdowns))
+    on_total["predicted (one_way)"] = one_way["predicted_slowdown"]
+    on_total["error_pct (one_way)"] = one_way["error_pct"]
+    print("total time (slowdown over the run without stragglers):\n")
+    print(logs.markdown(on_total))
+    on_extra = rpc[total[:4] + extra + ["null_extra_error_pct"]].rename(
+        columns={"predicted_extra": "predicted_extra (rpc)", "null_extra_error_pct": "extra_error_pct (null)"}
+    )
+    on_extra["predicted_extra (one_way)"] = one_way["predicted_extra"]
+    on_extra["extra_error_pct (one_way)"] = one_way["extra_error_pct"]
+    print("\nextra time (slowdown - 1), the null model's extra is 0:\n")
+    print(logs.markdown(on_extra))
+    counts = {
+        "rpc": (rpc["error_pct"], rpc["extra_error_pct"]),
+        "one_way": (one_way["error_pct"], one_way["extra_error_pct"]),
+        "null (stragglers cost nothing)": (rpc["null_error_pct"], rpc["null_extra_error_pct"]),
+    }
+    print(f"\nwithin {WITHIN:.0%} of {len(rpc)}, total time / extra time:")
+    for name, (on_total, on_extra) in counts.items():
+        print(f"  {name}: {within(on_total)} / {within(on_extra)}")
     print()
     print(logs.markdown(online_gains(runs, phases, calibrate(runs, phases, base), base)))
 
