@@ -14,8 +14,8 @@ import pandas as pd
 import pytest
 
 from sim.cli import main
-from sim.cli.main import build_parser
 from sim.cli.common import version
+from sim.cli.main import build_parser
 
 ROOT = Path(__file__).parent.parent
 QUICKSTART = ROOT / "configs" / "quickstart.yaml"

@@ -25,9 +25,9 @@ import pytest
 import yaml
 
 hypothesis = pytest.importorskip("hypothesis")
+from helpers import bounded  # noqa: E402
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
-from helpers import bounded  # noqa: E402
 
 from sim.api import simulate  # noqa: E402
 from sim.cli import main  # noqa: E402

@@ -7,9 +7,9 @@ from collections import Counter
 import pytest
 from helpers import GBPS, US, bounded, star, synthetic, two_tier
 
+from sim.api import simulate
 from sim.cluster.routing import Router
 from sim.cluster.topology import build_cluster
-from sim.api import simulate
 from sim.config import parse_config
 from sim.errors import ConfigError
 

@@ -79,9 +79,7 @@ def add_sweep(sub: Subparsers) -> None:
     sweep = sub.add_parser("sweep", help="run every point of a config's sweep: section; re-runs skip finished points")
     sweep.add_argument("config", help="YAML config with a sweep: section")
     sweep.add_argument("--out", help="output folder (default: results/<config name>-sweep)")
-    sweep.add_argument(
-        "--jobs", type=count(1), help="points run at once, each in its own process (default: the cores)"
-    )
+    sweep.add_argument("--jobs", type=count(1), help="points run at once, each in its own process (default: the cores)")
     sweep.add_argument("--quiet", action="store_true", help="no progress bar")
     sweep.add_argument("--dask", metavar="ADDRESS", help="run the points on this Dask scheduler (tcp://HOST:8786)")
     add_set(sweep)

@@ -89,9 +89,7 @@ def add_calibrate(sub: Subparsers) -> None:
     cal.add_argument(
         "--backend", choices=["auto", "gloo", "nccl"], default="auto", help="auto: nccl with a GPU per worker, or gloo"
     )
-    cal.add_argument(
-        "--repeats", type=count(1), help="timed repeats per measurement (default: calibration.repeats, 5)"
-    )
+    cal.add_argument("--repeats", type=count(1), help="timed repeats per measurement (default: calibration.repeats, 5)")
     cal.add_argument("--statistic", help="median, mean or min over repeats (default: calibration.statistic, median)")
     cal.add_argument(
         "--uplink-bytes",

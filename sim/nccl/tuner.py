@@ -22,7 +22,6 @@ from typing import Any
 import numpy as np
 
 from sim.nccl.fabrics import Fabric, Slices
-from sim.nccl.trees import busiest_host_edges
 from sim.nccl.protocols import (
     ALGORITHMS,
     LATENCY_US,
@@ -32,6 +31,7 @@ from sim.nccl.protocols import (
     supported,
     tree_correction,
 )
+from sim.nccl.trees import busiest_host_edges
 
 KINDS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all")
 RING_PLATEAU = 1.4  # NCCL's factor on a multi-host Simple ring all-reduce's latency once channels fill
