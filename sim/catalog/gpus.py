@@ -59,6 +59,9 @@ class KernelCosts:
     sharpness: float = SHARPNESS_MAX
     dispatch_us: float = 0.0  # eager PyTorch: CPU time to issue one kernel (0: issued ahead)
     unaligned: float = 1.0  # tensor cores' speed on a product with a dimension not a multiple of 8
+    # the smaller dimension at which a matrix product or convolution reaches half its unit's
+    # efficiency (0: every product reaches it whole)
+    tile: float = 0.0
     source: str = ""  # where the figures were fitted (sim/compute/fit.py)
 
     def __post_init__(self) -> None:
@@ -72,6 +75,8 @@ class KernelCosts:
             raise ValueError(f"kernel costs: sharpness must be in [1, {SHARPNESS_MAX}], got {self.sharpness}")
         if self.dispatch_us < 0:
             raise ValueError(f"kernel costs: dispatch_us must be >= 0, got {self.dispatch_us}")
+        if self.tile < 0:
+            raise ValueError(f"kernel costs: tile must be >= 0, got {self.tile}")
 
     def efficiency(self, unit: str) -> float:
         """The fitted fraction of peak of `unit` (fp32, tf32 or tensor)."""
@@ -129,19 +134,11 @@ class GpuSpec:
 # (docs/compute_model.md);
 # tests/test_compute_fit.py refits them and checks these figures.
 _FITTED: dict[str, KernelCosts] = {
-    "K80": KernelCosts(
-        0.328, 0.547, 0.563, 0.604, 19.4, 2.81, 3.27, 35.4, 0.317, source="12 published + 0 measured rows"
-    ),
-    "P100": KernelCosts(
-        0.62, 0.547, 0.563, 0.698, 19.4, 2.81, 3.27, 35.4, 0.317, source="8 published + 0 measured rows"
-    ),
-    "V100": KernelCosts(0.639, 0.547, 0.496, 1, 19.4, 2.81, 3.27, 35.4, 0.317, source="36 published + 0 measured rows"),
-    "A100": KernelCosts(
-        0.634, 0.531, 0.606, 0.72, 19.4, 2.81, 3.27, 35.4, 0.317, source="26 published + 0 measured rows"
-    ),
-    "H100": KernelCosts(
-        0.742, 0.569, 0.614, 0.721, 19.4, 2.81, 3.27, 35.4, 0.317, source="36 published + 32 measured rows"
-    ),
+    "K80": KernelCosts(0.296, 0.688, 0.765, 0.759, 18.4, 2.94, 4.85, 37, 0.264, 141, source="12 published + 0 measured rows"),
+    "P100": KernelCosts(0.588, 0.688, 0.765, 0.759, 18.4, 2.93, 4.85, 37, 0.264, 141, source="8 published + 0 measured rows"),
+    "V100": KernelCosts(0.673, 0.688, 0.787, 0.762, 18.4, 2.94, 4.85, 37, 0.264, 141, source="36 published + 0 measured rows"),
+    "A100": KernelCosts(0.641, 0.673, 0.781, 0.76, 18.4, 2.94, 4.85, 37, 0.264, 141, source="26 published + 0 measured rows"),
+    "H100": KernelCosts(0.735, 0.706, 0.737, 0.757, 18.4, 2.94, 4.85, 37, 0.264, 141, source="36 published + 32 measured rows"),
 }
 
 _GPUS: dict[str, GpuSpec] = {

@@ -9,7 +9,8 @@ factors pulled towards 1, and the shared set weakly towards a prior so that cons
 cannot see (TF32 on a GPU without it) stay finite. Held out by model: for each model, fit on the
 other models' rows (of both kinds) and predict its own.
 
-    python -m sim.compute.fit   # the held-out tables (measured, published), and the constants fitted on all rows
+    python -m sim.compute.fit   # the held-out tables (by model, by family; measured, published) beside
+                                # the FLOPs-only null, and the constants fitted on all rows
 """
 
 from __future__ import annotations
@@ -29,10 +30,10 @@ from sim.compute.fit_rows import Row, fitted_rows, training_rows
 from sim.compute.roofline import BACKWARD_FACTOR, OpTable, op_table, stack
 from sim.markdown import markdown_table
 
-NAMES = ("fp32", "tf32", "tensor", "memory", "launch_us", "winograd", "sharpness", "dispatch_us", "unaligned")
+NAMES = ("fp32", "tf32", "tensor", "memory", "launch_us", "winograd", "sharpness", "dispatch_us", "unaligned", "tile")
 # where the pull goes: typical fractions of peak, ~10 us per kernel, a modest Winograd speed-up, a
 # roofline of moderate sharpness, ~20 us of CPU per eager kernel, unaligned products at half speed
-PRIOR = KernelCosts(0.6, 0.5, 0.4, 0.7, 10.0, 1.5, 4.0, 20.0, 0.5)
+PRIOR = KernelCosts(0.6, 0.5, 0.4, 0.7, 10.0, 2.25, 4.0, 20.0, 0.5, 128.0)
 PRIOR_WEIGHT = 0.1  # per shared constant, against a row's weight of 1 (in log units)
 # Cauchy loss, scale 0.25 (in log units): rows more than ~25% off weigh less, so that figures far
 # from what the model can describe (the same network published 1.8x apart) do not drag the rest
@@ -41,10 +42,10 @@ LOSS, LOSS_SCALE = "cauchy", 0.25
 # per GPU factor, per constant: a GPU's efficiencies move from the shared ones as its rows demand;
 # its launch, Winograd, sharpness, dispatch and alignment constants stay close to the shared ones
 # (few rows see them on one GPU; chosen by the held-out error, docs/compute_model.md)
-GPU_WEIGHT = np.array([1.0, 1.0, 1.0, 1.0, 10.0, 10.0, 10.0, 10.0, 10.0])
+GPU_WEIGHT = np.array([1.0, 1.0, 1.0, 10.0, 10.0, 10.0, 10.0, 10.0, 10.0, 10.0])
 BOUNDS = (
-    np.log([1e-3, 1e-3, 1e-3, 1e-2, 0.1, 1.0, 1.0, 0.1, 1e-2]),
-    np.log([1.0, 1.0, 1.0, 1.0, 500.0, WINOGRAD_MAX, SHARPNESS_MAX, 500.0, 1.0]),
+    np.log([1e-3, 1e-3, 1e-3, 1e-2, 0.1, 1.0, 1.0, 0.1, 1e-2, 1.0]),
+    np.log([1.0, 1.0, 1.0, 1.0, 500.0, WINOGRAD_MAX, SHARPNESS_MAX, 500.0, 1.0, 1024.0]),
 )
 
 
@@ -187,23 +188,51 @@ def _counted(rows: Sequence[Row]) -> str:
     return f"{published} published + {len(rows) - published} measured rows"
 
 
-def held_out(rows: Sequence[Row]) -> pd.DataFrame:
-    """Every row predicted with the constants fitted to the rows of the *other* models."""
+# Each zoo model's family: held out by family, a family's rows are predicted by constants fitted to
+# the other families' rows only (a network unlike any the fit has seen, not a sibling of one)
+FAMILIES: dict[str, str] = {
+    "resnet50": "convnet",
+    "vgg16": "convnet",
+    "wrn26_10": "convnet",
+    "resnet32": "convnet",
+    "bert_base": "transformer",
+    "bert_large": "transformer",
+    "gpt2": "transformer",
+    "deepfm": "recommender",
+}
+
+
+def family(model: str) -> str:
+    """The family of zoo model `model` (FAMILIES)."""
+    if model not in FAMILIES:
+        raise ValueError(f"model {model!r} has no family; families are given for: {', '.join(FAMILIES)}")
+    return FAMILIES[model]
+
+
+def held_out(rows: Sequence[Row], group: Callable[[str], str] = str) -> pd.DataFrame:
+    """Every row predicted with the constants fitted to the rows of the *other* models (or, with
+    `group`, of the models of other groups: `held_out_by_family`)."""
     out = []
-    for model in sorted({r.model for r in rows}):
-        costs = fit([r for r in rows if r.model != model])
-        out += [_outcome(r, predict(r, costs[r.gpu])) for r in rows if r.model == model]
+    for held in sorted({group(r.model) for r in rows}):
+        costs = fit([r for r in rows if group(r.model) != held])
+        out += [_outcome(r, predict(r, costs[r.gpu])) for r in rows if group(r.model) == held]
     return pd.DataFrame(out)
 
 
-def flops_only_held_out(rows: Sequence[Row]) -> pd.DataFrame:
+def held_out_by_family(rows: Sequence[Row]) -> pd.DataFrame:
+    """Every row predicted with the constants fitted to the rows of the other families (FAMILIES)."""
+    return held_out(rows, family)
+
+
+def flops_only_held_out(rows: Sequence[Row], group: Callable[[str], str] = str) -> pd.DataFrame:
     """The model this one replaced, scored the same way: FLOPs at one efficiency per GPU and
-    precision (the geometric mean over the other models' rows, else over the GPU's, else all)."""
+    precision (the geometric mean over the other models' rows, else over the GPU's, else all;
+    with `group`, over the other groups' rows, e.g. `family`)."""
     ideal = {r: _flops(r) / get_gpu(r.gpu).peak_flops(r.precision) for r in rows}
     out = []
-    for model in sorted({r.model for r in rows}):
-        others = [r for r in rows if r.model != model]
-        for r in (r for r in rows if r.model == model):
+    for held in sorted({group(r.model) for r in rows}):
+        others = [r for r in rows if group(r.model) != held]
+        for r in (r for r in rows if group(r.model) == held):
             pool = [o for o in others if (o.gpu, o.precision) == (r.gpu, r.precision)]
             pool = pool or [o for o in others if o.gpu == r.gpu] or others
             efficiency = math.exp(np.mean([math.log(ideal[o] / o.seconds) for o in pool]))
@@ -258,16 +287,19 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m sim.compute.fit", description=__doc__.split("\n\n")[0])
     parser.parse_args(argv)
     rows = fitted_rows()
-    table = held_out(rows)
-    for kind in ("measured", "published"):
-        scored = table[table["kind"] == kind]
-        print(f"\n{kind} rows, held out by model:\n")
-        print(markdown(summary(scored)))
-        print(_errors("roofline", scored, "rows held out by model"))
-    print(_errors("FLOPs only", flops_only_held_out(training_rows()), "published rows held out by model"))
+    for held, group in (("model", str), ("family", family)):
+        table, null = held_out(rows, group), flops_only_held_out(rows, group)
+        for kind in ("measured", "published"):
+            scored = table[table["kind"] == kind]
+            print(f"\n{kind} rows, held out by {held}:\n")
+            print(markdown(summary(scored)))
+            print(_errors("roofline", scored, f"rows held out by {held}"))
+            print(_errors("FLOPs only", null[null["kind"] == kind], f"rows held out by {held}"))
+    print()
     for gpu, costs in fit(rows).items():
         values = ", ".join(f"{getattr(costs, name):.3g}" for name in NAMES)
         print(f'"{gpu}": KernelCosts({values}, source="{costs.source}"),')
+    print("bounds: " + ", ".join(f"{n} [{lo:.3g}, {hi:.3g}]" for n, lo, hi in zip(NAMES, *np.exp(BOUNDS), strict=True)))
 
 
 if __name__ == "__main__":

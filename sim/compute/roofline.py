@@ -45,6 +45,8 @@ UNITS = ("fp32", "tf32", "tensor")  # arithmetic units, each with its own fitted
 # how the training step is issued: eager PyTorch (kernel by kernel from the CPU), tuned (ahead), or
 # fused (ahead, batch norm's epilogues folded in)
 IMPLEMENTATIONS = ("eager", "tuned", "fused")
+# the units whose products are tiled wide enough for a narrow one to waste part of each tile
+TILED_UNITS = ("tf32", "tensor")
 
 
 def check_implementation(implementation: str) -> str:
@@ -86,12 +88,16 @@ class OpTable:
     order: np.ndarray  # the ops' indices in the order the GPU runs them
     unaligned: np.ndarray  # bool: a matrix product on tensor cores with a dimension not a multiple of 8
     epilogue: np.ndarray  # bool: fused into the op before it by tuned implementations
+    width: np.ndarray  # a product's smaller dimension (inf: not a product, or not known)
 
     def gpu_seconds(self, costs: KernelCosts) -> np.ndarray:
         """Each op's time on the GPU under `costs`."""
         efficiency = np.array([costs.efficiency(unit) for unit in UNITS])[self.unit]
         efficiency = np.where(self.winograd, efficiency * costs.winograd, efficiency)
         efficiency = np.where(self.unaligned, efficiency * costs.unaligned, efficiency)
+        if costs.tile:  # a narrow product fills only part of each tile (width inf: the whole tile)
+            tiled = np.isin(self.unit, [UNITS.index(unit) for unit in TILED_UNITS])
+            efficiency = np.where(tiled, efficiency / (1.0 + costs.tile / self.width), efficiency)
         p = costs.sharpness
         arithmetic, memory = self.compute_s / efficiency, self.memory_s / costs.memory
         longer = np.maximum(arithmetic, memory)
@@ -156,6 +162,7 @@ def stack(tables: Sequence[OpTable]) -> OpTable:
         order,
         padded("unaligned", False),
         padded("epilogue", False),
+        padded("width", np.inf),
     )
 
 
@@ -164,7 +171,7 @@ def op_table(gpu: GpuSpec, layers: Sequence[Layer], batch: int, precision: str) 
     first op; autocast's weight cast as a kernel of its own)."""
     bandwidth = gpu.memory_bandwidth_gbs * 1e9
     width = ACTIVATION_BYTES[check_precision(precision)]
-    rows: list[tuple[int, bool, int, float, float, float, bool, bool, bool]] = []
+    rows: list[tuple[int, bool, int, float, float, float, bool, bool, bool, float]] = []
     for index, layer in enumerate(layers):
         weights = weight_bytes(layer, precision)
         # backward reads the weights and writes their gradient; a table's dense gradient (PyTorch's
@@ -195,13 +202,14 @@ def op_table(gpu: GpuSpec, layers: Sequence[Layer], batch: int, precision: str) 
                         winograd,
                         unaligned,
                         op.epilogue,
+                        op.width if op.width and op.kind in ("conv", "matmul") else np.inf,
                     )
                 )
         if weights and casts_weights(layer, precision):
             # a cast kernel per tensor (weight, bias), and in backward their gradients' casts back
             # to FP32 (bytes above)
             casts = 2.0 if layer.bias else 1.0
-            rows += [(index, backward, 0, 0.0, 0.0, casts, False, False, False) for backward in (False, True)]
+            rows += [(index, backward, 0, 0.0, 0.0, casts, False, False, False, np.inf) for backward in (False, True)]
     columns = list(zip(*rows))
     backward = np.array(columns[1], dtype=bool)
     layer = np.array(columns[0], dtype=np.int64)
@@ -221,6 +229,7 @@ def op_table(gpu: GpuSpec, layers: Sequence[Layer], batch: int, precision: str) 
         order,
         np.array(columns[7], dtype=bool),
         np.array(columns[8], dtype=bool),
+        np.array(columns[9]),
     )
 
 

@@ -66,11 +66,19 @@ def plus_flops(
     aligned: bool = True,
     full_precision: bool = False,
     epilogue: bool = False,
+    width: float = 0.0,
 ) -> Layer:
     """The same layer with a parameter-free neighbour folded in: its FLOPs, the activation values
     it reads plus writes, and the kernels it launches (sim/compute/roofline.py times each op on its own)."""
     op = Op(
-        kind, float(flops), float(moved), kernels, aligned=aligned, full_precision=full_precision, epilogue=epilogue
+        kind,
+        float(flops),
+        float(moved),
+        kernels,
+        aligned=aligned,
+        full_precision=full_precision,
+        epilogue=epilogue,
+        width=width,
     )
     return replace(layer, forward_flops=layer.forward_flops + flops, ops=layer.ops + (op,))
 
@@ -94,7 +102,10 @@ def conv2d(
     outputs = out_channels * _area(out_size)
     flops = 2.0 * weights * _area(out_size) + (outputs if bias else 0)
     moved = in_channels * _area(out_size) * stride * stride + outputs
-    op = Op("conv", flops - (outputs if bias else 0), moved, winograd=kernel == 3 and stride == 1 and groups == 1)
+    # as a matrix product: output channels by input channels times the kernel's area
+    narrow = min(out_channels, in_channels // groups * kernel * kernel)
+    winograd = kernel == 3 and stride == 1 and groups == 1
+    op = Op("conv", flops - (outputs if bias else 0), moved, winograd=winograd, width=narrow)
     # PyTorch adds a convolution's bias in a pass of its own over the output (a read, a write)
     ops = (op, Op("elementwise", float(outputs), 2.0 * outputs)) if bias else (op,)
     return Layer(name, weights + (out_channels if bias else 0), flops, ops=ops, bias=bias)
@@ -123,7 +134,7 @@ def linear(
     weights = in_features * out_features
     flops = tokens * (2.0 * weights + (out_features if bias else 0))
     moved = float(tokens * (in_features + out_features))
-    op = Op("matmul", flops, moved, aligned=aligned(in_features, out_features))
+    op = Op("matmul", flops, moved, aligned=aligned(in_features, out_features), width=min(in_features, out_features))
     return Layer(name, weights + (out_features if bias else 0), flops, ops=(op,), bias=bias)
 
 
@@ -213,14 +224,15 @@ def attention_core(qkv: Layer, seq_len: int, d_model: int, n_heads: int, attenti
     scores = float(n_heads * seq_len * seq_len)
     width = float(seq_len * d_model)
     products = 2.0 * seq_len * seq_len * d_model  # each of Q·K^T and P·V
+    head = d_model / n_heads  # both products are per head: Q·K^T reduces over it, P·V outputs it
     softmax = attention_core_flops(seq_len, d_model, n_heads) - 2 * products
     if attention == "fused":
-        layer = plus_flops(qkv, 2 * products + softmax, moved=4 * width + n_heads * seq_len, kind="matmul")
+        layer = plus_flops(qkv, 2 * products + softmax, moved=4 * width + n_heads * seq_len, kind="matmul", width=head)
         return plus_flops(layer, 0.0, moved=2 * width)  # merge heads
     layer = plus_flops(qkv, 0.0, moved=6 * width, kernels=3)  # split heads: q, k, v made contiguous
-    layer = plus_flops(layer, products, moved=2 * width + scores, kind="matmul")  # Q·K^T
+    layer = plus_flops(layer, products, moved=2 * width + scores, kind="matmul", width=head)  # Q·K^T
     layer = plus_flops(layer, softmax, moved=8 * scores, kernels=4)  # scale, mask, softmax, dropout
-    layer = plus_flops(layer, products, moved=scores + 2 * width, kind="matmul")  # P·V
+    layer = plus_flops(layer, products, moved=scores + 2 * width, kind="matmul", width=head)  # P·V
     return plus_flops(layer, 0.0, moved=2 * width)  # merge heads
 
 

@@ -35,12 +35,15 @@ class Op:
     aligned: bool = True
     full_precision: bool = False  # autocast runs it in FP32 (layer norm, softmax, the loss)
     epilogue: bool = False  # tuned implementations fuse it into the op before it
+    # a product's smaller dimension as a matrix product (output channels or reduction length, a
+    # head's width); 0: not known, taken as wide
+    width: float = 0.0
 
     def __post_init__(self) -> None:
         if self.kind not in OP_KINDS:
             raise ValueError(f"op kind {self.kind!r}; allowed: {', '.join(OP_KINDS)}")
-        if self.flops < 0 or self.moved < 0 or self.kernels < 0:
-            raise ValueError("op: flops, moved and kernels must be >= 0")
+        if self.flops < 0 or self.moved < 0 or self.kernels < 0 or self.width < 0:
+            raise ValueError("op: flops, moved, kernels and width must be >= 0")
 
 
 @dataclass(frozen=True)
