@@ -134,11 +134,21 @@ class GpuSpec:
 # (docs/compute_model.md);
 # tests/test_compute_fit.py refits them and checks these figures.
 _FITTED: dict[str, KernelCosts] = {
-    "K80": KernelCosts(0.296, 0.688, 0.765, 0.759, 18.4, 2.94, 4.85, 37, 0.264, 141, source="12 published + 0 measured rows"),
-    "P100": KernelCosts(0.588, 0.688, 0.765, 0.759, 18.4, 2.93, 4.85, 37, 0.264, 141, source="8 published + 0 measured rows"),
-    "V100": KernelCosts(0.673, 0.688, 0.787, 0.762, 18.4, 2.94, 4.85, 37, 0.264, 141, source="36 published + 0 measured rows"),
-    "A100": KernelCosts(0.641, 0.673, 0.781, 0.76, 18.4, 2.94, 4.85, 37, 0.264, 141, source="26 published + 0 measured rows"),
-    "H100": KernelCosts(0.735, 0.706, 0.737, 0.757, 18.4, 2.94, 4.85, 37, 0.264, 141, source="36 published + 32 measured rows"),
+    "K80": KernelCosts(
+        0.297, 0.698, 0.777, 0.753, 18.5, 2.94, 5.3, 37.1, 0.248, 139, source="12 published + 0 measured rows"
+    ),
+    "P100": KernelCosts(
+        0.59, 0.698, 0.777, 0.753, 18.5, 2.93, 5.3, 37.1, 0.248, 139, source="8 published + 0 measured rows"
+    ),
+    "V100": KernelCosts(
+        0.675, 0.698, 0.777, 0.756, 18.5, 2.93, 5.3, 37.1, 0.248, 139, source="36 published + 0 measured rows"
+    ),
+    "A100": KernelCosts(
+        0.643, 0.698, 0.777, 0.754, 18.5, 2.93, 5.3, 37.1, 0.248, 139, source="26 published + 0 measured rows"
+    ),
+    "H100": KernelCosts(
+        0.736, 0.699, 0.776, 0.751, 18.5, 2.93, 5.3, 37.1, 0.248, 139, source="36 published + 32 measured rows"
+    ),
 }
 
 _GPUS: dict[str, GpuSpec] = {

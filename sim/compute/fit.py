@@ -42,7 +42,7 @@ LOSS, LOSS_SCALE = "cauchy", 0.25
 # per GPU factor, per constant: a GPU's efficiencies move from the shared ones as its rows demand;
 # its launch, Winograd, sharpness, dispatch and alignment constants stay close to the shared ones
 # (few rows see them on one GPU; chosen by the held-out error, docs/compute_model.md)
-GPU_WEIGHT = np.array([1.0, 1.0, 1.0, 10.0, 10.0, 10.0, 10.0, 10.0, 10.0, 10.0])
+GPU_WEIGHT = np.array([1.0, 10.0, 10.0, 10.0, 10.0, 10.0, 10.0, 10.0, 10.0, 10.0])
 BOUNDS = (
     np.log([1e-3, 1e-3, 1e-3, 1e-2, 0.1, 1.0, 1.0, 0.1, 1e-2, 1.0]),
     np.log([1.0, 1.0, 1.0, 1.0, 500.0, WINOGRAD_MAX, SHARPNESS_MAX, 500.0, 1.0, 1024.0]),
