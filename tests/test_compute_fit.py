@@ -11,9 +11,9 @@ import pandas as pd
 import pytest
 
 from sim.catalog.gpus import FITTED_GPUS, SAME_DIE, get_gpu
-from sim.catalog.zoo import get_model
+from sim.catalog.zoo import MODEL_NAMES, get_model
 from sim.compute import fit as compute_fit
-from sim.compute.fit import fit, flops_only_held_out, held_out, predict
+from sim.compute.fit import fit, flops_only_held_out, held_out, held_out_by_family, predict
 from sim.compute.fit_rows import Row, fitted_rows, training_rows
 from sim.compute.roofline import model_seconds
 
@@ -28,6 +28,11 @@ def rows() -> list[Row]:
 @pytest.fixture(scope="module")
 def scored(rows: list[Row]) -> pd.DataFrame:
     return held_out(rows)
+
+
+@pytest.fixture(scope="module")
+def by_family(rows: list[Row]) -> pd.DataFrame:
+    return held_out_by_family(rows)
 
 
 def test_the_shipped_constants_are_the_fit_to_the_bundled_figures(rows: list[Row]) -> None:
@@ -76,6 +81,12 @@ def assert_documented(scored: pd.DataFrame, lead: str) -> None:
     text = DOC.read_text()
     for line in compute_fit.markdown(compute_fit.summary(scored)).splitlines()[2:]:
         assert line in text, line
+    assert_quoted(scored, lead)
+
+
+def assert_quoted(scored: pd.DataFrame, lead: str) -> None:
+    """docs/compute_model.md quotes `scored`'s median and max |error| after `lead`."""
+    text = DOC.read_text()
     errors = scored["error"].abs()
     quoted = re.search(lead + r"median \|error\| ([\d.]+)%, max ([\d.]+)%", text)
     assert quoted, f"docs/compute_model.md quotes the median and max after {lead!r}"
@@ -88,6 +99,76 @@ def assert_documented(scored: pd.DataFrame, lead: str) -> None:
 def test_the_documented_error_tables_are_what_the_fit_gives(scored: pd.DataFrame, kind: str) -> None:
     rows = scored[scored["kind"] == kind]
     assert_documented(rows, rf"all {len(rows)} {kind} rows, held out by model: \*\*")
+
+
+@pytest.mark.parametrize("kind", ["measured", "published"])
+def test_the_documented_tables_held_out_by_family_are_what_the_fit_gives(by_family: pd.DataFrame, kind: str) -> None:
+    rows = by_family[by_family["kind"] == kind]
+    assert_documented(rows, rf"all {len(rows)} {kind} rows, held out by family: \*\*")
+
+
+@pytest.mark.parametrize("group", ["model", "family"])
+def test_the_documented_flops_only_null_is_what_it_gives(rows: list[Row], group: str) -> None:
+    null = flops_only_held_out(rows, str if group == "model" else compute_fit.family)
+    for kind in ("measured", "published"):
+        scored = null[null["kind"] == kind]
+        assert_quoted(scored, rf"FLOPs only, {kind} rows held out by {group}: ")
+
+
+def test_held_out_by_family_meets_the_issue_medians(by_family: pd.DataFrame) -> None:
+    """Issue 44's targets, held out by family: median |error| <= 15% on the published rows and <= 12%
+    on the measured steps (its worst-row target, 40%, is not met: docs/compute_model.md)."""
+    errors = by_family["error"].abs()
+    assert errors[by_family["kind"] == "published"].median() <= 0.15
+    assert errors[by_family["kind"] == "measured"].median() <= 0.12
+
+
+def test_every_zoo_model_has_a_family_and_an_unknown_one_is_an_error() -> None:
+    assert set(compute_fit.FAMILIES) == set(MODEL_NAMES)
+    assert compute_fit.family("bert_base") == compute_fit.family("gpt2") != compute_fit.family("vgg16")
+    with pytest.raises(ValueError, match="model 'alexnet' has no family; families are given for: resnet50"):
+        compute_fit.family("alexnet")
+
+
+def test_held_out_by_family_predicts_each_family_from_the_others_only(
+    rows: list[Row], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[set[str]] = []
+
+    def recording(fitted: list[Row], gpus=FITTED_GPUS) -> dict:
+        seen.append({r.model for r in fitted})
+        return {gpu: get_gpu(gpu).costs for gpu in gpus}
+
+    monkeypatch.setattr(compute_fit, "fit", recording)
+    table = held_out_by_family(rows)
+    families = {compute_fit.family(r.model) for r in rows}
+    assert len(seen) == len(families) and len(table) == len(rows)
+    for models in seen:  # each fit sees every family but one, whole
+        missing = families - {compute_fit.family(m) for m in models}
+        assert len(missing) == 1
+        assert models == {r.model for r in rows if compute_fit.family(r.model) not in missing}
+
+
+def test_the_flops_only_null_by_family_takes_the_other_familys_efficiency() -> None:
+    """One row per family on one GPU and precision: each is predicted at the other's fraction of
+    peak, (FLOPs / peak) / (the other's FLOPs / peak / its seconds): the peak cancels."""
+    a = Row("resnet50", "V100", "fp32", 32, True, 0.1, "x")
+    b = Row("bert_base", "V100", "fp32", 8, True, 0.3, "x")
+    flops = {r.model: compute_fit._flops(r) for r in (a, b)}
+    null = flops_only_held_out([a, b], compute_fit.family).set_index("model")
+    assert null.loc["resnet50", "predicted_ms"] == pytest.approx(1e3 * flops["resnet50"] * 0.3 / flops["bert_base"])
+    assert null.loc["bert_base", "predicted_ms"] == pytest.approx(1e3 * flops["bert_base"] * 0.1 / flops["resnet50"])
+
+
+def test_no_shipped_constant_sits_at_its_bound() -> None:
+    """Each fitted constant is inside its physical bounds (sim.compute.fit.BOUNDS) by more than 1%:
+    none is pinned there, an efficiency of 1 or a Winograd speed-up of 4."""
+    low, high = compute_fit.BOUNDS
+    for gpu in FITTED_GPUS:
+        costs = get_gpu(gpu).costs
+        for name, lo, hi in zip(compute_fit.NAMES, low, high, strict=True):
+            value = math.log(getattr(costs, name))
+            assert lo + 0.01 < value < hi - 0.01, (gpu, name, getattr(costs, name))
 
 
 def test_held_out_by_model_the_measured_steps_meet_the_issue_bounds(scored: pd.DataFrame) -> None:

@@ -103,6 +103,8 @@ def test_spec_validates_its_fields() -> None:
         KernelCosts(0.5, 0.5, 1.5, 0.5, 1.0)
     with pytest.raises(ValueError, match="launch_us"):
         KernelCosts(0.5, 0.5, 0.5, 0.5, -1.0)
+    with pytest.raises(ValueError, match="tile must be >= 0"):
+        KernelCosts(0.5, 0.5, 0.5, 0.5, 1.0, tile=-1.0)
 
 
 @pytest.mark.parametrize("alias", ["v100", "a100", " H100 ", "k80"])

@@ -123,6 +123,20 @@ def test_an_unaligned_product_is_slower_on_tensor_cores_only() -> None:
         assert slow == pytest.approx(factor * fast, rel=1e-6), precision
 
 
+def test_a_narrow_product_fills_part_of_each_tile_on_tensor_cores_only() -> None:
+    """Width 64 at tile 192: 64 / (64 + 192) = 1/4 of the unit's efficiency, so 4x the time on
+    TF32 and FP16 tensor cores; FP32 cores and a product of unknown width (0) keep their speed."""
+    wide, narrow = Op("matmul", 1e9, 1.0), Op("matmul", 1e9, 1.0, width=64)
+    conv = Op("conv", 1e9, 1.0, width=64)
+    costs = replace(COSTS, tile=192.0, launch_us=0.0)
+    for precision, factor in (("fp16", 4.0), ("tf32", 4.0), ("fp32", 1.0)):
+        fast = model_seconds(A100, costs, [single(wide)], 8, precision)[0][0]
+        assert model_seconds(A100, costs, [single(narrow)], 8, precision)[0][0] == pytest.approx(factor * fast), precision
+        assert model_seconds(A100, replace(costs, tile=0.0), [single(narrow)], 8, precision)[0][0] == pytest.approx(fast)
+    peak = 8e9 / (A100.fp16_tflops * 1e12 * 0.25)  # the closed form under fp16, conv as matmul
+    assert model_seconds(A100, costs, [single(conv)], 8, "fp16")[0][0] == pytest.approx(4 * peak)
+
+
 def test_autocast_keeps_full_precision_ops_in_fp32_after_a_cast() -> None:
     op = Op("elementwise", 0.0, 1e6, full_precision=True)
     costs = replace(COSTS, launch_us=1.0)

@@ -437,3 +437,17 @@ def test_sequence_lengths_are_those_of_the_published_pytorch_rows() -> None:
     for name in ("transformer_xl", "transformer_xl_large"):
         lengths = set(rows[(rows["model"] == name) & rows["framework"].str.startswith("PyTorch")]["seq_len"])
         assert lengths == {SEQUENCE_LENGTHS[name]}, name
+
+
+def test_products_carry_their_smaller_dimension_as_a_matrix_product() -> None:
+    """A convolution is a product of output channels by input channels times the kernel's area; a
+    linear layer of its two widths; attention's products of a head's width (768 / 12 = 64)."""
+    assert conv2d("c", 64, 256, 1, 56).ops[0].width == 64  # 1x1: 64 input channels
+    assert conv2d("c", 256, 64, 3, 56).ops[0].width == 64  # 3x3: 64 outputs < 256 * 9
+    assert conv2d("c", 3, 64, 7, 112, stride=2).ops[0].width == 64  # 3 * 49 = 147 > 64 outputs
+    assert conv2d("c", 8, 512, 3, 7).ops[0].width == 72  # 8 * 9
+    assert linear("fc", 768, 3072).ops[0].width == 768
+    for attention in ("fused", "explicit"):
+        layer = attention_core(linear("qkv", 768, 3 * 768, tokens=128), 128, 768, 12, attention)
+        products = [op for op in layer.ops[1:] if op.kind == "matmul"]
+        assert products and all(op.width == 64 for op in products)
