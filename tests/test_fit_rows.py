@@ -76,6 +76,11 @@ def test_each_published_row_is_timed_as_its_code_ran() -> None:
     }
     table = pd.DataFrame([_row(framework=f) for f in frameworks])
     assert [r.implementation for r in usable(table)] == list(frameworks.values())
+    # XLA fuses each batch norm's element-wise tail into it; a log without XLA stays tuned
+    notes = {"8x A100 40GB; AMP + XLA": "fused", "XLA auto-jit on (log)": "fused", "no XLA compilation": "tuned"}
+    table = pd.DataFrame([_row(framework="TensorFlow 1.15", note=note) for note in notes])
+    assert [r.implementation for r in usable(table)] == list(notes.values())
+    assert usable(pd.DataFrame([_row(note="XLA on")]))[0].implementation == "eager"  # PyTorch: no XLA
     bert = usable(pd.DataFrame([_row(model="bert_large", seq_len=384, image_size=float("nan"))]))[0]
     assert bert.reference and not usable(pd.DataFrame([_row()]))[0].reference
 

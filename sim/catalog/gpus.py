@@ -135,19 +135,19 @@ class GpuSpec:
 # tests/test_compute_fit.py refits them and checks these figures.
 _FITTED: dict[str, KernelCosts] = {
     "K80": KernelCosts(
-        0.297, 0.698, 0.777, 0.753, 18.5, 2.94, 5.3, 37.1, 0.248, 139, source="12 published + 0 measured rows"
+        0.3, 0.763, 0.848, 0.739, 21.4, 2.92, 4.99, 19.4, 0.245, 163, source="12 published + 0 measured rows"
     ),
     "P100": KernelCosts(
-        0.59, 0.698, 0.777, 0.753, 18.5, 2.93, 5.3, 37.1, 0.248, 139, source="8 published + 0 measured rows"
+        0.6, 0.763, 0.848, 0.739, 21.4, 2.91, 4.99, 19.4, 0.245, 163, source="8 published + 0 measured rows"
     ),
     "V100": KernelCosts(
-        0.675, 0.698, 0.777, 0.756, 18.5, 2.93, 5.3, 37.1, 0.248, 139, source="36 published + 0 measured rows"
+        0.676, 0.763, 0.849, 0.741, 21.4, 2.92, 4.99, 19.4, 0.245, 163, source="36 published + 0 measured rows"
     ),
     "A100": KernelCosts(
-        0.643, 0.698, 0.777, 0.754, 18.5, 2.93, 5.3, 37.1, 0.248, 139, source="26 published + 0 measured rows"
+        0.65, 0.762, 0.848, 0.739, 21.4, 2.92, 4.99, 19.4, 0.245, 163, source="26 published + 0 measured rows"
     ),
     "H100": KernelCosts(
-        0.736, 0.699, 0.776, 0.751, 18.5, 2.93, 5.3, 37.1, 0.248, 139, source="36 published + 32 measured rows"
+        0.752, 0.764, 0.848, 0.739, 21.4, 2.92, 4.99, 19.4, 0.245, 163, source="36 published + 32 measured rows"
     ),
 }
 

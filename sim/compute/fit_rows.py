@@ -111,12 +111,20 @@ def _pcie(r: Any) -> bool:
 
 
 def _implementation(r: Any) -> str:
-    """PyTorch issues each kernel from Python as it goes (eager) unless compiled; TensorFlow's and
-    MXNet's graphs, PaddlePaddle's static programs and torch.compile issue the step ahead (tuned)."""
+    """PyTorch issues each kernel from Python as it goes (eager) unless compiled; TensorFlow's graphs
+    and torch.compile issue the step ahead (tuned); NVIDIA's MXNet and PaddlePaddle scripts and
+    TensorFlow under XLA also fold batch norm's element-wise tail into it (fused)."""
     framework = str(r.framework)
-    if framework.startswith(("MXNet", "PaddlePaddle")):
+    if framework.startswith(("MXNet", "PaddlePaddle")) or _xla(r):
         return "fused"
     return "eager" if framework.startswith("PyTorch") and "compile" not in framework else "tuned"
+
+
+def _xla(r: Any) -> bool:
+    """TensorFlow compiled by XLA, which fuses each batch norm's element-wise tail into it (the note
+    says XLA is on; "no XLA" says the log shows none)."""
+    note = str(r.note)
+    return str(r.framework).startswith("TensorFlow") and "XLA" in note and "no XLA" not in note
 
 
 def _pretraining(r: Any) -> bool:
