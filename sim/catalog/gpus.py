@@ -45,8 +45,9 @@ class KernelCosts:
     peak each arithmetic unit reaches (FP32 cores, TF32 and FP16/BF16 tensor cores), the fraction of
     memory bandwidth, the GPU time one kernel costs beyond its work, how much faster than their
     FLOPs say 3x3 convolutions run on FP32 cores (cuDNN's Winograd), how sharply an op's time turns
-    from its memory traffic to its arithmetic, and the host CPU's time to issue one kernel from
-    eager PyTorch."""
+    from its memory traffic to its arithmetic, the host CPU's time to issue one kernel from
+    eager PyTorch, tensor cores' speed on a product misaligned for them, and the width at which a
+    narrow product on tensor cores reaches half their efficiency."""
 
     fp32: float
     tf32: float

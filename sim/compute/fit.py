@@ -1,5 +1,5 @@
 """Fit the default compute model's per-GPU constants to published throughputs and this project's
-measured steps, and measure its error held out by model (docs/compute_model.md).
+measured steps, and measure its error held out by model and by family (docs/compute_model.md).
 
 The rows, published and measured, come from sim.compute.fit_rows. A training row is
 matched to forward + backward, an inference row to forward alone (sim/compute/roofline.py); only
@@ -7,7 +7,8 @@ training rows are fitted, both kinds together. The fit minimises a robust (Cauch
 ratio of predicted to measured time, with every GPU's constants a shared set times per-GPU
 factors pulled towards 1, and the shared set weakly towards a prior so that constants the rows
 cannot see (TF32 on a GPU without it) stay finite. Held out by model: for each model, fit on the
-other models' rows (of both kinds) and predict its own.
+other models' rows (of both kinds) and predict its own; held out by family, the same for each
+family of models (FAMILIES: convnets, transformers), a kind of network the fit has not seen.
 
     python -m sim.compute.fit   # the held-out tables (by model, by family; measured, published) beside
                                 # the FLOPs-only null, and the constants fitted on all rows
@@ -31,17 +32,23 @@ from sim.compute.roofline import BACKWARD_FACTOR, OpTable, op_table, stack
 from sim.markdown import markdown_table
 
 NAMES = ("fp32", "tf32", "tensor", "memory", "launch_us", "winograd", "sharpness", "dispatch_us", "unaligned", "tile")
-# where the pull goes: typical fractions of peak, ~10 us per kernel, a modest Winograd speed-up, a
-# roofline of moderate sharpness, ~20 us of CPU per eager kernel, unaligned products at half speed
+# where the pull goes: typical fractions of peak, ~10 us per kernel, Winograd F(2x2, 3x3)'s saving in
+# multiplications (36 to 16; Lavin and Gray 2016), a roofline of moderate sharpness, ~20 us of CPU
+# per eager kernel, unaligned products at half speed, tensor-core tiles 128 wide (CUTLASS's default)
 PRIOR = KernelCosts(0.6, 0.5, 0.4, 0.7, 10.0, 2.25, 4.0, 20.0, 0.5, 128.0)
 PRIOR_WEIGHT = 0.1  # per shared constant, against a row's weight of 1 (in log units)
 # Cauchy loss, scale 0.25 (in log units): rows more than ~25% off weigh less, so that figures far
 # from what the model can describe (the same network published 1.8x apart) do not drag the rest
 # (loss and scale chosen by the held-out error, docs/compute_model.md)
 LOSS, LOSS_SCALE = "cauchy", 0.25
-# per GPU factor, per constant: a GPU's efficiencies move from the shared ones as its rows demand;
-# its launch, Winograd, sharpness, dispatch and alignment constants stay close to the shared ones
-# (few rows see them on one GPU; chosen by the held-out error, docs/compute_model.md)
+# per GPU factor, per constant: a GPU's FP32 efficiency moves from the shared one as its rows demand;
+# its tensor cores' and memory's fractions of peak stay close to the shared ones (cuBLAS's and
+# cuDNN's tiled kernels and HBM controllers reach alike fractions across generations, so a GPU
+# whose rows are all of one family does not bend them to it), as do its launch, Winograd,
+# sharpness, dispatch, alignment and tile constants (few rows see them on one GPU); chosen by the
+# error held out by family, docs/compute_model.md
+# bounds: fractions of peak up to 1, Winograd's largest saving, sharpness from a sum to a maximum,
+# a tile no wider than 1,024
 GPU_WEIGHT = np.array([1.0, 10.0, 10.0, 10.0, 10.0, 10.0, 10.0, 10.0, 10.0, 10.0])
 BOUNDS = (
     np.log([1e-3, 1e-3, 1e-3, 1e-2, 0.1, 1.0, 1.0, 0.1, 1e-2, 1.0]),

@@ -8,7 +8,9 @@ Per op, for a batch of B samples at a precision (sim.catalog.gpus.PRECISIONS):
     gpu = (arithmetic^p + memory^p)^(1/p) + kernels * launch_s
 
 a smooth maximum of sharpness p (an op near the ridge point pays for both; a 3x3 convolution on
-FP32 cores divides its arithmetic by a fitted Winograd speed-up). The GPU runs the ops in order:
+FP32 cores divides its arithmetic by a fitted Winograd speed-up; a product on tensor cores whose
+smaller dimension is w reaches w / (w + tile) of e_compute, a narrow product filling part of each
+output tile). The GPU runs the ops in order:
 forward layer by layer, then backward from the last layer to the first. Under the `eager`
 implementation (what `syncsim real` runs) the CPU issues the kernels one after another at
 dispatch_s each, so op i finishes at max(finish of op i-1, when its last kernel is issued) + gpu_i:

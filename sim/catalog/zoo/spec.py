@@ -25,6 +25,8 @@ class Op:
     fraction of their aligned speed (NVIDIA's matrix-multiplication performance guide).
     `full_precision` marks the ops autocast keeps in FP32 (PyTorch's autocast op reference): under
     autocast their values move at 4 bytes, after a kernel that casts their half-precision input.
+    `width` is a product's smaller dimension as a matrix product, which sets how much of each
+    tensor-core tile it fills (sim/compute/roofline.py).
     """
 
     kind: str
