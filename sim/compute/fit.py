@@ -202,9 +202,13 @@ FAMILIES: dict[str, str] = {
     "vgg16": "convnet",
     "wrn26_10": "convnet",
     "resnet32": "convnet",
+    "ssd300": "convnet",
     "bert_base": "transformer",
     "bert_large": "transformer",
     "gpt2": "transformer",
+    "transformer_xl": "transformer",
+    "transformer_xl_large": "transformer",
+    "gnmt": "recurrent",
     "deepfm": "recommender",
 }
 

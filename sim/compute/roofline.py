@@ -90,7 +90,11 @@ class OpTable:
     order: np.ndarray  # the ops' indices in the order the GPU runs them
     unaligned: np.ndarray  # bool: a matrix product on tensor cores with a dimension not a multiple of 8
     epilogue: np.ndarray  # bool: fused into the op before it by tuned implementations
-    width: np.ndarray  # a product's smaller dimension (inf: not a product, or not known)
+    width: np.ndarray | None = None  # a product's smaller dimension (inf or None: wide, or not a product)
+
+    def __post_init__(self) -> None:
+        if self.width is None:  # every op fills its tiles
+            object.__setattr__(self, "width", np.full(np.shape(self.kernels), np.inf))
 
     def gpu_seconds(self, costs: KernelCosts) -> np.ndarray:
         """Each op's time on the GPU under `costs`."""
@@ -99,7 +103,8 @@ class OpTable:
         efficiency = np.where(self.unaligned, efficiency * costs.unaligned, efficiency)
         if costs.tile:  # a narrow product fills only part of each tile (width inf: the whole tile)
             tiled = np.isin(self.unit, [UNITS.index(unit) for unit in TILED_UNITS])
-            efficiency = np.where(tiled, efficiency / (1.0 + costs.tile / self.width), efficiency)
+            width = np.inf if self.width is None else self.width
+            efficiency = np.where(tiled, efficiency / (1.0 + costs.tile / width), efficiency)
         p = costs.sharpness
         arithmetic, memory = self.compute_s / efficiency, self.memory_s / costs.memory
         longer = np.maximum(arithmetic, memory)
