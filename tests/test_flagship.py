@@ -2,10 +2,10 @@
 
 Transient stragglers on a compute-bound cluster (configs/numerics_stragglers_digits.yaml): BSP through
 the parameter servers (`ps`) waits for every straggler, ASP never waits, SSP(3) only once a worker falls
-3 steps behind. Measured with the config's seed 0: mean iteration ps 397 ms, ssp 228 ms, asp 147 ms;
-time to 95% 23.5 s, 15.5 s, 9.0 s; final accuracy 0.969, 0.964, 0.958 (two held-out samples apart);
-max staleness 73 and 565 updates. Seeds 1 and 2 keep every time order; their final accuracies lie
-within a few held-out samples, SSP's never below ASP's (docs/numerics.md, "The flagship config").
+3 steps behind. Measured with the config's seed 0 (its step pinned at 103 ms): mean iteration ps 318 ms,
+ssp 227 ms, asp 144 ms; time to 95% 18.5 s, 13.5 s, 8.8 s; final accuracy 0.969, 0.964, 0.958 (two
+held-out samples apart); max staleness 73 and 260 updates. Seeds 1 and 2 keep every time order; their
+final accuracies lie within a few held-out samples either way (docs/numerics.md, "The flagship config").
 """
 
 from __future__ import annotations
