@@ -24,7 +24,9 @@ from policies.sparse_coding import SparseCollectivePolicy
 
 
 class OmniReduceSettings(PolicySettings):
-    block_size: int = Field(256, ge=1, description="values per block (OmniReduce's default: 256)")
+    block_size: int = Field(
+        256, ge=1, le=2**31, description="values per block (OmniReduce's default: 256; at most a 32-bit tensor)"
+    )
     index_bytes: Literal[4, 8] = Field(4, description="bytes of the id each block carries")
 
     def coding(self, partition: str) -> SparseCoding:

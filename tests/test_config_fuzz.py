@@ -145,6 +145,16 @@ def run_small(path: Path, what: str) -> None:
     assert len(result.summary) == len(data["policies"])
 
 
+def _drawn_config(data: st.DataObject) -> tuple[Path, dict[str, Any]]:
+    """A bundled config drawn for fuzzing, as data; the fuzzed copy lives elsewhere, so an `extends:`
+    base is named by its absolute path."""
+    source = data.draw(st.sampled_from(CONFIGS), label="config")
+    config = yaml.safe_load(source.read_text())
+    if isinstance(config.get("extends"), str):
+        config["extends"] = str((source.parent / config["extends"]).resolve())
+    return source, config
+
+
 @settings(
     max_examples=EXAMPLES,
     deadline=None,
@@ -153,10 +163,7 @@ def run_small(path: Path, what: str) -> None:
 )
 @given(data=st.data())
 def test_one_hostile_field_is_refused_by_name_or_runs(data: st.DataObject, tmp_path: Path) -> None:
-    source = data.draw(st.sampled_from(CONFIGS), label="config")
-    config = yaml.safe_load(source.read_text())
-    if isinstance(config.get("extends"), str):  # the fuzzed copy lives elsewhere: its base, by absolute path
-        config["extends"] = str((source.parent / config["extends"]).resolve())
+    source, config = _drawn_config(data)
     path = data.draw(st.sampled_from(list(_paths(config))), label="path")
     if data.draw(st.booleans(), label="add a key instead") and isinstance(_get(config, path), dict):
         value = data.draw(st.sampled_from(HOSTILE), label="value")
@@ -290,10 +297,7 @@ def _dotted(path: tuple[Any, ...]) -> Optional[str]:
 )
 @given(data=st.data())
 def test_one_hostile_yaml_form_in_a_file_or_set_is_refused_by_name_or_runs(data: st.DataObject, tmp_path: Path) -> None:
-    source = data.draw(st.sampled_from(CONFIGS), label="config")
-    config = yaml.safe_load(source.read_text())
-    if isinstance(config.get("extends"), str):
-        config["extends"] = str((source.parent / config["extends"]).resolve())
+    source, config = _drawn_config(data)
     path = data.draw(st.sampled_from([p for p in _paths(config) if p != ("extends",)]), label="path")
     raw = data.draw(st.sampled_from(HOSTILE_TEXT), label="text")
     dotted = _dotted(path)

@@ -127,3 +127,15 @@ def test_when_every_block_is_touched_it_is_dense_traffic_plus_block_ids() -> Non
     assert all(len(ids) == blocks for ids in touched)
     assert ops.wire_bytes.sum() == 2 * (n - 1) * (rows * BV + blocks * BI)
     check(ops, a2a, gather, n)
+
+
+def test_a_block_size_beyond_any_tensor_is_refused_by_name() -> None:
+    """A block of 2**31 values holds any 32-bit-indexed tensor; larger ones overflowed the traffic census
+    (found by the config fuzzer: `block_size: 1e300` as an integer)."""
+    from pydantic import ValidationError
+
+    from policies.omnireduce import OmniReduce
+
+    OmniReduce.Settings(block_size=2**31)
+    with pytest.raises(ValidationError, match="block_size"):
+        OmniReduce.Settings(block_size=10**300)

@@ -199,8 +199,10 @@ class NcclPlanner:
             )
 
         shape = shape_on(self.capacity)
-        seen = shape if self.seen is self.capacity else shape_on(self.seen)
-        return _Layout(shape, seen if seen != shape else shape, paths, inside, between, tree, ranks, self.host_paths)
+        seen = shape_on(self.seen) if self.seen is not self.capacity else shape
+        if seen == shape:  # the same object, so plans can tell by identity that NCCL sees the network as it is
+            seen = shape
+        return _Layout(shape, seen, paths, inside, between, tree, ranks, self.host_paths)
 
     def _tree_paths(self, ranks: Sequence[int], hosts: Sequence[str]) -> tuple[Path, ...]:
         """The network links between the hosts of every edge of NCCL's two trees, both ways (hosts

@@ -16,7 +16,9 @@ network link at its line rate over the phase that crosses racks.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -51,7 +53,7 @@ class Case:
     def ranks(self) -> int:
         return RACKS * HOSTS_PER_RACK * self.gpus
 
-    def config(self, uplink_gbps: float | None = None) -> dict:
+    def config(self, uplink_gbps: float | None = None) -> dict[str, Any]:
         """The cluster and settings (`uplink_gbps`: another uplink than the ratio's)."""
         return {
             "name": "oversubscribed",
@@ -113,7 +115,7 @@ def run(case: Case, uplink_gbps: float | None = None) -> Outcome:
     network = np.array([link.kind != "intra" for link in cluster.links])
     spans: list[tuple[float, float, np.ndarray]] = []
 
-    def phases():  # type: ignore[no-untyped-def]
+    def phases() -> Iterator[simpy.Event]:
         for ops in case.phases():
             start, before = env.now, net.carried_bytes().copy()
             yield env.all_of([runner.run(op).done for op in ops])
