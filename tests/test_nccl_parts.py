@@ -68,6 +68,7 @@ SHAPES: dict[str, Shape] = {
     "2 hosts x 8 H100, 8 NICs, 256 MiB all_reduce": _across("all_reduce", 256 * MiB, 2, 8, 370.8, 376.0, 275.0),
     "16 hosts x 1 V100, 4 KiB all_reduce": _across("all_reduce", 4 * KiB, 16, 1, 120.0, 11.75),
     "16 hosts x 1 V100, 64 MiB all_reduce": _across("all_reduce", 64 * MiB, 16, 1, 120.0, 11.75),
+    "2 hosts x 8 V100, 1 NIC, 64 MiB all_reduce": _across("all_reduce", 64 * MiB, 2, 8, 120.0, 11.75),
 }
 GPU = {name: re.search(r"[AHV]100", name).group() for name in SHAPES}  # type: ignore[union-attr]
 
@@ -177,6 +178,8 @@ def test_tree_correction_table_is_nccls(protocol: str) -> None:
         ("simple", MiB, 0.5),  # 14
         ("simple", 64 * MiB, 0.8),  # log2(2^26/2^6) = 20
         ("simple", 256 * MiB, 0.9),  # 22: the last NCCL applies
+        ("simple", 512 * MiB, 1.0),  # 23: in v2.29's table (0.9), but trees stop at logSize < 23
+        ("ll128", 768 * MiB, 1.0),  # floor(log2(768 MiB / 64)) = 23
         ("simple", 2 * GiB, 1.0),  # 25: past the table, no correction
     ],
     ids=[
@@ -190,6 +193,8 @@ def test_tree_correction_table_is_nccls(protocol: str) -> None:
         "tree-correction-simple-1MiB-index-14",
         "tree-correction-simple-64MiB-index-20",
         "tree-correction-simple-256MiB-index-22",
+        "tree-correction-simple-512MiB-index-23-unread",
+        "tree-correction-ll128-768MiB-index-23-unread",
         "tree-correction-simple-2GiB-past-table",
     ],
 )
@@ -206,10 +211,14 @@ FABRIC_CONSTANTS = [
     ("A100", "ring_gbs", 12 * 20.0),
     ("H100", "ring_gbs", 18 * 20.6),
     ("H200", "ring_gbs", 18 * 20.6),
-    # llMaxBws of tuning.cc: rows Volta-N1/Intel-N2/Intel-N4, Ampere-N1/AMD-N2/AMD-N4, Hopper-N1/AMD-N2/AMD-N4
+    # llMaxBws of tuning.cc: rows Volta-N1/Intel-N2/Intel-N4, Ampere-N1/AMD-N2/AMD-N4, Hopper-N1/AMD-N2/AMD-N4.
+    # One host reads the GPU's row; across hosts the host CPU's (index1 = nNodes == 1 ? compCapIndex : AMD ? 1 : 0),
+    # so the Hopper row's N2/N4 are never read: DGX-1 (Intel) 39.0/20.4, DGX A100 (AMD) 22.5/19.0, H100 and H200
+    # servers (Intel Xeon) 39.0/20.4
     ("V100", "ll_max_gbs", (39.0, 39.0, 20.4)),
     ("A100", "ll_max_gbs", (87.7, 22.5, 19.0)),
-    ("H100", "ll_max_gbs", (141.0, 45.0, 35.0)),
+    ("H100", "ll_max_gbs", (141.0, 39.0, 20.4)),
+    ("H200", "ll_max_gbs", (141.0, 39.0, 20.4)),
     # perChMaxNVLSTreeBws, Hopper N2 and N4, times 8 NVLS channels
     ("H100", "nvls_tree_bus_gbs", (8 * 57.7, 8 * 45.5)),
     ("A100", "nvls_tree_bus_gbs", (0.0, 0.0)),
@@ -237,8 +246,8 @@ LL_CEILINGS = [
     ("A100", 3, 19.0),
     ("A100", 16, 19.0),
     ("H100", 1, 141.0),
-    ("H100", 2, 45.0),
-    ("H100", 4, 35.0),
+    ("H100", 2, 39.0),  # Intel-N2, not the Hopper row's 45.0 (never read across hosts)
+    ("H100", 4, 20.4),  # Intel-N4, not 35.0
     ("V100", 2, 39.0),
     ("V100", 3, 20.4),
 ]
@@ -277,13 +286,16 @@ def test_tree_pipeline_depth(name: str, algorithm: str, fill_steps: int, net_ste
 
 
 # (shape, algorithm, protocol) -> the Latency fields, worked out from NCCL_LATENCY_US and the rules of
-# tuning.cc: a ring's nsteps - nInterSteps steps inside hosts, nInterSteps = 2(nNodes - 1) for all-reduce and
-# nNodes - 1 otherwise across; across hosts a ring's step inside a host costs at least the network overhead
-# (1 us, 3 us for Simple); a Simple ring all-reduce across hosts with bytes >= 64 * channels * ranks pays the
-# plateau factor 1.4; with one GPU per host every network step costs the tree's figure (ppn == 1). The
-# network steps add NETWORK_US each. fill_rate is the payload rate of a slice crossing a step inside a host
-# (min(rate, cap) * factor, at the host's NVLink rate for rings and trees across hosts, where only the steady
-# stream runs at the NICs' pace);
+# tuning.cc, except for a ring's count of network steps: the time waits for the last chunk a rank receives,
+# which (src/device/all_gather.h, all_reduce.h runRing) goes round every hop but the rank's own outgoing one
+# (all-reduce: twice round, all but two neighbouring hops), so with 3+ GPUs per host it crosses every host
+# boundary: nNodes network steps (all-reduce 2 nNodes) of nsteps, where NCCL's tables count nNodes - 1
+# (2(nNodes - 1)); with one GPU per host every hop crosses, nsteps in all. Across hosts a ring's step inside
+# a host costs at least the network overhead (1 us, 3 us for Simple); a Simple ring all-reduce across hosts
+# with bytes >= 64 * channels * ranks pays the plateau factor 1.4; with one GPU per host every network step
+# costs the tree's figure (ppn == 1). The network steps add NETWORK_US each. fill_rate is the payload rate of
+# a slice crossing a step inside a host (min(rate, cap) * factor, at the host's NVLink rate for rings and
+# trees across hosts, where only the steady stream runs at the NICs' pace);
 # net_rate is 1 where no step crosses the network; chunk is a rank's bytes, n / p.
 LATENCY_TERMS = [
     (
@@ -312,39 +324,39 @@ LATENCY_TERMS = [
         Latency("nvls", 0.0, 25.0, 0.0, 4, 275e9, 0, 1.0, GiB / 8),
     ),
     (
-        # 30 steps, 2 of them across; inside hosts max(0.6, net overhead 1.0) = 1.0; across 2.7 + 1.
+        # 30 steps, 2 x 2 of them across; inside hosts max(0.6, net overhead 1.0) = 1.0; across 2.7 + 1.
         # Rates: ring 188 GB/s (the NICs), LL's 2-host ceiling 22.5 GB/s binds
         "ring-ll-2x8-A100-net-overhead-and-ring-net-figure",
         "2 hosts x 8 A100, 8 NICs, 1 MiB all_reduce",
         ("ring", "ll"),
-        Latency("ll", 6.6, 28 * 1.0, 2 * (2.7 + NETWORK_US), 28, 22.5e9, 2, 22.5e9, MiB / 16),
+        Latency("ll", 6.6, 26 * 1.0, 4 * (2.7 + NETWORK_US), 26, 22.5e9, 4, 22.5e9, MiB / 16),
     ),
     (
-        # all-gather: 15 steps, 1 across
-        "ring-ll128-2x8-A100-all_gather-one-net-step",
+        # all-gather: 15 steps, the last chunk's path crosses both host boundaries (NCCL's tables: 1)
+        "ring-ll128-2x8-A100-all_gather-two-net-steps",
         "2 hosts x 8 A100, 8 NICs, 1 MiB all_gather",
         ("ring", "ll128"),
-        Latency("ll128", 14.0, 14 * 1.9, 1 * (4.0 + NETWORK_US), 14, 0.92 * 240e9, 1, 0.92 * 188e9, MiB / 16),
+        Latency("ll128", 14.0, 13 * 1.9, 2 * (4.0 + NETWORK_US), 13, 0.92 * 240e9, 2, 0.92 * 188e9, MiB / 16),
     ),
     (
         # 256 MiB >= 64 * 24 channels * 16 ranks: the plateau, 1.4 on the steps' latencies
         "ring-simple-2x8-H100-plateau-1.4",
         "2 hosts x 8 H100, 8 NICs, 256 MiB all_reduce",
         ("ring", "simple"),
-        Latency("simple", 8.4, 28 * 3.4 * 1.4, 2 * (14.0 + NETWORK_US) * 1.4, 28, 370.8e9, 2, 376e9, 256 * MiB / 16),
+        Latency("simple", 8.4, 26 * 3.4 * 1.4, 4 * (14.0 + NETWORK_US) * 1.4, 26, 370.8e9, 4, 376e9, 256 * MiB / 16),
     ),
     (
         # 16 KiB < 64 * 24 * 16 = 24 KiB: no plateau; max(3.4, 3 x net overhead 1.0) = 3.4
         "ring-simple-2x8-H100-below-plateau",
         "2 hosts x 8 H100, 8 NICs, 16 KiB all_reduce",
         ("ring", "simple"),
-        Latency("simple", 8.4, 28 * 3.4, 2 * (14.0 + NETWORK_US), 28, 370.8e9, 2, 376e9, 16 * KiB / 16),
+        Latency("simple", 8.4, 26 * 3.4, 4 * (14.0 + NETWORK_US), 26, 370.8e9, 4, 376e9, 16 * KiB / 16),
     ),
     (
         "ring-ll128-2x8-H100-ring-net-figure",
         "2 hosts x 8 H100, 8 NICs, 16 KiB all_reduce",
         ("ring", "ll128"),
-        Latency("ll128", 14.0, 28 * 1.9, 2 * (4.0 + NETWORK_US), 28, 0.92 * 370.8e9, 2, 0.92 * 376e9, KiB),
+        Latency("ll128", 14.0, 26 * 1.9, 4 * (4.0 + NETWORK_US), 26, 0.92 * 370.8e9, 4, 0.92 * 376e9, KiB),
     ),
     (
         # one GPU per host: no step inside a host, all 30 across at the TREE's LL network figure 5.0 (not 2.7);
@@ -359,6 +371,14 @@ LATENCY_TERMS = [
         "16 hosts x 1 V100, 4 KiB all_reduce",
         ("ring", "ll128"),
         Latency("ll128", 14.0, 0.0, 30 * (8.5 + NETWORK_US), 0, 0.92 * 11.75e9, 30, 0.92 * 11.75e9, 4 * KiB / 16),
+    ),
+    (
+        # Volta's plateau 1.9 (compute capability < 8.0), on 26 NVLink steps at 3.4 and 4 network steps at 14 + 1;
+        # 64 MiB >= 64 * 12 channels * 16 ranks. NVLink 120 GB/s, the NIC 11.75
+        "ring-simple-2x8-V100-plateau-1.9",
+        "2 hosts x 8 V100, 1 NIC, 64 MiB all_reduce",
+        ("ring", "simple"),
+        Latency("simple", 8.4, 26 * 3.4 * 1.9, 4 * (14.0 + NETWORK_US) * 1.9, 26, 120e9, 4, 11.75e9, 4 * MiB),
     ),
     (
         # tree: 2(g-1) = 14 NVLink steps at 4.0, 2 log2(2) = 2 network steps at 14 + 1; factor .92 x correction
@@ -415,6 +435,50 @@ LATENCY_TERMS = [
         ),
     ),
 ]
+
+
+# (kind, hosts, GPUs per host) -> (NCCL's nInterSteps, the network steps on the last chunk's path). A ring of
+# hosts x g GPUs numbered host by host leaves each host once. NCCL: 2(nNodes - 1) for all-reduce, nNodes - 1
+# otherwise. The path: all-gather skips one hop (the receiving rank's own outgoing one), so it crosses every
+# boundary unless every hop crosses (g = 1: p - 1); all-reduce skips two neighbouring hops, inside a host when
+# g >= 3 (2 nNodes), one of them a crossing when g = 2 (2 nNodes - 1), both when g = 1 (2 nNodes - 2).
+RING_NETWORK_STEPS = [
+    ("all_reduce", 2, 8, 2, 4),
+    ("all_gather", 2, 8, 1, 2),
+    ("reduce_scatter", 4, 8, 3, 4),
+    ("all_reduce", 4, 8, 6, 8),
+    ("all_reduce", 4, 3, 6, 8),
+    ("all_reduce", 4, 2, 6, 7),
+    ("all_reduce", 16, 1, 30, 30),
+    ("all_gather", 16, 1, 15, 15),
+    ("all_to_all", 2, 8, 1, 1),
+]
+
+
+@pytest.mark.parametrize(
+    ("kind", "hosts", "gpus", "nccl", "path"),
+    RING_NETWORK_STEPS,
+    ids=[f"ring-network-steps-{k}-{h}x{g}" for k, h, g, _, _ in RING_NETWORK_STEPS],
+)
+def test_ring_network_steps_nccls_count_and_the_last_chunks_path(
+    kind: str, hosts: int, gpus: int, nccl: int, path: int
+) -> None:
+    shape = _across(kind, MiB, hosts, gpus, 240.0, 188.0)
+    assert shape.inter_steps == nccl, f"Shape.inter_steps (NCCL's nInterSteps) of {kind} on {hosts}x{gpus}"
+    assert shape.path_steps == path, f"Shape.path_steps (the last chunk's network hops) of {kind} on {hosts}x{gpus}"
+
+
+def test_ring_across_hosts_runs_its_paths_steps_and_picks_by_nccls() -> None:
+    """2 hosts x 8 A100, 1 MiB all-gather, LL128: NCCL's estimate has 14 steps inside hosts at 1.9 us and 1
+    across at 4.0 + 1 (plus 14 base); the time the engine runs has 13 and 2."""
+    choice = _choice("2 hosts x 8 A100, 8 NICs, 1 MiB all_gather", "ring", "ll128")
+    transfer = 15 / 16 * MiB / (0.92 * 188e9)
+    assert choice.tuner_seconds == pytest.approx((14.0 + 14 * 1.9 + 1 * 5.0) * 1e-6 + transfer, rel=1e-9), (
+        "tuner_seconds: NCCL's nInterSteps"
+    )
+    assert (choice.terms.intra_us, choice.terms.net_us) == pytest.approx((13 * 1.9, 2 * 5.0), rel=1e-12), (
+        "Latency: the last chunk's path"
+    )
 
 
 @pytest.mark.parametrize(

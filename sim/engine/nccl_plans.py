@@ -107,7 +107,7 @@ class NcclPlanner:
         """Watch `net`'s link latencies for delays added on top of the cables' (a straggler's `delay_ms`).
         NCCL picks its algorithm and protocol from its own tables, blind to such a delay, so the choice
         stays the one for the nominal network; the collective then waits the extra delay of its slowest
-        hop between hosts on each of its network steps (`Shape.inter_steps`)."""
+        hop between hosts on each network step of its slowest chunk's path (`Shape.path_steps`)."""
         self._live = net
         self._latency_version = -1
 
@@ -152,7 +152,7 @@ class NcclPlanner:
             self._choices[(seen, shape)] = choice
         delay = max((float(self._added[list(p)].sum()) for p in layout.between), default=0.0)
         if delay:
-            extra = shape.inter_steps * delay
+            extra = shape.path_steps * delay
             choice = dataclasses.replace(choice, latency_s=choice.latency_s + extra, seconds=choice.seconds + extra)
         if choice.algorithm in ("nvls", "nvls_tree"):  # each GPU to and from its NVSwitch (and the trees)
             return Plan(choice, layout.switch_paths(), layout.tree)

@@ -60,14 +60,17 @@ class Fabric:
         return self.ll_max_gbs[min(hosts, 3) - 1] * 1e9
 
 
-# LL ceilings are NCCL's (llMaxBws in src/graph/tuning.cc); ring_gbs is NCCL's per-link figure times
-# the GPU's NVLinks: V100 SXM2 6 x 20, A100 SXM4 12 x 20, H100/H200 SXM5 18 x 20.6. Channels: NCCL's
-# topology search and its doubling rules give 24 on DGX A100 and H100 (as its logs print), 12 on a
+# LL ceilings are NCCL's (llMaxBws in src/graph/tuning.cc): one host reads the GPU's row, hosts across a
+# network the host CPU's (index1 = nNodes == 1 ? compCapIndex : AMD ? 1 : 0), so Hopper's own 2- and 4-node
+# entries are never read. DGX-1, DGX H100 and the H100/H200 servers of Oracle, Google, Azure and Nebius run
+# Intel Xeons (39.0, 20.4), DGX A100 AMD EPYCs (22.5, 19.0; so would AWS's H100 p5). ring_gbs is NCCL's
+# per-link figure times the GPU's NVLinks: V100 SXM2 6 x 20, A100 SXM4 12 x 20, H100/H200 SXM5 18 x 20.6.
+# Channels: NCCL's topology search and its doubling rules give 24 on DGX A100 and H100 (as its logs print), 12 on a
 # DGX-1's V100 rings and 4 over PCIe (worked by hand from src/graph/search.cc and connect.cc). nvls_gbs: 275 GB/s
 # of algorithm bandwidth on 8 H100s, as an NCCL maintainer states it (NVIDIA/nccl-tests issue 212).
 _VOLTA_LL = (39.0, 39.0, 20.4)
 _AMPERE_LL = (87.7, 22.5, 19.0)
-_HOPPER_LL = (141.0, 45.0, 35.0)
+_HOPPER_LL = (141.0, 39.0, 20.4)
 # NVLS-tree: 8 NVLS channels (one per GPU of the host) of at most 57.7 GB/s on 2 hosts, 45.5 on more
 # (perChMaxNVLSTreeBws)
 _HOPPER_NVLS_TREE = (8 * 57.7, 8 * 45.5)
@@ -76,7 +79,7 @@ _HOPPER_NVLS_TREE = (8 * 57.7, 8 * 45.5)
 # Volta has no rows: it borrows Ampere's (its NVLink and NCCL's figures for it are alike).
 _SLICES: dict[str, Slices] = {
     "ampere": Slices(101.88, 1596.53, 2959.82, 3256.28, 1.09, 0.83, network=65.54, network_scale=1.46),
-    "hopper": Slices(21.66, 0.0, 693.61, 2933.31, 32.63, 0.0, network=8073.9, network_scale=1.73),
+    "hopper": Slices(21.66, 0.0, 693.61, 2933.31, 32.63, 0.0, network=4457.4, network_scale=1.73),
 }
 _SLICES["volta"] = _SLICES["ampere"]
 

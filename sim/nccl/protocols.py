@@ -48,7 +48,10 @@ LATENCY_US: dict[tuple[str, str], StepLatency] = {
     ("nvls_tree", "simple"): StepLatency(0.0, 25.0, 25.0, 14.0),
 }
 NET_OVERHEAD_US = 1.0  # a ring step inside a host of a multi-host collective costs at least this (x3 for Simple)
-# NCCL's tree all-reduce bandwidth correction by message size: index floor(log2(bytes / 64)), 0..23
+# NCCL's tree all-reduce bandwidth correction by message size: index floor(log2(bytes / 64)), 0..23 (v2.29's
+# table; earlier ones stop at 22). Trees read only indices below TREE_INDICES in every version (the 24th column
+# serves NVLS-tree on Blackwell): ncclTopoGetAlgoTime's `logSize < 23`.
+TREE_INDICES = 23
 TREE_CORRECTION: dict[str, tuple[float, ...]] = {
     "ll": (1, 1, 1, 1, 0.9, 0.8, 0.7, 0.7, 0.7, 0.7, 0.6, 0.5, 0.4, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1, 1, 1, 1, 1),
     "ll128": (1, 1, 1, 1, 1, 0.9, 0.8, 0.8, 0.8, 0.7, 0.6, 0.6, 0.6, 0.6, 0.6, 0.6, 0.8, 0.9, 0.9, 0.9, 0.9, 1, 1, 1),
@@ -98,7 +101,7 @@ def bandwidth_factor(algorithm: str, protocol: str, hosts: int) -> float:
 
 
 def tree_correction(protocol: str, nbytes: float) -> float:
-    """NCCL's correction of a tree all-reduce's bandwidth at `nbytes` (1 past 1 GiB)."""
+    """NCCL's correction of a tree all-reduce's bandwidth at `nbytes` (1 from 512 MiB: every version's
+    ncclTopoGetAlgoTime applies it to trees only below index TREE_INDICES, whatever its table's length)."""
     index = int(math.log2(nbytes / 64)) if nbytes >= 64 else 0
-    table = TREE_CORRECTION[protocol]
-    return table[index] if index < len(table) else 1.0
+    return TREE_CORRECTION[protocol][index] if index < TREE_INDICES else 1.0

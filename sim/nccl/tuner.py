@@ -2,7 +2,9 @@
 
 A collective's time is a latency (a fixed cost, NCCL's cost per step by the link the step crosses, the
 network links' own latency, and the pipeline's fill) plus its bytes over the bandwidth its protocol
-reaches. The fill: a ring moves each chunk in slices, and a step can forward a slice only once it has
+reaches. A ring's network steps are those on the path of the last chunk a rank receives
+(`Shape.path_steps`: every host boundary), where NCCL's tables count one fewer per pass (`inter_steps`,
+what it picks by). The fill: a ring moves each chunk in slices, and a step can forward a slice only once it has
 arrived, so every step waits for one slice (`Slices`, in KB: the whole per-rank chunk when that is
 smaller). That is why 16 MiB reaches half of the bus bandwidth 8 GiB does. NCCL picks by its own
 tables, without the fill and with its own share of the bandwidth for a ring's LL (a quarter, or a
@@ -34,7 +36,9 @@ from sim.nccl.protocols import (
 from sim.nccl.trees import busiest_host_edges
 
 KINDS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all")
-RING_PLATEAU = 1.4  # NCCL's factor on a multi-host Simple ring all-reduce's latency once channels fill
+# NCCL's factor on a multi-host Simple ring all-reduce's latency once channels fill (ncclTopoGetAlgoTime):
+# 1.9 below compute capability 8.0 in every version; from Ampere on 1.4 (v2.18 on; 1.9 before v2.17)
+RING_PLATEAU = {"volta": 1.9, "ampere": 1.4, "hopper": 1.4}
 
 
 @dataclass(frozen=True)
@@ -94,6 +98,20 @@ class Shape:
         """Of the steps, those a chunk takes between hosts on its way round (NCCL's count)."""
         passes = 2 if self.kind == "all_reduce" else 1
         return passes * max(self.crossings - 1, 0) if self.kind != "all_to_all" else int(self.hosts > 1)
+
+    @property
+    def path_steps(self) -> int:
+        """Of the steps, those between hosts on the path of the last chunk a rank receives, which the
+        collective waits for. In NCCL's ring kernels (runRing of src/device/all_gather.h, all_reduce.h)
+        a rank's last chunk comes from its next rank round every hop but the rank's own outgoing one;
+        all-reduce's starts one rank further on and goes round twice, skipping two neighbouring hops.
+        So the slowest rank's path crosses every host boundary: hosts (all-reduce 2 x hosts) with 3+
+        GPUs per host, where NCCL's tables count one boundary fewer per pass (`inter_steps`)."""
+        if self.kind == "all_to_all":
+            return int(self.hosts > 1)
+        if self.kind == "all_reduce":  # of the two skipped hops, max(0, 3 - g) cross with g GPUs per host
+            return max(2 * self.crossings - max(0, 3 - self.ranks_per_host), 0)
+        return max(self.crossings - (1 if self.ranks_per_host == 1 else 0), 0)
 
 
 @dataclass(frozen=True)
@@ -157,6 +175,7 @@ def predict(shape: Shape, fabric: Fabric, algorithm: str, protocol: str) -> Choi
     # one GPU per host: NCCL prices every network step as a tree's
     net = (LATENCY_US[("tree", protocol)].net if shape.ranks_per_host == 1 else lat.net) + shape.network_s * 1e6
     net_steps = 0.0
+    tables_steps: tuple[float, float] | None = None  # NCCL's own (intra, net) step counts where they differ
     if algorithm == "nvls":
         rate = cap = min(cap, shape.nvls_rate)
         # every GPU sends n to the switch and gets n back; a slice crosses the switch twice in each
@@ -194,10 +213,11 @@ def predict(shape: Shape, fabric: Fabric, algorithm: str, protocol: str) -> Choi
         payload, net_payload = rotated, hop_bytes
         if hosts > 1:  # a step inside a host waits on the proxy thread that drives the network
             intra = max(intra, NET_OVERHEAD_US * (3 if protocol == "simple" else 1))
-        net_steps = float(shape.inter_steps)
+        net_steps = float(shape.path_steps)
         intra_steps = depth - net_steps
+        tables_steps = (depth - shape.inter_steps, float(shape.inter_steps))
         if hosts > 1 and protocol == "simple" and shape.kind == "all_reduce" and n >= 64 * p * fabric.channels:
-            intra, net = intra * RING_PLATEAU, net * RING_PLATEAU
+            intra, net = intra * RING_PLATEAU[fabric.arch], net * RING_PLATEAU[fabric.arch]
     wire, net_wire = payload / factor, net_payload / factor
     net_rate, net_cap = shape.net_rate, cap
     if algorithm in ("tree", "nvls_tree"):  # a ceiling on the NICs' bus bandwidth, shared by their edges
@@ -225,7 +245,8 @@ def predict(shape: Shape, fabric: Fabric, algorithm: str, protocol: str) -> Choi
         n / p,
     )
     latency = float(terms.seconds(fabric.slices))
-    estimate = (lat.base + intra_steps * intra + net_steps * net) * 1e-6 + _tables_transfer(
+    t_intra, t_net = tables_steps or (intra_steps, net_steps)
+    estimate = (lat.base + t_intra * intra + t_net * net) * 1e-6 + _tables_transfer(
         shape, fabric, algorithm, protocol, transfer
     )
     return Choice(
@@ -235,7 +256,12 @@ def predict(shape: Shape, fabric: Fabric, algorithm: str, protocol: str) -> Choi
 
 def _tables_transfer(shape: Shape, fabric: Fabric, algorithm: str, protocol: str, transfer: float) -> float:
     """The transfer time NCCL's own tables give: a ring's LL at a quarter of the links' bandwidth (a
-    third for one host's all-gather and reduce-scatter), where the time uses LL's half."""
+    third for one host's all-gather and reduce-scatter), where the time uses LL's half.
+
+    That is NCCL's share before v2.21 (v2.21 on: a half). It is kept because this tuner's rate is the
+    NVLink figure, below NCCL's nChannels x bwIntra on one host: with a half, one host of H100s picks LL
+    for 4 MiB all-gathers (the fitted table's worst row goes from 12.5% to 24%). Across hosts LL's
+    ceiling binds under either share."""
     if algorithm != "ring" or protocol != "ll" or shape.kind == "all_to_all":
         return transfer
     tables = 0.25 if shape.hosts > 1 or shape.kind == "all_reduce" else 1 / 3
