@@ -25,6 +25,8 @@ from sim.nccl.fit import source_of
 from sim.nccl.published import Published, rows
 
 WITHIN = 0.2  # the share of rows whose |error| is at most this is reported
+FITTED_NETWORKS = ("infiniband", "roce")  # the transports the NCCL model's network constants are fitted on
+LARGE = 64 * 2**20  # from this size a collective is mostly bandwidth: the headline's third line
 
 
 @dataclass(frozen=True)
@@ -78,7 +80,7 @@ def heldout_table(figures: Sequence[Published] | None = None, null: AlphaBeta | 
     for row in figures:
         null_gbs = null.busbw_gbs(row)
         null_figures = {"null_gbs": round(null_gbs, 1), "null_error": null_gbs / row.busbw_gbs - 1}
-        out.append({"source": source_of(row)} | scored(row) | null_figures)
+        out.append({"source": source_of(row)} | scored(row) | {"nbytes": row.nbytes} | null_figures)
     return pd.DataFrame(out)
 
 
@@ -87,17 +89,33 @@ def summary(table: pd.DataFrame) -> pd.DataFrame:
     `WITHIN`, for the simulator and for the null model."""
     scored = table[~table["bug_report"]]
     groups = [(source, part) for source, part in scored.groupby("source")] + [("overall", scored)]
+    return _figures(groups)
+
+
+def headline(table: pd.DataFrame) -> pd.DataFrame:
+    """`summary`'s figures for every scored row, for the transports the model is fitted on (InfiniBand
+    and RoCE), and for messages of at least LARGE bytes."""
+    scored = table[~table["bug_report"]]
+    parts = {
+        "overall": scored,
+        "infiniband+roce": scored[scored["network"].isin(FITTED_NETWORKS)],
+        ">= 64 MiB": scored[scored["nbytes"] >= LARGE],
+    }
+    return _figures(list(parts.items()))
+
+
+def _figures(groups: Sequence[tuple[str, pd.DataFrame]]) -> pd.DataFrame:
     return pd.DataFrame(
         [
             {
-                "source": source,
+                "source": name,
                 "rows": len(part),
                 "median": part["error"].abs().median(),
                 "within": (part["error"].abs() <= WITHIN).mean(),
                 "null_median": part["null_error"].abs().median(),
                 "null_within": (part["null_error"].abs() <= WITHIN).mean(),
             }
-            for source, part in groups
+            for name, part in groups
         ]
     ).set_index("source")
 
@@ -116,12 +134,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     with pd.option_context("display.width", 200, "display.max_rows", 500, "display.max_colwidth", 60):
         if args.rows:
             print(table.round(3).to_string(index=False), end="\n\n")
-        print(summary(table).to_string(formatters={k: v.format for k, v in percent.items()}))
+        print(summary(table).to_string(formatters={k: v.format for k, v in percent.items()}), end="\n\n")
+        print(headline(table).to_string(formatters={k: v.format for k, v in percent.items()}))
     bugs = int(table["bug_report"].sum())
     print(
         f"null model: time = {null.alpha_s * 1e6:.1f} us + n / {null.bytes_per_s / 1e9:.2f} GB/s "
         f"(fitted to the fitted table's multi-host rows); within = |error| <= {WITHIN:.0%}; "
-        f"{bugs} bug-report rows left out of the summary"
+        f"{bugs} rows from bug reports or degraded runs left out of the summary"
     )
     return 0
 
