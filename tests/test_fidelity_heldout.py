@@ -141,24 +141,24 @@ def test_the_scorer_simulates_rows_and_summarises_them_per_source() -> None:
 
 def test_heldout_infiniband_and_roce_rows_stay_within_the_documented_error() -> None:
     """The transports the NCCL model fits (InfiniBand, RoCE), scored on sources it never saw with the
-    constants as committed: a 5.1% median and all 57 rows within 20% (the 8 rows of a degraded run set
-    aside); a change to the model across hosts that loses that fails here (the bounds leave room for
-    noise in neither direction: the figures are deterministic)."""
+    constants as committed: a 6.5% median and 57 of 65 rows within 20%, the issue's 85% (the 8 misses
+    are one degraded run, scored all the same); a change to the model across hosts that loses that
+    fails here (the figures are deterministic)."""
     figures = [r for r in rows(heldout=True) if r.network in ("infiniband", "roce")]
     errors = heldout.heldout_table(figures)["error"].abs()
-    assert len(errors) == 57
-    assert errors.median() <= 0.055, f"median |error| {errors.median():.1%} (documented 5.1%)"
-    assert (errors <= 0.20).mean() >= 0.98, f"{(errors <= 0.20).mean():.0%} within 20% (documented 100%)"
+    assert len(errors) == 65
+    assert errors.median() <= 0.07, f"median |error| {errors.median():.1%} (documented 6.5%)"
+    assert (errors <= 0.20).mean() >= 0.85, f"{(errors <= 0.20).mean():.0%} within 20% (documented 88%)"
 
 
-def test_rows_set_aside_are_bug_reports_or_degraded_runs_that_say_why() -> None:
-    """A held-out row left out of the scores comes from a bug report's thread, or its note says it is a
-    degraded run and cites the source's own lines that show it."""
+def test_rows_set_aside_come_from_bug_reports_and_degraded_runs_stay_scored() -> None:
+    """A held-out row left out of the scores comes from a bug report's thread; a run whose setup was
+    degraded is scored all the same, its note citing the source's own lines that show it."""
     aside = HELD[HELD["bug_report"] == "yes"]
-    thread = aside["source"].str.contains("/issues/")
-    degraded = aside["note"].str.startswith("Degraded run") & aside["note"].str.contains(r"L\d+")
-    assert (thread | degraded).all()
-    assert degraded.sum() == 8  # datacrunch-research's H200 run: its Slurm script and its own timings
+    assert aside["source"].str.contains("/issues/").all()
+    degraded = HELD["note"].str.startswith("A degraded setup, scored all the same")
+    assert degraded.sum() == 8 and (HELD.loc[degraded, "bug_report"] == "no").all()
+    assert HELD.loc[degraded, "note"].str.contains(r"L\d+").all()
 
 
 def test_headline_splits_scored_rows_into_overall_fitted_transports_and_large_messages() -> None:
