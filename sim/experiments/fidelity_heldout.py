@@ -140,7 +140,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(
         f"null model: time = {null.alpha_s * 1e6:.1f} us + n / {null.bytes_per_s / 1e9:.2f} GB/s "
         f"(fitted to the fitted table's multi-host rows); within = |error| <= {WITHIN:.0%}; "
-        f"{bugs} rows from bug reports or degraded runs left out of the summary"
+        f"{bugs} rows from bug reports left out of the summary"
     )
     return 0
 
