@@ -180,7 +180,7 @@ def calibrate(runs: pd.DataFrame, phases: pd.DataFrame, base: dict[str, Any]) ->
     return Calibration(rate, {"resnet32": compute10, "resnet50": compute100}, switch)
 
 
-def _policy(label: str, setup: Setup, steps: float, switch_cost_s: float) -> dict[str, Any]:
+def hybrid_policy(label: str, setup: Setup, steps: float, switch_cost_s: float) -> dict[str, Any]:
     """The sync_switch entry of a logged hybrid: its BSP share from its steps, its order from its
     name (`a..`: ASP first)."""
     fraction = setup.bsp_fraction(steps)
@@ -218,7 +218,7 @@ def predict(runs: pd.DataFrame, calibration: Calibration, base: dict[str, Any]) 
             if label in ("bsp", "asp"):
                 policies.append({**(BSP if label == "bsp" else ASP), "label": label})
             else:
-                policies.append(_policy(str(label), setup, float(entry["steps"]), calibration.switch_cost_s))
+                policies.append(hybrid_policy(str(label), setup, float(entry["steps"]), calibration.switch_cost_s))
                 shares[str(label)] = (setup.bsp_fraction(float(entry["steps"])), len(policies[-1]["pattern"]) - 1)
         if setup is CIFAR10:  # its pure runs sit in the baseline folder: the calibration, shown for reference
             policies += [{**BSP, "label": "bsp"}, {**ASP, "label": "asp"}]
