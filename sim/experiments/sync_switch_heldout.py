@@ -178,6 +178,19 @@ def by_kind(table: pd.DataFrame) -> pd.DataFrame:
     ).reset_index()
 
 
+def extra_misses(table: pd.DataFrame, switch_cost_s: float) -> dict[str, float]:
+    """Over the hybrids whose setup logged both pure runs: the median |miss| (minutes) on the time
+    beyond the plain mix, of syncsim, of the phase-mix null (whose extra is its switch term) and of
+    "no extra" (the plain mix)."""
+    hybrids = table.dropna(subset=["logged_extra_min", "predicted_extra_min"])
+    logged_extra = hybrids["logged_extra_min"]
+    return {
+        "syncsim": float((hybrids["predicted_extra_min"] - logged_extra).abs().median()),
+        "phase-mix null": float((switch_cost_s / 60.0 - logged_extra).abs().median()),
+        "no extra": float(logged_extra.abs().median()),
+    }
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     import argparse
 
@@ -198,6 +211,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     print()
     print(logs.markdown(by_kind(table)))
     print()
+    misses = extra_misses(table, calibration.switch_cost_s)
+    print(
+        "hybrids' time beyond their setup's plain mix, median |miss|: "
+        + ", ".join(f"{name} {minutes:.1f} min" for name, minutes in misses.items())
+    )
     for setup, held_out, jobs in HELD_OUT:
         gap = switch_gap_s(phases, jobs)
         print(
