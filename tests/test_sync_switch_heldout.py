@@ -111,3 +111,17 @@ def test_a_hybrids_time_beyond_the_mix_is_the_switch_and_the_held_out_switches_a
     cifar100 = hybrids.loc[repro.CIFAR100.experiment]
     miss = (cifar100["predicted_extra_min"] - cifar100["logged_extra_min"]).abs()
     assert miss.median() < cifar100["logged_extra_min"].abs().median()
+
+
+def test_the_docs_state_the_same_bounds() -> None:
+    """docs/sync_switch.md's per-kind table gives each bound the tests hold."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "sync_switch.md").read_text()
+    held_out = {repro.CIFAR100.experiment: "dataset", repro.CLUSTER16.experiment: "worker count"}
+    kinds = {"asp": "ASP", "hybrid": ("4 hybrids", "50% hybrid")}
+    for (experiment, kind), bound in BOUNDS.items():
+        names = kinds[kind] if isinstance(kinds[kind], tuple) else (kinds[kind],)
+        rows = [line for line in text.splitlines() if line.startswith(f"| {held_out[experiment]} | ")]
+        (row,) = [line for line in rows if line.split(" | ")[1] in names]
+        assert row.split(" | ")[4].startswith(f"{bound:g}%"), row
