@@ -22,7 +22,7 @@ scored on its time beyond the plain mix of its own setup's pure runs (logged aga
 syncsim against syncsim): what the switch and anything else the phases do not add up to cost. No
 accuracy is predicted here: syncsim trains no ResNet on CIFAR.
 
-    python -m sim.experiments.sync_switch_heldout    # calibrate on CIFAR-10, predict, print (~3 min)
+    python -m sim.experiments.sync_switch_heldout    # calibrate on CIFAR-10, predict, print (3-4 min)
 """
 
 from __future__ import annotations
