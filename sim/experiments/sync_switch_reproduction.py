@@ -24,7 +24,9 @@ Every other configuration is then simulated at its full length: the CIFAR-10 hyb
 fraction and order, the 16-worker cluster (same rates, twice the towers per master), and CIFAR-100
 ResNet-50's BSP (the CIFAR-10 input rate at 64 images a tower) and hybrids.
 
-The straggler runs and the online policies' runs are predicted in sim.experiments.sync_switch_stragglers.
+The straggler runs and the online policies' runs are predicted in sim.experiments.sync_switch_stragglers;
+sim.experiments.sync_switch_heldout calibrates on the CIFAR-10 runs alone (ResNet-50's compute and
+the switch included) and predicts the CIFAR-100 and 16-worker runs.
 
     python -m sim.experiments.sync_switch_reproduction    # calibrate, simulate, print the tables (~5 min)
 """
@@ -180,7 +182,7 @@ def calibrate(runs: pd.DataFrame, phases: pd.DataFrame, base: dict[str, Any]) ->
     return Calibration(rate, {"resnet32": compute10, "resnet50": compute100}, switch)
 
 
-def _policy(label: str, setup: Setup, steps: float, switch_cost_s: float) -> dict[str, Any]:
+def hybrid_policy(label: str, setup: Setup, steps: float, switch_cost_s: float) -> dict[str, Any]:
     """The sync_switch entry of a logged hybrid: its BSP share from its steps, its order from its
     name (`a..`: ASP first)."""
     fraction = setup.bsp_fraction(steps)
@@ -218,15 +220,17 @@ def predict(runs: pd.DataFrame, calibration: Calibration, base: dict[str, Any]) 
             if label in ("bsp", "asp"):
                 policies.append({**(BSP if label == "bsp" else ASP), "label": label})
             else:
-                policies.append(_policy(str(label), setup, float(entry["steps"]), calibration.switch_cost_s))
+                policies.append(hybrid_policy(str(label), setup, float(entry["steps"]), calibration.switch_cost_s))
                 shares[str(label)] = (setup.bsp_fraction(float(entry["steps"])), len(policies[-1]["pattern"]) - 1)
         if setup is CIFAR10:  # its pure runs sit in the baseline folder: the calibration, shown for reference
             policies += [{**BSP, "label": "bsp"}, {**ASP, "label": "asp"}]
             table = pd.concat([table, logged(runs, BASELINE).loc[["bsp", "asp"]]])
             roles = {"bsp": "calibration (input rate)", "asp": "calibration (compute)"}
         elif setup is CIFAR100:  # its hybrids' switches are the ones the switch cost is the median of
-            roles = {"asp": "calibration (compute)", "bsp": "prediction"}
-        hybrid_role = "in-sample (switch cost)" if setup is CIFAR100 else "prediction"
+            roles = {"asp": "calibration (compute)", "bsp": "held out: dataset"}
+        hybrid_role = {CIFAR10: "held out: configuration", CLUSTER16: "held out: worker count"}.get(
+            setup, "in-sample (switch cost)"
+        )
         pure = [p for p in ({**BSP, "label": "bsp"}, {**ASP, "label": "asp"}) if p["label"] not in table.index]
         config = setup_config(base, setup, calibration.compute_ms[setup.model], calibration.input_samples_s)
         simulated = run_policies(config, policies + pure, setup.bsp_steps)
@@ -272,8 +276,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     scored = table[~table["role"].str.startswith("calibration")]
     print()
     for name, rows in (
-        ("predicted", scored[scored["role"] == "prediction"]),
-        ("in-sample", scored[scored["role"] != "prediction"]),
+        ("held out", scored[scored["role"].str.startswith("held out")]),
+        ("in-sample", scored[scored["role"].str.startswith("in-sample")]),
         ("all not calibrated", scored),
     ):
         print(
