@@ -89,7 +89,7 @@ def test_across_hosts_the_nics_set_the_pace() -> None:
 def test_the_engine_runs_what_the_tuner_predicts_on_every_published_row() -> None:
     for row in rows(include_bug_reports=True):
         simulated, algorithm, protocol = simulate(row)
-        predicted, expected_algorithm, expected_protocol = nccl_fit.predict(row, fabric_of(row.gpu))
+        predicted, expected_algorithm, expected_protocol = nccl_fit.predict(row, fabric_of(row.gpu, row.transport))
         assert (algorithm, protocol) == (expected_algorithm, expected_protocol)
         assert simulated == pytest.approx(predicted, rel=1e-6), row
 
@@ -284,5 +284,7 @@ def test_the_fits_batched_rows_predict_what_predict_does_under_any_slices() -> N
     choices = nccl_fit.Choices(figures)
     for slices in (fabric_of("A100").slices, dataclasses.replace(fabric_of("H100").slices, ll=3000.0, network=1.0)):
         batched = choices.busbw_gbs(slices)
-        one_by_one = [nccl_fit.predict(r, dataclasses.replace(fabric_of(r.gpu), slices=slices))[0] for r in figures]
+        one_by_one = [
+            nccl_fit.predict(r, dataclasses.replace(fabric_of(r.gpu, r.transport), slices=slices))[0] for r in figures
+        ]
         assert batched.tolist() == one_by_one  # exactly: the fit's loss is the one scoring reports

@@ -57,6 +57,13 @@ class NcclSettings(Strict):
     protocol: Literal["auto", "ll", "ll128", "simple"] = Field(
         "auto", description="auto: the fastest by NCCL's tuner; or always ll, ll128 or simple"
     )
+    transport: Literal["infiniband", "roce", "efa", "efa_rdma", "tcpx", "tcpxo"] = Field(
+        "infiniband",
+        description="how NCCL crosses between hosts (sim/nccl/transports.py): infiniband or roce (NCCL's own verbs), "
+        "efa (AWS p3dn/p4d/p4de, the aws-ofi-nccl plugin's send/recv: Simple only), efa_rdma (p5 and later, its RDMA "
+        "writes), tcpx (Google A3 High, GPUDirect-TCPX: ring and Simple "
+        "only) or tcpxo (A3 Mega, GPUDirect-TCPXO); each with its per-step latency and share of the NICs' rate",
+    )
     constants: NcclConstants = Field(
         default_factory=NcclConstants, description="fitted to this cluster's measurements (default: the GPU's)"
     )

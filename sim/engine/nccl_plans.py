@@ -26,7 +26,7 @@ from policies.ops import AllGather, AllReduce, AllToAll, Barrier, Collective, Gr
 from sim.cluster.routing import Path, Router
 from sim.cluster.topology import Cluster
 from sim.config import SimulationConfig
-from sim.nccl.fabrics import NIC_EFFICIENCY, Fabric, fabric_of, with_constants
+from sim.nccl.fabrics import Fabric, fabric_of, with_constants
 from sim.nccl.trees import busiest_host_edges, tree_edges
 from sim.nccl.tuner import Choice, Shape, choose, predict
 from sim.network.flows import Network
@@ -240,12 +240,13 @@ def _alone_rate(paths: Sequence[Path], capacity: np.ndarray) -> float:
 
 def nccl_capacity(cluster: Cluster, fabric: Fabric) -> np.ndarray:
     """Link capacities as NCCL reaches them: a GPU's NVLink at what NCCL's rings sustain (never above
-    the configured link); a network link at NIC_EFFICIENCY of its line rate (headers and acks)."""
+    the configured link); a network link at the share of its line rate the fabric's transport reaches
+    (sim/nccl/transports.py: headers and acks, and the plugin's own limits)."""
     capacity = cluster.capacity
     intra = np.array([link.kind == "intra" for link in cluster.links])
     if fabric.ring_gbs:
         capacity[intra] = np.minimum(capacity[intra], fabric.ring_gbs * 1e9)
-    capacity[~intra] *= NIC_EFFICIENCY
+    capacity[~intra] *= fabric.transport.nic_share  # transport hook
     return capacity
 
 
@@ -268,7 +269,7 @@ def planner_for(cluster: Cluster, simulation: SimulationConfig, router: Router, 
         capacity,
         cluster.latency,
         np.array([link.kind != "intra" for link in cluster.links], dtype=float),
-        with_constants(fabric_of(cluster.gpu.name), simulation.nccl.constants.model_dump()),
+        with_constants(fabric_of(cluster.gpu.name, simulation.nccl.transport), simulation.nccl.constants.model_dump()),
         path,
         host_paths,
         simulation.nccl.algorithm,

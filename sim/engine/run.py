@@ -110,7 +110,7 @@ def run_policy(
     router = Router(cluster, config.seed)
     planner, slowdown = None, 1.0
     if config.simulation.network_model == "nccl":
-        fabric = fabric_of(cluster.gpu.name)
+        fabric = fabric_of(cluster.gpu.name, config.simulation.nccl.transport)
         capacity = nccl_capacity(cluster, fabric)
         planner = planner_for(cluster, config.simulation, router, capacity)
         slowdown = fabric.overlap_slowdown(cluster.gpu.sms)

@@ -42,7 +42,11 @@ def row_config(row: Published) -> dict[str, Any]:
         },
         "workload": {"model": "synthetic", "gradient_mb": 1.0, "compute_ms": 1.0},
         "policies": [{"name": "ring"}],
-        "simulation": {"network_model": "nccl", "nccl": {"algorithm": row.algorithm}, "trace": False},
+        "simulation": {
+            "network_model": "nccl",
+            "nccl": {"algorithm": row.algorithm, "transport": row.transport},
+            "trace": False,
+        },
     }
 
 
@@ -52,7 +56,7 @@ def simulate(row: Published) -> tuple[float, str, str]:
     cluster = build_cluster(config.cluster)
     env = simpy.Environment()
     router = Router(cluster)
-    capacity = nccl_capacity(cluster, fabric_of(row.gpu))
+    capacity = nccl_capacity(cluster, fabric_of(row.gpu, row.transport))
     planner = planner_for(cluster, config.simulation, router, capacity)
     net = Network(env, capacity, cluster.latency)
     runner = CollectiveRunner(env, net, router, cluster.rank_gpus, "pipelined", None, planner)

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from sim.catalog.gpus import get_gpu
+from sim.nccl.transports import IB_NIC_SHARE, Transport, transport
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,7 @@ class Fabric:
     slices: Slices = Slices()
     channels: int = 24  # NCCL's collective channels (one thread block each) on an 8-GPU host
     source: str = ""
+    transport: Transport = transport("infiniband")  # how NCCL crosses between hosts (sim/nccl/transports.py)
 
     def overlap_slowdown(self, sms: int) -> float:
         """How much longer compute takes while a collective runs on its GPU: NCCL's blocks hold
@@ -93,9 +95,8 @@ _FABRICS: dict[str, Fabric] = {
 }
 
 
-# the share of a network link's line rate NCCL moves: 46-48 of NDR InfiniBand's 50 GB/s, as an NCCL
-# maintainer states it (NVIDIA/nccl-tests issue 290)
-NIC_EFFICIENCY = 0.94
+# the share of a network link's line rate NCCL moves over InfiniBand (other transports: Transport.nic_share)
+NIC_EFFICIENCY = IB_NIC_SHARE
 
 # config keys of `simulation.nccl.constants` -> Slices fields
 CONSTANT_KEYS: dict[str, str] = {
@@ -116,6 +117,9 @@ def with_constants(fabric: Fabric, constants: Mapping[str, float | None]) -> Fab
     return dataclasses.replace(fabric, slices=dataclasses.replace(fabric.slices, **given)) if given else fabric
 
 
-def fabric_of(gpu: str) -> Fabric:
-    """The NCCL figures of GPU `gpu` (a catalogue name; GPUs without NVLink figures use the configured link)."""
-    return _FABRICS[get_gpu(gpu).name]
+def fabric_of(gpu: str, over: str | Transport = "infiniband") -> Fabric:
+    """The NCCL figures of GPU `gpu` (a catalogue name; GPUs without NVLink figures use the configured link),
+    its hosts joined by transport `over` (a name of sim/nccl/transports.py, or a Transport)."""
+    fabric = _FABRICS[get_gpu(gpu).name]
+    chosen = transport(over) if isinstance(over, str) else over
+    return fabric if chosen == fabric.transport else dataclasses.replace(fabric, transport=chosen)

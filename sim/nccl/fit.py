@@ -9,6 +9,11 @@ published rows (bug reports excluded).
     python -m sim.nccl.fit                  # the fitted slices per architecture, and each row's error
     python -m sim.nccl.fit --table mine.csv # constants for one's own cluster, as config keys
     python -m sim.nccl.fit --held-out       # each source's rows scored by a fit to the other sources
+    python -m sim.nccl.fit --transports     # EFA's and TCPX's constants, each on its own rows only
+
+The transports other than InfiniBand and RoCE (sim/nccl/transports.py) have two constants each, a
+network step's cost beyond NCCL's IB figure and the share of the NICs' line rate reached, fitted after
+the architectures' constants and with them fixed, on the rows of that transport alone.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import pandas as pd
 from sim.catalog.gpus import get_gpu
 from sim.nccl.fabrics import CONSTANT_KEYS, Fabric, Slices, fabric_of
 from sim.nccl.published import Published, read_table, row_shape, rows
+from sim.nccl.transports import FITTED, Transport, transport, with_fitted
 from sim.nccl.tuner import Latency, Shape, choose
 
 SLICE_NAMES = ("ll", "ll128", "simple", "nvls")  # the slice a step inside a host waits for (`Latency.slice`)
@@ -32,6 +38,9 @@ BOUNDS = [(0.0, 4000.0)] * 4 + [(0.0, 100.0), (0.0, 2.0)]  # slices in KB; launc
 NETWORK_NAMES = ("network", "network_scale")
 NETWORK_BOUNDS = [(0.0, 16000.0), (0.2, 5.0)]
 FITTED_NETWORKS = ("infiniband", "roce")
+TRANSPORT_NAMES = ("step_us", "nic_share")
+# a step's extra cost: 0 to 0.5 ms (EFA's plugin reports 75-150 us to NCCL's tuner); a NIC's share: 20% to all
+TRANSPORT_BOUNDS = [(0.0, 500.0), (0.2, 1.0)]
 
 
 def predict(row: Published, fabric: Fabric) -> tuple[float, str, str]:
@@ -45,7 +54,10 @@ def score(figures: Sequence[Published], fabrics: dict[str, Fabric] | None = None
     """Each row with the model's bus bandwidth and its error (predicted / published - 1)."""
     out = []
     for row in figures:
-        fabric = (fabrics or {}).get(row.gpu) or fabric_of(row.gpu)
+        own = (fabrics or {}).get(row.gpu)
+        fabric = (
+            dataclasses.replace(own, transport=transport(row.transport)) if own else fabric_of(row.gpu, row.transport)
+        )
         busbw, algorithm, protocol = predict(row, fabric)
         out.append(
             {
@@ -120,6 +132,54 @@ def held_out(figures: Sequence[Published]) -> pd.DataFrame:
     return pd.concat(out, ignore_index=True)
 
 
+def transport_rows(figures: Sequence[Published], name: str) -> list[Published]:
+    """The sized rows across hosts of transport `name` (bug reports are not in `figures` unless asked)."""
+    return [r for r in figures if r.sized and r.nodes > 1 and r.transport == name]
+
+
+def transport_errors(figures: Sequence[Published], over: Transport) -> np.ndarray:
+    """Each row's error (predicted / published - 1) with its hosts joined by `over`."""
+    return np.array([predict(r, fabric_of(r.gpu, over))[0] / r.busbw_gbs - 1 for r in figures])
+
+
+def fit_transport(figures: Sequence[Published], name: str) -> Transport:
+    """Transport `name` with the step cost and NIC share minimising the squared log error of its own rows
+    of `figures` (the architectures' constants as committed). NCCL's tuner picks anew for every trial
+    (the share moves the rates it picks by), so each trial predicts every row."""
+    from scipy.optimize import differential_evolution
+
+    own = transport_rows(figures, name)
+    if len(own) < len(TRANSPORT_NAMES):
+        raise ValueError(f"transport {name}: {len(own)} rows; the fit needs at least {len(TRANSPORT_NAMES)}")
+
+    def loss(x: np.ndarray) -> float:
+        trial = with_fitted(name, **dict(zip(TRANSPORT_NAMES, (float(v) for v in x))))
+        return float(np.mean(np.square(np.log1p(transport_errors(own, trial)))))
+
+    best = differential_evolution(loss, TRANSPORT_BOUNDS, seed=0, tol=1e-6, polish=True)
+    return with_fitted(name, step_us=round(float(best.x[0]), 1), nic_share=round(float(best.x[1]), 3))
+
+
+def _print_transports() -> None:
+    """Each fitted transport's constants, and its rows' in-sample errors treated as InfiniBand and with it."""
+    figures = rows()
+    for name in FITTED:
+        own = transport_rows(figures, name)
+        fitted = fit_transport(figures, name)
+        before, after = transport_errors(own, transport("infiniband")), transport_errors(own, fitted)
+        print(f"{name}: step_us={fitted.step_us} nic_share={fitted.nic_share} ({len(own)} rows)")
+        print(
+            f"  in-sample median |error|: as infiniband {np.median(np.abs(before)):.1%}, fitted "
+            f"{np.median(np.abs(after)):.1%}; within 20%: {np.mean(np.abs(before) <= 0.2):.0%} -> "
+            f"{np.mean(np.abs(after) <= 0.2):.0%}"
+        )
+        for row, b, a in zip(own, before, after):
+            print(
+                f"    {row.gpu} {row.collective} {row.nodes}x{row.gpus_per_node} {row.nbytes:.3g} B: "
+                f"{b:+.1%} -> {a:+.1%}"
+            )
+
+
 class Choices:
     """What NCCL's tuner picks for each row, as arrays: its pick and everything but the latency's
     fitted constants are the same under any slices, so the fit evaluates all rows in one pass."""
@@ -141,7 +201,7 @@ class Choices:
 
 
 def _shape_and_fabric(row: Published) -> tuple[Shape, Fabric]:
-    fabric = fabric_of(row.gpu)
+    fabric = fabric_of(row.gpu, row.transport)
     return row_shape(row, fabric, get_gpu(row.gpu).intra_host_gbps / 8), fabric
 
 
@@ -158,7 +218,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sim.nccl.fit", description=__doc__.split("\n\n")[0])
     parser.add_argument("--table", help="your own nccl-tests results (CSV in the bundled table's columns)")
     parser.add_argument("--held-out", action="store_true", help="score each source fitted without it (minutes)")
+    parser.add_argument("--transports", action="store_true", help="fit EFA's and TCPX's constants on their rows")
     args = parser.parse_args(argv)
+    if args.transports:
+        _print_transports()
+        return 0
     if args.table:
         return _fit_own(args.table)
     if args.held_out:

@@ -17,7 +17,8 @@ from typing import Any
 
 import pandas as pd
 
-from sim.nccl.fabrics import NIC_EFFICIENCY, Fabric
+from sim.nccl.fabrics import Fabric
+from sim.nccl.transports import transport_of_row
 from sim.nccl.tuner import Shape
 
 KINDS = {
@@ -50,6 +51,11 @@ class Published:
     sized: bool  # False: a statement of peak bandwidth, compared at PEAK_BYTES
     source: str
     system: str
+
+    @property
+    def transport(self) -> str:
+        """The transport NCCL crossed hosts with (sim/nccl/transports.py), from the network and system."""
+        return transport_of_row(self.network, self.system)
 
     @property
     def ranks(self) -> int:
@@ -159,7 +165,7 @@ def row_shape(row: Published, fabric: Fabric, intra_gbs: float) -> Shape:
     row's hosts (ranks numbered host by host; `intra_gbs`: the GPU's configured NVLink per direction)."""
     g, hosts = row.gpus_per_node, row.nodes
     nvlink = (min(fabric.ring_gbs, intra_gbs) if fabric.ring_gbs else intra_gbs) * 1e9
-    nic = row.nics_per_node * row.nic_gbps * 1e9 / 8 * NIC_EFFICIENCY if hosts > 1 else math.inf
+    nic = row.nics_per_node * row.nic_gbps * 1e9 / 8 * fabric.transport.nic_share if hosts > 1 else math.inf
     p = row.ranks
     if row.collective == "all_to_all":  # pairs at one common rate: the GPU link carries p-1, a host's NICs g(p-g)
         rate = min(nvlink / (p - 1), nic / (g * (p - g)) if hosts > 1 else math.inf)

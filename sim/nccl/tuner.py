@@ -148,6 +148,7 @@ class Latency:
     net_steps: Any  # steps that wait for a network slice
     net_rate: Any  # bytes/s a network slice arrives at (1 where there are no such steps)
     chunk: Any  # a rank's bytes: no step waits for more
+    transport_us: Any = 0.0  # the network steps' cost beyond NCCL's IB figure (sim/nccl/transports.py), unscaled
 
     def seconds(self, slices: Slices, slice_kb: Any = None) -> Any:
         """The latency under `slices` (`slice_kb`: the slice each entry waits for, else the named one)."""
@@ -155,12 +156,14 @@ class Latency:
         fill = self.fill_steps * np.minimum(kb * 1e3, self.chunk) / self.fill_rate
         fill = fill + self.net_steps * np.minimum(slices.network * 1e3, self.chunk) / self.net_rate
         hops = self.intra_us * slices.step_scale + self.net_us * slices.network_scale
-        return (slices.launch + self.base_us * slices.step_scale + hops) * 1e-6 + fill
+        return (slices.launch + self.base_us * slices.step_scale + hops + self.transport_us) * 1e-6 + fill
 
 
 def predict(shape: Shape, fabric: Fabric, algorithm: str, protocol: str) -> Choice | None:
     """The cost of running `shape` with `algorithm` and `protocol`; None where NCCL cannot."""
     if not supported(algorithm, protocol) or not _applies(shape, algorithm):
+        return None
+    if not fabric.transport.allows(algorithm, protocol, shape.hosts):  # transport hook: what the plugin allows
         return None
     if shape.kind == "all_to_all":  # NCCL runs it as point-to-point sends (Simple), not through its tuner
         if protocol != "simple" or algorithm != "ring":
@@ -232,6 +235,7 @@ def predict(shape: Shape, fabric: Fabric, algorithm: str, protocol: str) -> Choi
     # (its own slice) at the NICs'. Only the steady stream runs at the slowest link's pace; pricing
     # every step's slice at it would idle a slow uplink for most of a large collective.
     inside = algorithm in ("ring", "tree") and hosts > 1 and shape.kind != "all_to_all"
+    step_us, tuner_us = fabric.transport.step_latency_us(protocol)  # transport hook: its cost per network step
     fill_rate = shape.host_rate if inside and math.isfinite(shape.host_rate) else rate
     terms = Latency(
         "nvls" if algorithm == "nvls" else protocol,
@@ -243,10 +247,11 @@ def predict(shape: Shape, fabric: Fabric, algorithm: str, protocol: str) -> Choi
         net_steps,
         min(shape.net_rate, cap) * factor if net_steps else 1.0,
         n / p,
+        net_steps * step_us,
     )
     latency = float(terms.seconds(fabric.slices))
     t_intra, t_net = tables_steps or (intra_steps, net_steps)
-    estimate = (lat.base + t_intra * intra + t_net * net) * 1e-6 + _tables_transfer(
+    estimate = (lat.base + t_intra * intra + t_net * (net + tuner_us)) * 1e-6 + _tables_transfer(
         shape, fabric, algorithm, protocol, transfer
     )
     return Choice(
