@@ -137,6 +137,9 @@ def test_the_scorer_simulates_rows_and_summarises_them_per_source() -> None:
     assert summary.loc["overall", "rows"] == 3  # the bug report left out
     assert summary["rows"].drop("overall").sum() == 3
     assert summary[["within", "null_within"]].stack().between(0, 1).all()
+    networks = heldout.summary(scored, "network")
+    assert networks.index.name == "network" and networks["rows"].drop("overall").sum() == 3
+    assert set(networks.index) == {r.network for r in few} | {"overall"}
 
 
 def test_heldout_infiniband_and_roce_rows_stay_within_the_documented_error() -> None:

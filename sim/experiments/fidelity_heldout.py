@@ -84,12 +84,12 @@ def heldout_table(figures: Sequence[Published] | None = None, null: AlphaBeta | 
     return pd.DataFrame(out)
 
 
-def summary(table: pd.DataFrame) -> pd.DataFrame:
-    """Per source and overall (bug reports left out): rows, median |error| and the share within
-    `WITHIN`, for the simulator and for the null model."""
+def summary(table: pd.DataFrame, by: str = "source") -> pd.DataFrame:
+    """Per source (or per `by`, another column: network) and overall (bug reports left out): rows,
+    median |error| and the share within `WITHIN`, for the simulator and for the null model."""
     scored = table[~table["bug_report"]]
-    groups = [(source, part) for source, part in scored.groupby("source")] + [("overall", scored)]
-    return _figures(groups)
+    groups = [(str(key), part) for key, part in scored.groupby(by)] + [("overall", scored)]
+    return _figures(groups).rename_axis(by)
 
 
 def headline(table: pd.DataFrame) -> pd.DataFrame:
@@ -135,6 +135,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.rows:
             print(table.round(3).to_string(index=False), end="\n\n")
         print(summary(table).to_string(formatters={k: v.format for k, v in percent.items()}), end="\n\n")
+        print(summary(table, "network").to_string(formatters={k: v.format for k, v in percent.items()}), end="\n\n")
         print(headline(table).to_string(formatters={k: v.format for k, v in percent.items()}))
     bugs = int(table["bug_report"].sum())
     print(
