@@ -188,3 +188,22 @@ def test_nothing_infinite_leaks_from_a_transport() -> None:
     for name in TRANSPORTS:
         pick = choose(shape(2), fabric_of("H100", name))
         assert math.isfinite(pick.seconds) and pick.seconds > 0
+
+
+def test_a_training_run_pays_its_transport() -> None:
+    """The whole simulator (sim.api.simulate): a 1 GiB gradient's all-reduce between 2 hosts is bound by
+    the NICs, so an iteration over EFA takes about IB's share over EFA's (0.94 / nic_share) as long as
+    over InfiniBand (microseconds of step costs and 1 ms of compute against tens of ms); RoCE runs
+    NCCL's IB code, so exactly as long."""
+    from sim.api import simulate
+
+    def iteration_s(name: str) -> float:
+        config = row_config(figure(1 * GiB))
+        config["iterations"] = 2
+        config["workload"]["gradient_mb"] = 1024.0
+        config["simulation"]["nccl"]["transport"] = name
+        return float(simulate(config).summary["mean_iteration_s"].iloc[0])
+
+    ib = iteration_s("infiniband")
+    assert iteration_s("efa") / ib == pytest.approx(0.94 / transport("efa").nic_share, rel=0.1)
+    assert iteration_s("roce") == ib

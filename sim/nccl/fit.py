@@ -29,7 +29,7 @@ import pandas as pd
 from sim.catalog.gpus import get_gpu
 from sim.nccl.fabrics import CONSTANT_KEYS, Fabric, Slices, fabric_of
 from sim.nccl.published import Published, read_table, row_shape, rows
-from sim.nccl.transports import FITTED, Transport, transport, with_fitted
+from sim.nccl.transports import FITTED, IB_NIC_SHARE, Transport, transport, with_fitted
 from sim.nccl.tuner import Latency, Shape, choose
 
 SLICE_NAMES = ("ll", "ll128", "simple", "nvls")  # the slice a step inside a host waits for (`Latency.slice`)
@@ -50,14 +50,18 @@ def predict(row: Published, fabric: Fabric) -> tuple[float, str, str]:
     return row.bus_factor() * row.nbytes / choice.seconds / 1e9, choice.algorithm, choice.protocol
 
 
-def score(figures: Sequence[Published], fabrics: dict[str, Fabric] | None = None) -> pd.DataFrame:
-    """Each row with the model's bus bandwidth and its error (predicted / published - 1)."""
+def score(
+    figures: Sequence[Published],
+    fabrics: dict[str, Fabric] | None = None,
+    transports: dict[str, Transport] | None = None,
+) -> pd.DataFrame:
+    """Each row with the model's bus bandwidth and its error (predicted / published - 1); `fabrics` by
+    GPU and `transports` by name in place of the committed ones."""
     out = []
     for row in figures:
+        over = (transports or {}).get(row.transport) or transport(row.transport)
         own = (fabrics or {}).get(row.gpu)
-        fabric = (
-            dataclasses.replace(own, transport=transport(row.transport)) if own else fabric_of(row.gpu, row.transport)
-        )
+        fabric = dataclasses.replace(own, transport=over) if own else fabric_of(row.gpu, over)
         busbw, algorithm, protocol = predict(row, fabric)
         out.append(
             {
@@ -116,19 +120,27 @@ def source_of(row: Published) -> str:
 
 def held_out(figures: Sequence[Published]) -> pd.DataFrame:
     """Every sized row scored with constants fitted to the rows of the *other* sources (repositories,
-    threads, pages): how the model does on measurements it was not fitted to."""
+    threads, pages): how the model does on measurements it was not fitted to. A transport no other
+    source ran keeps its plugin's figures with InfiniBand's step cost and NIC share."""
     sized = [r for r in figures if r.sized]
     out = []
     for source in sorted({source_of(r) for r in sized}):
-        fitted = fit([r for r in sized if source_of(r) != source])
+        others = [r for r in sized if source_of(r) != source]
+        fitted = fit(others)
         own = [r for r in sized if source_of(r) == source]
+        transports = {}
+        for name in sorted({r.transport for r in own if r.nodes > 1} & set(FITTED)):
+            if len(transport_rows(others, name)) >= len(TRANSPORT_NAMES):
+                transports[name] = fit_transport(others, name, fitted)
+            else:
+                transports[name] = with_fitted(name, step_us=0.0, nic_share=IB_NIC_SHARE)
         fabrics = {
             r.gpu: dataclasses.replace(
                 fabric_of(r.gpu), slices=fitted.get(fabric_of(r.gpu).arch, fabric_of(r.gpu).slices)
             )
             for r in own
         }
-        out.append(score(own, fabrics).assign(held_out=source))
+        out.append(score(own, fabrics, transports).assign(held_out=source))
     return pd.concat(out, ignore_index=True)
 
 
@@ -137,15 +149,23 @@ def transport_rows(figures: Sequence[Published], name: str) -> list[Published]:
     return [r for r in figures if r.sized and r.nodes > 1 and r.transport == name]
 
 
-def transport_errors(figures: Sequence[Published], over: Transport) -> np.ndarray:
-    """Each row's error (predicted / published - 1) with its hosts joined by `over`."""
-    return np.array([predict(r, fabric_of(r.gpu, over))[0] / r.busbw_gbs - 1 for r in figures])
+def transport_errors(
+    figures: Sequence[Published], over: Transport, slices: dict[str, Slices] | None = None
+) -> np.ndarray:
+    """Each row's error (predicted / published - 1) with its hosts joined by `over` (`slices`: the
+    architectures' constants in place of the committed ones)."""
+    return np.array([predict(r, _fabric(r, over, slices))[0] / r.busbw_gbs - 1 for r in figures])
 
 
-def fit_transport(figures: Sequence[Published], name: str) -> Transport:
+def _fabric(row: Published, over: Transport, slices: dict[str, Slices] | None) -> Fabric:
+    fabric = fabric_of(row.gpu, over)
+    return dataclasses.replace(fabric, slices=slices[fabric.arch]) if slices and fabric.arch in slices else fabric
+
+
+def fit_transport(figures: Sequence[Published], name: str, slices: dict[str, Slices] | None = None) -> Transport:
     """Transport `name` with the step cost and NIC share minimising the squared log error of its own rows
-    of `figures` (the architectures' constants as committed). NCCL's tuner picks anew for every trial
-    (the share moves the rates it picks by), so each trial predicts every row."""
+    of `figures` (the architectures' constants as committed, or `slices`). NCCL's tuner picks anew for
+    every trial (the share moves the rates it picks by), so each trial predicts every row."""
     from scipy.optimize import differential_evolution
 
     own = transport_rows(figures, name)
@@ -154,7 +174,7 @@ def fit_transport(figures: Sequence[Published], name: str) -> Transport:
 
     def loss(x: np.ndarray) -> float:
         trial = with_fitted(name, **dict(zip(TRANSPORT_NAMES, (float(v) for v in x))))
-        return float(np.mean(np.square(np.log1p(transport_errors(own, trial)))))
+        return float(np.mean(np.square(np.log1p(transport_errors(own, trial, slices)))))
 
     best = differential_evolution(loss, TRANSPORT_BOUNDS, seed=0, tol=1e-6, polish=True)
     return with_fitted(name, step_us=round(float(best.x[0]), 1), nic_share=round(float(best.x[1]), 3))
