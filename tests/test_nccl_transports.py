@@ -72,19 +72,25 @@ def test_a_network_step_costs_twice_for_simple_as_nccl_counts_the_plugins_latenc
     assert t.step_latency_us("ll") == (10.0, 75.0)
 
 
-@pytest.mark.parametrize(("hosts", "algorithm", "net_steps"), [(2, "ring", 2), (4, "ring", 6), (4, "tree", 4)])
-def test_the_tuner_adds_the_transport_once_per_network_step(hosts: int, algorithm: str, net_steps: int) -> None:
-    """NCCL's network steps of an all-reduce: a ring's 2(nNodes - 1), a tree's 2 log2(nNodes)
-    (tuning.cc). With the NIC share unchanged the rates are too, so the transport's only effect on a
-    forced choice is its per-step cost: step_us on the time, plugin_us on NCCL's estimate, twice for Simple."""
+@pytest.mark.parametrize(
+    ("hosts", "algorithm", "path_steps", "tables_steps"), [(2, "ring", 4, 2), (4, "ring", 8, 6), (4, "tree", 4, 4)]
+)
+def test_the_transport_costs_once_per_network_step(
+    hosts: int, algorithm: str, path_steps: int, tables_steps: int
+) -> None:
+    """An all-reduce's network steps, 8 GPUs per host: a ring's last chunk crosses every host boundary
+    twice (2 x hosts: runRing of NCCL's kernels, `Shape.path_steps`) while NCCL's tables count
+    2(nNodes - 1); a tree's are 2 log2(nNodes) in both. With the NIC share unchanged the rates are too,
+    so a forced choice changes only by the transport's cost per step: step_us on the time per path
+    step, plugin_us on NCCL's estimate per counted step, both twice for Simple."""
     ib = fabric_of("A100")
     other = fabric_of("A100", Transport("x", plugin_us=75.0, step_us=10.0))
     for protocol, times in (("simple", 2), ("ll128", 1)):
         base = predict(shape(hosts), ib, algorithm, protocol)
         over = predict(shape(hosts), other, algorithm, protocol)
         assert base is not None and over is not None
-        assert over.latency_s - base.latency_s == pytest.approx(net_steps * times * 10.0e-6, rel=1e-9)
-        assert over.tuner_seconds - base.tuner_seconds == pytest.approx(net_steps * times * 75.0e-6, rel=1e-9)
+        assert over.latency_s - base.latency_s == pytest.approx(path_steps * times * 10.0e-6, rel=1e-9)
+        assert over.tuner_seconds - base.tuner_seconds == pytest.approx(tables_steps * times * 75.0e-6, rel=1e-9)
         assert over.transfer_s == base.transfer_s
 
 

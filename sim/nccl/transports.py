@@ -68,10 +68,10 @@ class Transport:
 # Fitted by `python -m sim.nccl.fit --transports` to the fitted table's rows of each transport only
 # (sim/catalog/published_collectives.csv; the held-out table is scored, never fitted).
 _FITTED: dict[str, dict[str, float]] = {
-    "efa": {"step_us": 37.4, "nic_share": 0.571},
-    "efa_rdma": {"step_us": 29.7, "nic_share": 0.951},
-    "tcpx": {"step_us": 287.3, "nic_share": 0.57},
-    "tcpxo": {"step_us": 66.9, "nic_share": 0.874},
+    "efa": {"step_us": 23.2, "nic_share": 0.563},
+    "efa_rdma": {"step_us": 27.4, "nic_share": 0.951},
+    "tcpx": {"step_us": 132.6, "nic_share": 0.57},
+    "tcpxo": {"step_us": 56.1, "nic_share": 0.886},
 }
 
 _TRANSPORTS: dict[str, Transport] = {
