@@ -24,16 +24,15 @@ def build_datacenters(cfg: MultiDatacenterCluster, seed: int) -> Cluster:
     b = Builder(cfg)
     racks: Racks = {}
     members: dict[str, tuple[str, ...]] = {}
-    for dc in cfg.datacenters:
+    for name, dc in zip(cfg.names, cfg.datacenters):
         b.use(dc)
         before = len(b.hosts)
         # a star's hosts (and a custom datacenter's that name no rack) are in a rack named after the datacenter
-        racks.update(add_site(b, dc, f"{dc.name}.", dc.name))
-        members[dc.name] = tuple(list(b.hosts)[before:])
-        b.node(dc.name, "switch", datacenter=dc.name)
+        racks.update(add_site(b, dc, f"{name}.", name))
+        members[name] = tuple(list(b.hosts)[before:])
+        b.node(name, "switch", datacenter=name)
         for gateway in dc.gateways:
-            name = f"{dc.name}.{gateway}"
-            b.cable(name, dc.name, b.port_bps(name), 0.0, "fabric")
+            b.cable(f"{name}.{gateway}", name, b.port_bps(f"{name}.{gateway}"), 0.0, "fabric")
     b.use(cfg)
     traces: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {}
     wan = tuple(_wan_cable(b, link, traces) for link in cfg.wan_links())

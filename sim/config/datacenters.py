@@ -37,7 +37,7 @@ def _datacenter_name(value: str) -> str:
 
 
 DatacenterName = Annotated[str, AfterValidator(_datacenter_name)]
-_NAME_FIELD = Field(description="names the datacenter (its nodes are `<name>.<node>`); default: dc0, dc1, ...")
+_NAME_FIELD = Field(None, description="names the datacenter (its nodes are `<name>.<node>`); default: dc0, dc1, ...")
 
 
 def _cluster_wide(dc: ClusterBase) -> None:
@@ -54,7 +54,7 @@ def _cluster_wide(dc: ClusterBase) -> None:
 class StarDatacenter(StarCluster):
     """A datacenter whose hosts share one switch; that switch carries its WAN links."""
 
-    name: DatacenterName = _NAME_FIELD
+    name: Optional[DatacenterName] = _NAME_FIELD
 
     @model_validator(mode="after")
     def _own_keys(self) -> StarDatacenter:
@@ -69,7 +69,7 @@ class StarDatacenter(StarCluster):
 class TwoTierDatacenter(TwoTierCluster):
     """A datacenter of racks under ToR switches; its core switches carry its WAN links."""
 
-    name: DatacenterName = _NAME_FIELD
+    name: Optional[DatacenterName] = _NAME_FIELD
 
     @model_validator(mode="after")
     def _own_keys(self) -> TwoTierDatacenter:
@@ -84,7 +84,7 @@ class TwoTierDatacenter(TwoTierCluster):
 class CustomDatacenter(CustomCluster):
     """A datacenter of explicit nodes and links; its `gateway` switch carries its WAN links."""
 
-    name: DatacenterName = _NAME_FIELD
+    name: Optional[DatacenterName] = _NAME_FIELD
     gateway: Optional[str] = Field(
         None, description="custom only: the switch the WAN links attach to; default: the only one"
     )
@@ -127,16 +127,13 @@ class MultiDatacenterCluster(ClusterBase):
     @model_validator(mode="before")
     @classmethod
     def _inherit(cls, data: Any) -> Any:
-        """Each datacenter gets the cluster's keys it does not set, and a default name."""
+        """Each datacenter gets the cluster's keys it does not set."""
         if not isinstance(data, dict) or not isinstance(data.get("datacenters"), list):
             return data
         given = {key: data[key] for key in INHERITED if key in data and _valid(key, data[key])}
         entries = []
-        for i, entry in enumerate(data["datacenters"]):
-            if isinstance(entry, dict):
-                entry = {**given, **entry}
-                entry.setdefault("name", f"dc{i}")
-            entries.append(entry)
+        for entry in data["datacenters"]:
+            entries.append({**given, **entry} if isinstance(entry, dict) else entry)
         return {**data, "datacenters": entries}
 
     @model_validator(mode="after")
@@ -145,10 +142,10 @@ class MultiDatacenterCluster(ClusterBase):
         if self.server_hosts:
             problems.append("server_hosts: set it per datacenter (cluster.datacenters[i].server_hosts)")
         seen: dict[str, int] = {}
-        for i, dc in enumerate(self.datacenters):
-            if dc.name in seen:
-                problems.append(f"datacenters[{i}].name: {dc.name!r} is the name of datacenters[{seen[dc.name]}] too")
-            seen.setdefault(dc.name, i)
+        for i, name in enumerate(self.names):
+            if name in seen:
+                problems.append(f"datacenters[{i}].name: {name!r} is the name of datacenters[{seen[name]}] too")
+            seen.setdefault(name, i)
         if not problems:
             problems = wan_problems(self.wan, self.names)
         if self.gpu_total > MAX_COUNT:
@@ -159,7 +156,8 @@ class MultiDatacenterCluster(ClusterBase):
 
     @property
     def names(self) -> list[str]:
-        return [dc.name for dc in self.datacenters]
+        """Each datacenter's name, by default its place (`dc0`, `dc1`, ...)."""
+        return [dc.name or f"dc{i}" for i, dc in enumerate(self.datacenters)]
 
     @property
     def gpu_total(self) -> int:

@@ -85,8 +85,8 @@ def load_config(path: Union[str, Path], overrides: Sequence[str] = ()) -> Config
 
 def read_config(path: Union[str, Path], overrides: Sequence[str] = ()) -> Any:
     """The mapping `load_config` validates: the file merged onto the config it `extends:`, `KEY=VALUE`
-    overrides applied (`sim.config.overrides`), a relative `workload.profile` (and WAN bandwidth traces) made absolute. A sweep's
-    file is refused, naming `syncsim sweep`."""
+    overrides applied (`sim.config.overrides`), a relative `workload.profile` and WAN bandwidth traces made
+    absolute. A sweep's file is refused, naming `syncsim sweep`."""
     data = resolve_extends(read_yaml(Path(path)), Path(path))
     if isinstance(data, dict) and "sweep" in data:
         raise ConfigError(f"sweep: {path} describes a sweep; run it with: syncsim sweep {path} --out DIR")

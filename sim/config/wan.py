@@ -40,7 +40,7 @@ WindowMb = Annotated[float, Field(gt=0, le=MAX_WINDOW_MB)]
 Connections = Annotated[int, Field(ge=1, le=MAX_CONNECTIONS)]
 
 _DESCRIPTIONS = {
-    "bandwidth_gbps": "the link's bandwidth per direction (both directions share nothing)",
+    "bandwidth_gbps": "the link's bandwidth, each direction its own",
     "rtt_ms": "round-trip time; every message crossing the link is delivered rtt_ms / 2 later (one way)",
     "connection_window_mb": f"TCP window per connection (at most {MAX_WINDOW_MB:g} MB, TCP's largest): a flow "
     "crossing the link moves at most connections * window / rtt; default: no per-flow limit",

@@ -40,8 +40,8 @@ from sim.kernel.environment import CountingEnvironment
 from sim.kernel.gc_quiet import quiet_gc
 from sim.nccl.fabrics import fabric_of
 from sim.network.flows import Network
-from sim.network.traces import follow_traces
 from sim.network.sampling import LinkSampler
+from sim.network.traces import follow_traces
 
 
 @dataclass
