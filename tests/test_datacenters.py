@@ -187,3 +187,27 @@ def test_a_trace_step_mid_transfer_on_a_built_cluster(tmp_path: Path) -> None:
     done = net.transfer([Router(c).path("east.h0.g0", "west.h0.g0")], 50 * MB)
     env.run(done)
     assert env.now == pytest.approx(0.2 + 25 * MB / (0.25 * GBPS) + ALPHA, rel=1e-9)
+
+
+def test_the_cost_estimate_counts_what_is_built() -> None:
+    # `syncsim check` estimates a run before building its cluster: its counts must be the built ones
+    from sim.estimate.counts import shape_of
+
+    cluster = two_datacenters(hosts=2, gpus=2)
+    cluster["datacenters"][0]["server_hosts"] = 1
+    cluster["datacenters"][1] = {
+        "name": "west",
+        "topology": "two_tier",
+        "racks": 2,
+        "hosts_per_rack": 2,
+        "core_switches": 2,
+    }
+    nodes = [{"name": "s", "kind": "switch"}, {"name": "h", "kind": "host"}]
+    cluster["datacenters"].append(
+        {"name": "north", "topology": "custom", "nodes": nodes, "links": [{"a": "h", "b": "s"}]}
+    )
+    config = parse_config(synthetic(cluster, [{"name": "ring"}]))
+    shape, c = shape_of(config), build_cluster(config.cluster)
+    assert (shape.links, shape.workers, shape.hosts, shape.racks, shape.server_hosts) == (
+        len(c.links), c.world_size, len(c.view.worker_hosts), len(c.view.racks), len(c.view.server_hosts)
+    )  # fmt: skip
