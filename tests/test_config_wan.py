@@ -13,7 +13,7 @@ from helpers import synthetic
 
 from sim.api import prepare
 from sim.cli import main
-from sim.config import parse_config
+from sim.config import dump_config, parse_config
 from sim.config.wan import MAX_TRACE_BYTES, read_trace
 from sim.errors import ConfigError
 
@@ -66,8 +66,14 @@ def test_the_base_config_is_valid_and_datacenters_take_the_clusters_keys() -> No
         (lambda c: c["wan"].pop("rtt_ms"), "cluster.wan.rtt_ms: required"),
         (lambda c: c.pop("wan"), "cluster.wan: required"),
         (lambda c: c["datacenters"].pop(), "cluster.datacenters: List should have at least 2 items"),
-        (lambda c: c["datacenters"][0].update(gpu="A100"), "cluster.datacenters[0].gpu: one GPU model per cluster"),
-        (lambda c: c["datacenters"][1].update(placement="random"), "cluster.datacenters[1].placement: ranks are"),
+        (
+            lambda c: c["datacenters"][0].update(gpu="A100"),
+            "cluster.datacenters[0].gpu: 'A100' differs from cluster.gpu",
+        ),
+        (
+            lambda c: c["datacenters"][1].update(placement="random"),
+            "cluster.datacenters[1].placement: 'random' differs",
+        ),
         (lambda c: c["datacenters"][0].update(name="a.b"), "cluster.datacenters[0].name: 'a.b': a letter, then"),
         (lambda c: c["datacenters"][1].update(name="east"), "cluster.datacenters[1].name: 'east' is the name of"),
         (lambda c: c["datacenters"][0].update(topology="multi_datacenter"), "allowed: star, two_tier, custom"),
@@ -117,6 +123,16 @@ def test_a_custom_datacenter_names_its_gateway_among_its_switches() -> None:
     built, _ = prepare(parse_config(synthetic(cluster, [{"name": "ring"}])))
     assert built.graph.has_edge("west.s1", "west") and not built.graph.has_edge("west.s0", "west")
     assert built.view.rack_of(2) == "west"  # a host that names no rack is in its datacenter's
+
+
+def test_the_resolved_config_reads_back() -> None:
+    # config.yaml beside the results repeats every default in every datacenter (gpu and placement too)
+    cluster = copy.deepcopy(BASE)
+    cluster["gpu"] = "A100"
+    cluster["wan"]["links"] = [{"a": "east", "b": "west", "rtt_ms": 20}]
+    config = parse_config(synthetic(cluster, [{"name": "ring"}]))
+    assert parse_config(yaml.safe_load(dump_config(config))) == config
+    assert [dc.gpu for dc in config.cluster.datacenters] == ["A100", "A100"]
 
 
 # ----------------------------------------------------------------------------- traces

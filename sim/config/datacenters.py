@@ -2,7 +2,8 @@
 star, two_tier or custom topology with its own sizes, all joined by WAN links (`sim.config.wan`).
 
 A datacenter takes the cluster's own keys (`nic_gbps`, `gpus_per_host`, ...) unless it sets them; the
-GPU model and the rank placement are the cluster's alone (one compute model, one numbering of ranks).
+GPU model and the rank placement are the cluster's alone (one compute model, one numbering of ranks): a
+datacenter may repeat them, as its resolved config does, but not change them.
 """
 
 from __future__ import annotations
@@ -13,12 +14,14 @@ from typing import Annotated, Any, Literal, Optional, Union
 from pydantic import AfterValidator, Field, ValidationError, model_validator
 
 from sim.config.cluster import ClusterBase, CustomCluster, StarCluster, TwoTierCluster
-from sim.config.types import MAX_COUNT
 from sim.config.wan import ResolvedWan, WanSettings, resolve_links, wan_problems
 
 MAX_DATACENTERS = 64
-# keys a datacenter takes from the cluster unless it sets them
+# keys a datacenter takes from the cluster unless it sets them; the first two only the cluster sets (a
+# datacenter's resolved config repeats them, so a written config.yaml reads back)
+CLUSTER_WIDE = ("gpu", "placement")
 INHERITED = (
+    *CLUSTER_WIDE,
     "gpus_per_host",
     "nic_gbps",
     "nics_per_host",
@@ -40,26 +43,10 @@ DatacenterName = Annotated[str, AfterValidator(_datacenter_name)]
 _NAME_FIELD = Field(None, description="names the datacenter (its nodes are `<name>.<node>`); default: dc0, dc1, ...")
 
 
-def _cluster_wide(dc: ClusterBase) -> None:
-    """The keys only the whole cluster sets."""
-    problems = []
-    if "gpu" in dc.model_fields_set:
-        problems.append("gpu: one GPU model per cluster; set it once, as cluster.gpu")
-    if "placement" in dc.model_fields_set:
-        problems.append("placement: ranks are placed across the whole cluster; set it once, as cluster.placement")
-    if problems:
-        raise ValueError("\n".join(problems))
-
-
 class StarDatacenter(StarCluster):
     """A datacenter whose hosts share one switch; that switch carries its WAN links."""
 
     name: Optional[DatacenterName] = _NAME_FIELD
-
-    @model_validator(mode="after")
-    def _own_keys(self) -> StarDatacenter:
-        _cluster_wide(self)
-        return self
 
     @property
     def gateways(self) -> tuple[str, ...]:
@@ -70,11 +57,6 @@ class TwoTierDatacenter(TwoTierCluster):
     """A datacenter of racks under ToR switches; its core switches carry its WAN links."""
 
     name: Optional[DatacenterName] = _NAME_FIELD
-
-    @model_validator(mode="after")
-    def _own_keys(self) -> TwoTierDatacenter:
-        _cluster_wide(self)
-        return self
 
     @property
     def gateways(self) -> tuple[str, ...]:
@@ -90,8 +72,7 @@ class CustomDatacenter(CustomCluster):
     )
 
     @model_validator(mode="after")
-    def _own_keys(self) -> CustomDatacenter:
-        _cluster_wide(self)
+    def _gateway(self) -> CustomDatacenter:
         switches = [n.name for n in self.nodes if n.kind == "switch"]
         shown = ", ".join(switches[:20]) + (f" and {len(switches) - 20:,} more" if len(switches) > 20 else "")
         if not switches:
@@ -141,6 +122,13 @@ class MultiDatacenterCluster(ClusterBase):
         problems = []
         if self.server_hosts:
             problems.append("server_hosts: set it per datacenter (cluster.datacenters[i].server_hosts)")
+        for i, dc in enumerate(self.datacenters):
+            for key in CLUSTER_WIDE:
+                if getattr(dc, key) != getattr(self, key):
+                    problems.append(
+                        f"datacenters[{i}].{key}: {getattr(dc, key)!r} differs from cluster.{key} "
+                        f"{getattr(self, key)!r}; only the cluster sets it (one GPU model, one placement of ranks)"
+                    )
         seen: dict[str, int] = {}
         for i, name in enumerate(self.names):
             if name in seen:
@@ -148,8 +136,6 @@ class MultiDatacenterCluster(ClusterBase):
             seen.setdefault(name, i)
         if not problems:
             problems = wan_problems(self.wan, self.names)
-        if self.gpu_total > MAX_COUNT:
-            problems.append(f"datacenters: {self.gpu_total:,} GPUs; at most {MAX_COUNT:,} (2^20)")
         if problems:
             raise ValueError("\n".join(problems))
         return self

@@ -117,7 +117,7 @@ def resolve_links(wan: WanSettings, datacenters: list[str]) -> list[ResolvedWan]
 
 def wan_problems(wan: WanSettings, datacenters: list[str]) -> list[str]:
     """One line per problem: links naming unknown datacenters, a datacenter to itself, a pair twice, a
-    WAN leaving some datacenter unreachable, connections without a window."""
+    WAN leaving some datacenter unreachable, several connections without a window (they would change nothing)."""
     problems: list[str] = []
     known = set(datacenters)
     allowed = ", ".join(datacenters)
@@ -138,13 +138,13 @@ def wan_problems(wan: WanSettings, datacenters: list[str]) -> list[str]:
             group = reach[link.a] | reach[link.b]
             for name in group:
                 reach[name] = group
-        if link.connections is not None and (link.connection_window_mb or wan.connection_window_mb) is None:
+        if (link.connections or 1) > 1 and (link.connection_window_mb or wan.connection_window_mb) is None:
             problems.append(f"wan.links[{i}].connections: applies only with connection_window_mb (the per-flow limit)")
     if wan.links is not None and not problems and len(reach[datacenters[0]]) < len(datacenters):
         cut = sorted(known - reach[datacenters[0]])
         problems.append(f"wan.links: no WAN route joins {datacenters[0]!r} and {cut[0]!r}; link every datacenter")
     windowed = wan.connection_window_mb is not None or any(x.connection_window_mb for x in wan.links or [])
-    if "connections" in wan.model_fields_set and not windowed:
+    if wan.connections > 1 and not windowed:  # (1, the default, is what a written config.yaml repeats)
         problems.append("wan.connections: applies only with connection_window_mb (the per-flow limit)")
     return problems
 
