@@ -52,6 +52,13 @@ def test_readme_config_tour_is_valid() -> None:
     assert cluster.world_size == 16
 
 
+def test_wan_page_config_is_valid() -> None:
+    (example,) = [b for b in YAML.findall((ROOT / "docs" / "wan.md").read_text()) if "policies:" in b]
+    cluster, _ = prepare(parse_config(yaml.safe_load(example)))
+    assert cluster.world_size == 2 * 8 + 2 * 2 * 8
+    assert [(w.a, w.b, w.rtt, w.flow_cap) for w in cluster.wan] == [("east", "west", 0.04, 4 * 16e6 / 0.04)]
+
+
 def test_config_reference_is_current() -> None:
     from sim.config.reference import render
 

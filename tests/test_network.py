@@ -413,3 +413,60 @@ def test_bad_input_is_rejected() -> None:
     with pytest.raises(ValueError, match="cap"):
         net.transfer([[0]], 1, cap=0.0)
     assert net.transfers_started == 0
+
+
+# ----------------------------------------------------------------------------- per-flow limits of links (WAN windows)
+def run_capped(capacity, latency, flow_cap, specs):  # type: ignore[no-untyped-def]
+    """Delivery times of `specs` on a network whose links limit each flow to `flow_cap` (bytes/s)."""
+    env = simpy.Environment()
+    net = Network(env, np.asarray(capacity, float), np.asarray(latency, float), np.asarray(flow_cap, float))
+    delivered: list = [None] * len(specs)
+
+    def transfer(i: int, spec: Spec):  # type: ignore[no-untyped-def]
+        yield env.timeout(spec.start)
+        yield net.transfer([list(p) for p in spec.paths], spec.nbytes, cap=spec.cap)
+        delivered[i] = env.now
+
+    for i, spec in enumerate(specs):
+        env.process(transfer(i, spec))
+    env.run()
+    return delivered
+
+
+@settings(max_examples=60, deadline=None)
+@given(scenarios(), st.data())
+def test_a_links_flow_cap_is_the_cap_of_every_transfer_crossing_it(scenario, data) -> None:
+    """A link's per-flow limit acts as the cap of each transfer crossing it, the lowest of its own and its
+    links' (the fluid reference knows only transfer caps)."""
+    capacity, latency, specs, _ = scenario
+    flow_cap = data.draw(
+        st.lists(
+            st.one_of(st.just(math.inf), st.integers(1, 60).map(float)), min_size=len(capacity), max_size=len(capacity)
+        )
+    )
+    as_caps = [
+        Spec(s.start, s.paths, s.nbytes, min([s.cap, *(flow_cap[link] for p in s.paths for link in p)])) for s in specs
+    ]
+    assert_close(run_capped(capacity, latency, flow_cap, specs), fluid_reference(capacity, latency, as_caps))
+
+
+@pytest.mark.parametrize(
+    "window_bytes, connections, limited_by",
+    [(4e6, 1, "window"), (4e6, 4, "bandwidth"), (1e6, 4, "window"), (50e6, 1, "bandwidth")],
+)
+def test_one_flow_over_a_wan_link(window_bytes: float, connections: int, limited_by: str) -> None:
+    # A 1 Gb/s link with a 50 ms round trip: one-way latency rtt/2, rate min(bandwidth, connections * window / rtt).
+    bw, rtt, n = 1e9 / 8, 0.05, 300e6
+    cap = connections * window_bytes / rtt
+    assert (cap < bw) == (limited_by == "window")  # the cases cover both regimes
+    delivered = run_capped([bw], [rtt / 2], [cap], [Spec(0.0, ((0,),), int(n))])
+    assert delivered[0] == pytest.approx(rtt / 2 + n / min(bw, cap), rel=1e-9)
+
+
+@pytest.mark.parametrize("window_bytes, share", [(16e6, 1e9 / 16), (1e6, 20e6)])
+def test_two_flows_share_a_wan_link(window_bytes: float, share: float) -> None:
+    # Two flows at once over a 1 Gb/s, 50 ms link: each gets min(half the link, window / rtt). With a
+    # 16 MB window (320 MB/s alone) they split the 125 MB/s; with 1 MB (20 MB/s) neither fills its half.
+    bw, rtt, n = 1e9 / 8, 0.05, 100e6
+    delivered = run_capped([bw], [rtt / 2], [window_bytes / rtt], [Spec(0.0, ((0,),), int(n))] * 2)
+    assert delivered == pytest.approx([rtt / 2 + n / share] * 2, rel=1e-9)

@@ -11,7 +11,7 @@ import pytest
 import simpy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_network import Spec, long_runs, run, scenarios
+from test_network import Spec, long_runs, run, run_capped, scenarios
 
 import sim.network.flows
 from sim.network.flows import Network
@@ -61,6 +61,17 @@ def test_random_scenarios_are_identical_compiled(scenario, monkeypatch: pytest.M
     assert b.delivered == a.delivered
     np.testing.assert_array_equal(b.net.link_bytes, a.net.link_bytes)
     assert b.net.recomputes == a.net.recomputes
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(scenario=scenarios(max_links=6, max_transfers=14), data=st.data())
+def test_links_flow_caps_are_identical_compiled(scenario, data, monkeypatch: pytest.MonkeyPatch, checked) -> None:
+    """Links that limit each flow (WAN windows) give the same deliveries compiled as in numpy."""
+    capacity, latency, specs, _ = scenario
+    caps = st.one_of(st.just(math.inf), st.integers(1, 60).map(float))
+    flow_cap = data.draw(st.lists(caps, min_size=len(capacity), max_size=len(capacity)))
+    a, b = both(monkeypatch, lambda: run_capped(capacity, latency, flow_cap, specs))
+    assert b == a
 
 
 @settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -21,16 +21,18 @@ def _where(loc: tuple[Any, ...]) -> str:
 
 
 _FIELD = re.compile(r"[A-Za-z_]\w*(\[\d+\])*(\.[A-Za-z_]\w*(\[\d+\])*)*")
-BRANCHES = ("star", "two_tier", "custom", "int", "float", "str", "bool")
+BRANCHES = ("star", "two_tier", "custom", "multi_datacenter", "int", "float", "str", "bool")
 
 
 def _format_error(err: dict[str, Any]) -> str:
     where, kind = _where(err["loc"]), err["type"]
     msg = err["msg"].removeprefix("Value error, ")
-    if kind == "union_tag_not_found":
-        return f"{where}.topology: required; allowed: star, two_tier, custom"
-    if kind == "union_tag_invalid":
-        return f"{where}.topology: unknown topology {err['ctx']['tag']!r}; allowed: star, two_tier, custom"
+    if kind in ("union_tag_not_found", "union_tag_invalid"):  # a cluster's or a datacenter's topology
+        inner = "datacenters" in err["loc"]  # a datacenter is any topology but multi_datacenter
+        allowed = "star, two_tier, custom" + ("" if inner else ", multi_datacenter")
+        if kind == "union_tag_not_found":
+            return f"{where}.topology: required; allowed: {allowed}"
+        return f"{where}.topology: unknown topology {err['ctx']['tag']!r}; allowed: {allowed}"
     if kind == "missing":
         return f"{where}: required"
     if kind == "value_error":  # a validator may report several problems, one a line
@@ -120,15 +122,19 @@ def _matching(models: list[type[BaseModel]], node: Any) -> type[BaseModel]:
 def allowed_keys(root: type[BaseModel], data: Any, loc: tuple[Any, ...]) -> list[str]:
     """The keys accepted at `loc` of the raw config `data` (used only to word an error)."""
     model, node = root, data
+    pending: list[type[BaseModel]] = []  # a list's union members, matched once the path reaches an item
     for part in loc:
         if isinstance(node, (dict, list)):
             try:
                 node = node[part]
             except (KeyError, IndexError, TypeError):
                 pass
+        if pending and isinstance(node, dict):
+            model, pending = _matching(pending, node), []
         if isinstance(part, int) or part not in model.model_fields:
             continue  # a list index, or a union tag pydantic puts in the path
         models = _models_in(model.model_fields[part].annotation)
         if models:
             model = _matching(models, node)
+            pending = models if isinstance(node, list) else []
     return list(model.model_fields)

@@ -14,6 +14,7 @@ from pydantic_core import PydanticUndefined
 
 from policies.registry import BUILTIN, resolve
 from sim.config.calibration import CalibrationConfig
+from sim.config.datacenters import CustomDatacenter, MultiDatacenterCluster
 from sim.config.faults import BackgroundFlow, FaultsConfig, SlowWorker, Straggler
 from sim.config.nccl import NcclConstants, NcclSettings
 from sim.config.numerics import AsyncConfig, NumericsConfig, OptimizerConfig, ScheduleConfig, SyntheticData, ZooData
@@ -29,6 +30,7 @@ from sim.config.schema import (
     TwoTierCluster,
     WorkloadConfig,
 )
+from sim.config.wan import WanLink, WanSettings
 
 _BOUNDS = ((at.Gt, ">"), (at.Ge, ">="), (at.Lt, "<"), (at.Le, "<="))
 
@@ -125,6 +127,28 @@ def render() -> str:
         tag = get_args(model.model_fields["topology"].annotation)[0]
         parts += ["", f"### `topology: {tag}`", "", model.__doc__ or "", "", table(model, skip=own + ("topology",))]
     parts += ["", "Each entry of `nodes`:", "", table(CustomNode), "", "Each entry of `links`:", "", table(CustomLink)]
+    parts += [
+        "",
+        "### `topology: multi_datacenter`",
+        "",
+        " ".join((MultiDatacenterCluster.__doc__ or "").split()),
+        "",
+        table(MultiDatacenterCluster, skip=own + ("topology",)),
+        "",
+        "Each entry of `datacenters` takes the keys of its `topology` (star, two_tier or custom, above) and:",
+        "",
+        table(CustomDatacenter, skip=tuple(CustomCluster.model_fields)),
+        "",
+        "### `cluster.wan`",
+        "",
+        " ".join((WanSettings.__doc__ or "").split()) + " docs/wan.md gives the physics.",
+        "",
+        table(WanSettings),
+        "",
+        "Each entry of `wan.links`:",
+        "",
+        table(WanLink),
+    ]
     parts += ["", "## `workload`", "", table(WorkloadConfig), "", "## `simulation`", "", table(SimulationConfig)]
     parts += ["", "### `simulation.nccl`", "", NcclSettings.__doc__ or "", "", table(NcclSettings)]
     parts += ["", "### `simulation.nccl.constants`", "", NcclConstants.__doc__ or "", "", table(NcclConstants)]

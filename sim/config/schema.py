@@ -11,10 +11,11 @@ from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from sim.catalog.gpus import GPU_NAMES, get_gpu
+from sim.catalog.gpus import get_gpu
 from sim.catalog.zoo import MODEL_NAMES, canonical_name
 from sim.config.calibration import CalibrationConfig
-from sim.config.custom_topology import wiring_problems
+from sim.config.cluster import ClusterBase, CustomCluster, CustomLink, CustomNode, StarCluster, TwoTierCluster
+from sim.config.datacenters import MultiDatacenterCluster
 from sim.config.faults import BackgroundFlow, FaultsConfig
 from sim.config.nccl import NcclSettings
 from sim.config.numerics import NumericsConfig
@@ -23,9 +24,7 @@ from sim.config.types import (
     MAX_COUNT,
     MAX_MS,
     Count,
-    Gbps,
     Label,
-    LatencyUs,
     Megabytes,
     Milliseconds,
     Name,
@@ -36,90 +35,10 @@ from sim.config.types import (
 WARMUP_ITERATIONS = 3  # a real run's summary leaves out its warm-up by default (`Config.summary_warmup`)
 
 
-class ClusterBase(Strict):
-    gpus_per_host: Count = Field(1, description="GPUs per host (one rank each)")
-    gpu: str = Field("V100", description="GPU model: " + ", ".join(GPU_NAMES))
-    nic_gbps: Gbps = Field(25.0, description="each host's NIC bandwidth, per direction")
-    nics_per_host: Count = Field(
-        1,
-        description="NICs per GPU host, each of nic_gbps (rail-aligned with GPUDirect RDMA, as on DGX/HGX: "
-        "a host's network bandwidth is nics_per_host * nic_gbps)",
-    )
-    link_latency_us: LatencyUs = Field(5.0, description="latency of every network link (NIC, uplink)")
-    intra_host_gbps: Optional[Gbps] = Field(
-        None, description="per-GPU NVLink/PCIe bandwidth per direction; default: the GPU's"
-    )
-    intra_host_latency_us: LatencyUs = Field(1.0, description="latency of the GPU-to-host link")
-    server_hosts: Annotated[int, Field(ge=0, le=MAX_COUNT)] = Field(
-        0, description="hosts without GPUs, e.g. for dedicated PS shards"
-    )
-    server_nic_gbps: Optional[Gbps] = Field(None, description="server hosts' NIC bandwidth; default: nic_gbps")
-    placement: Literal["packed", "scattered", "random"] = Field(
-        "packed",
-        description="how ranks map to hosts: packed fills hosts rack by rack; scattered deals hosts round-robin "
-        "over racks; random shuffles hosts with the seed",
-    )
-
-    @field_validator("gpu")
-    @classmethod
-    def _known_gpu(cls, value: str) -> str:
-        if value.upper() not in {g.upper() for g in GPU_NAMES}:
-            raise ValueError(f"unknown GPU {value!r}; allowed: {', '.join(GPU_NAMES)}")
-        return value
-
-
-class StarCluster(ClusterBase):
-    """Every host on one switch: a non-blocking network."""
-
-    topology: Literal["star"] = Field(description="star")
-    hosts: Count = Field(description="number of GPU hosts")
-
-
-class TwoTierCluster(ClusterBase):
-    """Racks of hosts under ToR switches, each rack joined to the core by its uplink."""
-
-    topology: Literal["two_tier"] = Field(description="two_tier")
-    racks: Count = Field(description="number of racks")
-    hosts_per_rack: Count = Field(description="GPU hosts per rack")
-    uplink_gbps: Optional[Gbps] = Field(
-        None,
-        description="each rack's total uplink; hosts_per_rack * nics_per_host * nic_gbps / uplink_gbps is the "
-        "oversubscription; default non-blocking (1:1)",
-    )
-    core_switches: Count = Field(1, description="the uplink is split evenly over this many core switches (ECMP)")
-
-
-class CustomNode(Strict):
-    name: str = Field(description="unique node name")
-    kind: Literal["host", "switch", "server"] = Field(description="host (with GPUs), switch, or server (no GPUs)")
-    gpus: Optional[Count] = Field(None, description="a host's GPUs; default: gpus_per_host")
-    rack: Optional[str] = Field(None, description="a host's rack, for rack-level policies")
-
-
-class CustomLink(Strict):
-    a: str = Field(description="one end (a node name)")
-    b: str = Field(description="the other end")
-    gbps: Optional[Gbps] = Field(
-        None, description="bandwidth per direction; default: nic_gbps (times nics_per_host for a GPU host's link)"
-    )
-    latency_us: Optional[LatencyUs] = Field(None, description="default: link_latency_us")
-
-
-class CustomCluster(ClusterBase):
-    """Explicit nodes and full-duplex links, for shapes the other topologies cannot express."""
-
-    topology: Literal["custom"] = Field(description="custom")
-    nodes: list[CustomNode] = Field(min_length=1, description="hosts, switches and servers")
-    links: list[CustomLink] = Field(min_length=1, description="full-duplex cables between nodes")
-
-    @model_validator(mode="after")
-    def _wiring(self) -> CustomCluster:
-        if problems := wiring_problems(self.nodes, self.links, self.gpus_per_host):
-            raise ValueError("\n".join(problems))
-        return self
-
-
-ClusterConfig = Annotated[Union[StarCluster, TwoTierCluster, CustomCluster], Field(discriminator="topology")]
+ClusterConfig = Annotated[
+    Union[StarCluster, TwoTierCluster, CustomCluster, MultiDatacenterCluster], Field(discriminator="topology")
+]
+__all__ = ["ClusterBase", "CustomLink", "CustomNode"]  # re-exported: sim.config.cluster defines them
 
 
 class WorkloadConfig(Strict):
@@ -331,12 +250,7 @@ class Config(Strict):
 
     @model_validator(mode="after")
     def _cluster_fits_a_machine_room(self) -> Config:
-        c = self.cluster
-        if isinstance(c, CustomCluster):
-            gpus = sum(n.gpus or c.gpus_per_host for n in c.nodes if n.kind == "host")
-        else:
-            hosts = c.hosts if isinstance(c, StarCluster) else c.racks * c.hosts_per_rack
-            gpus = hosts * c.gpus_per_host
+        gpus = self.cluster.gpu_total
         if gpus > MAX_COUNT:
             raise ValueError(f"cluster: {gpus:,} GPUs; at most {MAX_COUNT:,} (2^20), more than any cluster has")
         return self

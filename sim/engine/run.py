@@ -41,6 +41,7 @@ from sim.kernel.gc_quiet import quiet_gc
 from sim.nccl.fabrics import fabric_of
 from sim.network.flows import Network
 from sim.network.sampling import LinkSampler
+from sim.network.traces import follow_traces
 
 
 @dataclass
@@ -116,7 +117,8 @@ def run_policy(
         slowdown = fabric.overlap_slowdown(cluster.gpu.sms)
     else:
         capacity = cluster.capacity
-    net = Network(env, capacity, cluster.latency)
+    net = Network(env, capacity, cluster.latency, cluster.flow_cap)  # flow_cap: WAN windows (docs/wan.md)
+    follow_traces(env, net, cluster.capacity_traces)
     if planner is not None:
         planner.follow(net)  # faults' delays reach NCCL's per-step network latency
     model = config.simulation.collective_model

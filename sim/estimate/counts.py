@@ -18,7 +18,7 @@ from typing import Any
 from policies.base import Policy
 from policies.registry import BUILTIN
 from sim.compute.workload import ComputePlan
-from sim.config import Config, CustomCluster, StarCluster
+from sim.config import Config, CustomCluster, MultiDatacenterCluster, StarCluster
 
 # Events per worker-iteration, per worker-iteration and bucket, per flow and per recompute (a zero-delay
 # timeout and a timer each), fitted on measured runs of each policy with jittered workers (8 to 128
@@ -68,6 +68,26 @@ class Shape:
 def shape_of(config: Config) -> Shape:
     """Count what `build_cluster` would build, without building it."""
     c = config.cluster
+    if isinstance(c, MultiDatacenterCluster):
+        return _datacenters_shape(c)
+    return _site_shape(c)
+
+
+def _datacenters_shape(c: MultiDatacenterCluster) -> Shape:
+    """The datacenters' shapes added up, with their border switches and WAN links (docs/wan.md); a star
+    datacenter is one rack."""
+    sites = [_site_shape(dc) for dc in c.datacenters]
+    racks = sum(max(s.racks, 1) for s in sites)
+    hosts = sum(s.hosts for s in sites)
+    borders = sum(len(dc.gateways) for dc in c.datacenters)
+    return Shape(
+        sum(s.workers for s in sites), hosts, racks, hosts / racks, max(s.gpus_per_host for s in sites),
+        sum(s.server_hosts for s in sites), sum(s.links for s in sites) + 2 * (borders + len(c.wan_links())),
+        max(s.path_links for s in sites) + 3, any(s.oversubscribed for s in sites),
+    )  # fmt: skip
+
+
+def _site_shape(c: Any) -> Shape:
     if isinstance(c, CustomCluster):
         gpus = [n.gpus or c.gpus_per_host for n in c.nodes if n.kind == "host"]
         racks = len({n.rack for n in c.nodes if n.kind == "host" and n.rack is not None})

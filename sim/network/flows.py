@@ -12,6 +12,11 @@ pushes of many buckets, or a stepwise ring's flows, collapse into a handful of c
 A transfer's data is done when its bytes have crossed its path; it is *delivered* one path latency
 later (propagation and per-hop latency), when its event fires.
 
+A link may also limit each flow crossing it (`flow_cap`: a WAN link's connections * window / RTT, as
+TCP's window bounds a connection): a transfer's cap is the lowest of its own and those of every link on
+its paths, so the solvers see an ordinary per-transfer cap. Capacities may change mid-run
+(`set_capacity`: faults, WAN bandwidth traces in `sim.network.traces`); the rates are re-solved then.
+
 A recompute advances the transfers, finishes those that are through, re-solves and sets the next
 timer. Past the first few thousand it runs as one compiled call (`sim.network.flows_jit`) over the live
 classes only, keeping the first round's link loads between calls; before that (and without numba)
@@ -100,15 +105,27 @@ class _Columns:
 
 
 class Network:
-    """Directed links with `capacity` (bytes/s) and `latency` (s), indexed by link id."""
+    """Directed links with `capacity` (bytes/s) and `latency` (s), indexed by link id; `flow_cap`
+    (bytes/s, inf for none): the most one flow crossing the link may move, or None where no link limits."""
 
-    def __init__(self, env: simpy.Environment, capacity: np.ndarray, latency: np.ndarray) -> None:
+    def __init__(
+        self,
+        env: simpy.Environment,
+        capacity: np.ndarray,
+        latency: np.ndarray,
+        flow_cap: Optional[np.ndarray] = None,
+    ) -> None:
         if np.any(np.asarray(capacity) <= 0):
             raise ValueError("every link needs a positive capacity")
         self.env = env
         self.capacity = np.asarray(capacity, dtype=float)
         self.latency = np.asarray(latency, dtype=float)
         n_links = len(self.capacity)
+        if flow_cap is not None:
+            flow_cap = np.asarray(flow_cap, dtype=float)
+            if flow_cap.shape != (n_links,) or not np.all(flow_cap > 0):
+                raise ValueError("flow_cap: one value > 0 per link (inf for no limit)")
+        self.flow_cap = flow_cap
         self._folded_bytes = np.zeros(n_links)  # bytes of classes since forgotten, per link
         self.recomputes = 0
         self._solved_entries = 0
@@ -286,6 +303,8 @@ class Network:
             if self._n_classes == self._cf.size and self._live_classes() * 2 <= self._n_classes:
                 self._advance()  # bytes so far are folded by class: bring them up to now first
                 self._compact_classes()
+            if self.flow_cap is not None:  # the links' own per-flow limits (WAN windows) join the cap
+                cap = min(cap, float(self.flow_cap[ids].min()))
             cls = self._class_of[key] = self._n_classes
             self._n_classes += 1
             self._cf.ensure(self._n_classes)
