@@ -254,7 +254,7 @@ CROSS_FIELD = [
         "numerics.model: bert_base trains a zoo model, so workload.model must be the same model",
     ),
     (
-        lambda c: (_numerics(dataset="synthetic")(c), c["workload"].update(accumulation_steps=4)),
+        lambda c: (_numerics(dataset="synthetic")(c), c["workload"].update(accumulation_steps=4, optimizer_ms=1.0)),
         "workload.accumulation_steps: 4 with numerics on; numerics applies every iteration's gradients",
     ),
     # numerics

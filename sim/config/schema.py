@@ -206,6 +206,15 @@ class WorkloadConfig(Strict):
             return self.gradient_precision
         return self.precision if self.precision in ("fp16", "bf16") else "fp32"
 
+    @model_validator(mode="after")
+    def _accumulation_spaces_an_optimizer_step(self) -> WorkloadConfig:
+        if self.accumulation_steps > 1 and self.optimizer_ms == 0:
+            raise ValueError(
+                f"accumulation_steps: {self.accumulation_steps} needs optimizer_ms > 0, the step it spaces out "
+                "(with none, every micro-batch costs the same); allowed without it: 1"
+            )
+        return self
+
     @field_validator("model")
     @classmethod
     def _known_model(cls, value: str) -> str:
