@@ -253,6 +253,10 @@ CROSS_FIELD = [
         _numerics("bert_base", dataset="synthetic"),
         "numerics.model: bert_base trains a zoo model, so workload.model must be the same model",
     ),
+    (
+        lambda c: (_numerics(dataset="synthetic")(c), c["workload"].update(accumulation_steps=4, optimizer_ms=1.0)),
+        "workload.accumulation_steps: 4 with numerics on; numerics applies every iteration's gradients",
+    ),
     # numerics
     (
         _numerics(dataset="synthetic", synthetic={"features": 4, "informative": 8}),

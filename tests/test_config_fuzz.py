@@ -372,7 +372,13 @@ EFFECT_BASES: dict[str, dict[str, Any]] = {
     "zoo": {
         "iterations": 2,
         "cluster": {"topology": "star", "hosts": 2, "gpus_per_host": 2, "gpu": "A100"},
-        "workload": {"model": "resnet32", "batch_size": 64, "bucket_mb": 0.05, "input_samples_s": 2e3},
+        "workload": {
+            "model": "resnet32",
+            "batch_size": 64,
+            "bucket_mb": 0.05,
+            "input_samples_s": 2e3,
+            "optimizer_ms": 1.0,  # an optimizer step for accumulation_steps to space out
+        },
         "policies": [{"name": "ring"}],
         "simulation": {"trace": False},
     },

@@ -4,6 +4,8 @@ time comes from the default compute model (sim/compute/roofline.py: per op, abou
 arithmetic and memory traffic, plus kernel launches, issued as `workload.implementation` says), or
 from FLOPs at a given fraction of peak (`workload.efficiency`, backward twice the forward), or from a measured profile
 (`workload.profile`, sim.compute.profile) that gives every layer's forward and backward seconds.
+The optimizer step (`workload.optimizer_ms`, once every `accumulation_steps` iterations) is apart from
+forward and backward; at 0 it is part of their time.
 """
 
 from __future__ import annotations
@@ -31,6 +33,13 @@ class ComputePlan:
     gradient_bytes: float
     parameter_bytes: float  # one replica's parameters at training precision
     layouts: tuple[BucketLayout, ...] = ()  # per bucket: which rows are non-zero (sim.compute.sparsity)
+    overlap_backward: bool = True  # False: buckets go to the policy only once backward ends
+    accumulation_steps: int = 1  # iterations (micro-batches) per optimizer step
+    optimizer_s: float = 0.0  # the optimizer step, after every accumulation_steps-th iteration's communication
+
+    def updates_after(self, step: int) -> bool:
+        """Does iteration `step` (0-based) end with the optimizer step?"""
+        return self.optimizer_s > 0 and (step + 1) % self.accumulation_steps == 0
 
     @property
     def backward_s(self) -> float:
@@ -79,5 +88,15 @@ def compute_plan(cfg: WorkloadConfig, gpu: GpuSpec) -> ComputePlan:
         parameter_bytes = float(spec.params * MASTER_BYTES)
     layouts = bucket_layouts(cfg, spec, buckets)
     return ComputePlan(
-        spec.name, cfg.batch_size, forward_s, tuple(buckets), spec.params, total, parameter_bytes, layouts
+        spec.name,
+        cfg.batch_size,
+        forward_s,
+        tuple(buckets),
+        spec.params,
+        total,
+        parameter_bytes,
+        layouts,
+        cfg.overlap_backward,
+        cfg.accumulation_steps,
+        cfg.optimizer_ms * 1e-3,
     )

@@ -33,6 +33,7 @@ from sim.config.types import (
 )
 
 WARMUP_ITERATIONS = 3  # a real run's summary leaves out its warm-up by default (`Config.summary_warmup`)
+MAX_ACCUMULATION = 65536  # micro-batches per optimizer step: far beyond any global batch a paper accumulates
 
 
 ClusterConfig = Annotated[
@@ -79,6 +80,24 @@ class WorkloadConfig(Strict):
         "with batch norm, its residual add and ReLU in one pass (NVIDIA's MXNet and PaddlePaddle ResNet-50)",
     )
     bucket_mb: Megabytes = Field(25.0, description="gradient bucket size (DDP's bucket_cap_mb)")
+    overlap_backward: bool = Field(
+        True,
+        description="false: no gradient bucket is handed to the policy before backward ends, so none of its "
+        "communication overlaps backward (apex DDP's delay_allreduce; PyTorch DDP whose first bucket, the last "
+        "parameters defined, holds one that every layer uses: its gradient completes last and DDP's reducer "
+        "launches buckets in order; docs/fidelity.md)",
+    )
+    accumulation_steps: Annotated[int, Field(ge=1, le=MAX_ACCUMULATION)] = Field(
+        1,
+        description="micro-batches per optimizer step: an iteration is one micro-batch with its own gradient "
+        "communication (apex DDP without disable_allreduce), and every accumulation_steps-th ends with the "
+        "optimizer step of optimizer_ms (timing only: numerics mode needs 1)",
+    )
+    optimizer_ms: Milliseconds = Field(
+        0.0,
+        description="each GPU's optimizer step (weight update, gradient clipping) after the gradient "
+        "communication of every accumulation_steps-th iteration; 0: folded into the compute time",
+    )
     compute_jitter: Annotated[float, Field(ge=0, le=10)] = Field(
         0.0, description="coefficient of variation of each iteration's compute time"
     )
@@ -105,6 +124,15 @@ class WorkloadConfig(Strict):
         if self.gradient_precision != "auto":
             return self.gradient_precision
         return self.precision if self.precision in ("fp16", "bf16") else "fp32"
+
+    @model_validator(mode="after")
+    def _accumulation_spaces_an_optimizer_step(self) -> WorkloadConfig:
+        if self.accumulation_steps > 1 and self.optimizer_ms == 0:
+            raise ValueError(
+                f"accumulation_steps: {self.accumulation_steps} needs optimizer_ms > 0, the step it spaces out "
+                "(with none, every micro-batch costs the same); allowed without it: 1"
+            )
+        return self
 
     @field_validator("model")
     @classmethod
@@ -262,6 +290,15 @@ class Config(Strict):
             raise ValueError(
                 f"workload.precision: 'bf16' needs BF16 arithmetic, which cluster.gpu {gpu.name} lacks; "
                 "allowed there: fp32, tf32, fp16"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _numerics_updates_every_iteration(self) -> Config:
+        if self.numerics_on and self.workload.accumulation_steps != 1:
+            raise ValueError(
+                f"workload.accumulation_steps: {self.workload.accumulation_steps} with numerics on; numerics "
+                "applies every iteration's gradients, so allowed there: 1"
             )
         return self
 

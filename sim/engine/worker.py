@@ -3,7 +3,9 @@
 Per iteration: the policy's begin_step program; forward in bucket-sized slices in forward order,
 each waiting for its bucket's on_forward program (run one after another from the start, so reads
 overlap forward); backward in bucket-sized slices (each bucket handed to the policy as it becomes
-ready, so communication overlaps the rest of backward); then the bucket programs and end_step.
+ready, so communication overlaps the rest of backward, unless `plan.overlap_backward` is off: then all
+at once when backward ends); then the bucket programs, end_step, and every `accumulation_steps`-th
+iteration the optimizer step (compute).
 Under the NCCL model backward compute runs `overlap_slowdown` times slower while the rank's collectives
 run (NCCL's kernels hold some of the GPU's SMs, sim/nccl/fabrics.py): until `busy_until`, the end the
 tuner predicts for the collectives launched so far (contention may make them last longer; collectives
@@ -148,6 +150,7 @@ def worker(ctx: WorkerContext, rank: int) -> Generator[simpy.Event, Any, None]:
     buckets = [Bucket(b, bucket.nbytes, n_buckets) for b, bucket in enumerate(plan.buckets)]
     reads_before_forward = type(policy).on_forward is not Policy.on_forward  # the base hook reads nothing
     backward = [bucket.backward_s for bucket in plan.buckets]
+    overlap = plan.overlap_backward
     after, segment, run, on_gradients = ctx.timers.after, compute.segment, executor.run, policy.on_gradients
     step = ctx.budget.start
     last: Optional[Timing] = None
@@ -201,12 +204,19 @@ def worker(ctx: WorkerContext, rank: int) -> Generator[simpy.Event, Any, None]:
                 duration = _shared_compute(duration, busy_until[rank] - a, slowdown)
             yield after(duration)
             computing.append((a, env._now))
-            programs.append(run(rank, step, on_gradients(rank, step, bucket), bucket.index))
+            if overlap:
+                programs.append(run(rank, step, on_gradients(rank, step, bucket), bucket.index))
+        if not overlap:  # every bucket once backward ends, in the order backward closed them
+            programs = [run(rank, step, on_gradients(rank, step, bucket), bucket.index) for bucket in buckets]
         compute_end = env.now
         yield AllDone(env, programs)
         if numerics is not None:
             numerics.step_done(rank, step)
         yield executor.run(rank, step, policy.end_step(rank, step))
+        if plan.updates_after(step):  # the optimizer step, once the accumulated gradients are in
+            a = env._now
+            yield Timeout(env, segment(rank, plan.optimizer_s, factor))
+            computing.append((a, env._now))
         end = env.now
         compute_s = sum(b - a for a, b in computing)
         wait = ctx.blocked.pop_wait(rank, step, start, end, computing)

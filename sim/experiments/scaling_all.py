@@ -5,7 +5,8 @@ A group is one model, system, precision, batch per GPU, sequence length and fram
 1-GPU row, or where it has none its smallest GPU count (the one-node 8-GPU row of a multi-node table);
 every other row of the group is scored: published scaling = its throughput over the base's, predicted
 = the simulated ratio with the compute pinned to the published base step (sim/experiments/scaling.py's
-method, on the setup written down in sim/experiments/scaling_setups.py), null = N / N_base.
+method, on the setup written down in sim/experiments/scaling_setups.py, including where a benchmark's
+training code departs from plain DDP), null = N / N_base.
 
     python -m sim.experiments.scaling_all [--out scored.csv] [--unexpressible-out rows.csv] [--rows N]
 """
@@ -19,10 +20,15 @@ from typing import Any
 
 import pandas as pd
 
-from sim.catalog.zoo import MODEL_NAMES
+from sim.catalog.gpus import get_gpu
+from sim.catalog.zoo import MODEL_NAMES, get_model
 from sim.catalog.zoo.transformers import SEQUENCE_LENGTHS
+from sim.compute.buckets import BYTES_PER_VALUE, MB
 from sim.experiments.scaling import (
+    ITERATIONS,
     PROBE_EFFICIENCY,
+    TOKENS_PER_SAMPLE,
+    WARMUP,
     ScalingPair,
     loader_rate,
     pair_config,
@@ -31,7 +37,16 @@ from sim.experiments.scaling import (
     steady_throughput,
     table,
 )
-from sim.experiments.scaling_setups import BUCKET_MB, POLICY, cluster_section, hosts_and_gpus, system_setup
+from sim.experiments.scaling_setups import (
+    BUCKET_MB,
+    POLICY,
+    accumulation_steps,
+    cluster_section,
+    hosts_and_gpus,
+    optimizer_ms,
+    system_setup,
+    training_setup,
+)
 
 GROUP = ["model", "system", "precision", "batch_per_gpu", "seq_len", "framework"]
 COMPUTE_MODEL_FRAMEWORK = "PyTorch"  # syncsim's compute model is PyTorch's eager DDP (docs/compute_model.md)
@@ -170,10 +185,46 @@ def not_expressible(rows: pd.DataFrame | None = None) -> pd.DataFrame:
     return out[columns + ["reason"]].assign(source=out["source"].map(source_path))
 
 
+def simulated_batch(row: ScoredRow) -> int:
+    """Zoo samples per GPU per micro-batch: the published batch, or where the source's training setup gives
+    its samples' mean tokens (a GNMT sentence pair) the zoo samples that carry as many tokens, so a
+    simulated micro-batch lasts what the real one did at the published tokens/s."""
+    tokens = training_setup(source_path(row.source)).sample_tokens
+    if tokens is None:
+        return row.batch
+    return max(1, round(row.batch * tokens / TOKENS_PER_SAMPLE[row.model]))
+
+
+def training_section(row: ScoredRow, gpus: int) -> dict[str, Any]:
+    """The workload keys of `row`'s training setup on `gpus` GPUs (scaling_setups.TRAINING): bucket size,
+    overlap with backward, micro-batches per optimizer step and that step's time."""
+    train = training_setup(source_path(row.source))
+    bucket_mb = BUCKET_MB
+    if train.bucket_values is not None:  # apex DDP counts its buckets in values of the gradients' type
+        wire = "fp16" if row.precision in ("fp16", "bf16") else "fp32"
+        bucket_mb = train.bucket_values * BYTES_PER_VALUE[wire] / MB
+    update_ms = 0.0
+    if train.update_bytes_per_param:
+        memory = get_gpu(system_setup(row.system).gpu).costs.memory  # the compute model's fitted share of it
+        update_ms = optimizer_ms(train, get_model(row.model).params, row.system, memory)
+    steps = accumulation_steps(train, row.batch, gpus)
+    if WARMUP % steps or (ITERATIONS - WARMUP) % steps:  # the throughput must span whole optimizer steps
+        raise ValueError(
+            f"accumulation over {steps} micro-batches: {WARMUP} and {ITERATIONS} iterations are not multiples"
+        )
+    return {
+        "bucket_mb": bucket_mb,
+        "overlap_backward": train.overlap_backward,
+        "accumulation_steps": steps,
+        "optimizer_ms": update_ms,
+    }
+
+
 def setup(row: ScoredRow, gpus: int | None = None, nodes: int | None = None) -> dict[str, Any]:
     """The simulated setup of `row` (or of its base with the base's `gpus` and `nodes`), flat."""
-    cluster = cluster_section(row.system, row.nodes if nodes is None else nodes, row.gpus if gpus is None else gpus)
-    return {**cluster, "policy": POLICY, "bucket_mb": BUCKET_MB, "precision": row.precision}
+    gpus = row.gpus if gpus is None else gpus
+    cluster = cluster_section(row.system, row.nodes if nodes is None else nodes, gpus)
+    return {**cluster, "policy": POLICY, **training_section(row, gpus), "precision": row.precision}
 
 
 def setup_table(rows: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -182,7 +233,13 @@ def setup_table(rows: pd.DataFrame | None = None) -> pd.DataFrame:
     for row in scored_rows(rows):
         base = setup(row, row.base_gpus, row.base_nodes)
         out.append(
-            {"row": row.index, **setup(row), "base_hosts": base["hosts"], "base_gpus_per_host": base["gpus_per_host"]}
+            {
+                "row": row.index,
+                **setup(row),
+                "base_hosts": base["hosts"],
+                "base_gpus_per_host": base["gpus_per_host"],
+                "base_accumulation_steps": base["accumulation_steps"],
+            }
         )
     return pd.DataFrame(out)
 
@@ -193,7 +250,7 @@ def row_config(
     """The config of `row`'s model on `gpus` GPUs over `nodes` hosts of its system."""
     config = pair_config(row.pair(), gpus, network_model, efficiency, input_samples_s)
     config["cluster"] = cluster_section(row.system, nodes, gpus)
-    config["workload"]["bucket_mb"] = BUCKET_MB
+    config["workload"].update(training_section(row, gpus), batch_size=simulated_batch(row))
     config["policies"] = [{"name": POLICY}]
     return config
 
