@@ -39,6 +39,7 @@ def placement(config: Config) -> Placement:
     one client for every worker (in-graph replication) is refused: real workers are processes."""
     from sim.api import prepare
 
+    _refuse_timing_only(config)
     cluster, plan = prepare(config)
     shard_hosts: list[str] = []
     for i, entry in enumerate(config.policies):
@@ -52,3 +53,19 @@ def placement(config: Config) -> Placement:
             if spec.shard >= len(shard_hosts):
                 shard_hosts.append(spec.host)
     return Placement(tuple(cluster.view.rank_hosts) + tuple(shard_hosts), cluster.world_size)
+
+
+def _refuse_timing_only(config: Config) -> None:
+    """Keys that change when the simulator's workers communicate have no real counterpart yet: a real
+    worker's backward hands every bucket on as it is ready and steps its optimizer every iteration."""
+    workload = config.workload
+    if workload.accumulation_steps != 1:
+        raise ConfigError(
+            f"workload.accumulation_steps: {workload.accumulation_steps} is the simulator's timing model; "
+            "the real backend steps its optimizer every iteration; allowed here: 1"
+        )
+    if not workload.overlap_backward:
+        raise ConfigError(
+            "workload.overlap_backward: false is the simulator's timing model; the real backend hands "
+            "each bucket on as backward produces it; allowed here: true"
+        )

@@ -262,3 +262,23 @@ def test_the_real_backend_refuses_in_graph_replication_by_name() -> None:
     raw["policies"] = [{"name": "ring"}, {"name": "sync_switch", "first": {"name": "ps", "replication": "in_graph"}}]
     with pytest.raises(ConfigError, match=r"policies\[1\]: 'replication: in_graph'.*allowed here: between_graph"):
         placement(parse_config(raw))
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("accumulation_steps", 4, r"workload.accumulation_steps: 4 .*allowed here: 1"),
+        ("overlap_backward", False, r"workload.overlap_backward: false .*allowed here: true"),
+    ],
+)
+def test_the_real_backend_refuses_the_simulators_timing_keys_by_name(key: str, value: object, message: str) -> None:
+    """Gradient accumulation and a backward that hands on no bucket before it ends change when the
+    simulated workers communicate; the real backend has neither, so it says so rather than ignore them."""
+    from real.layout import placement
+    from sim.errors import ConfigError
+
+    raw = yaml.safe_load((Path(__file__).resolve().parents[1] / "configs" / "real_2x2_digits.yaml").read_text())
+    raw.pop("numerics", None)
+    raw["workload"] = {**raw.get("workload", {}), key: value, "optimizer_ms": 1.0}
+    with pytest.raises(ConfigError, match=message):
+        placement(parse_config(raw))
