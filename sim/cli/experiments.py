@@ -195,10 +195,10 @@ def _cmd_fidelity(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from sim.experiments.fidelity import fidelity_table, summary
-    from sim.experiments.scaling import scaling_table
+    from sim.experiments.scaling_all import one_host_pairs
     from sim.files import atomic_write
 
-    collectives, scaling = fidelity_table(), scaling_table()
+    collectives, scaling = fidelity_table(), one_host_pairs()
     if args.out:
         out = hold(args, Path(args.out))
         atomic_write(out / "collectives.csv", collectives.to_csv(index=False))
@@ -206,14 +206,18 @@ def _cmd_fidelity(args: argparse.Namespace) -> int:
 
     def shown(table: pd.DataFrame, hidden: tuple[str, ...]) -> str:
         table = table.drop(columns=list(hidden))
-        return table.assign(error=table["error"].map(lambda v: f"{v:+.1%}")).to_string(index=False)
+        signed = {c: table[c].map(lambda v: f"{v:+.1%}") for c in ("error", "null_error") if c in table}
+        return table.assign(**signed).to_string(index=False)
 
     with pd.option_context("display.width", 200, "display.max_rows", None):
         print(shown(collectives, ("source", "system")))
         print()
         print(summary(collectives).to_string(float_format=lambda v: f"{v:.1%}"))
         print("\n1-to-8-GPU training scaling (PyTorch DDP, one DGX host):")
-        print(shown(scaling, ("source", "framework")))
-        errors = scaling["error"].abs()
-        print(f"\n{len(scaling)} pairs: median |error| {errors.median():.1%}, worst {errors.max():.1%}")
+        print(shown(scaling, ("source", "row", "base_row", "seq_len", "nodes", "gpus", "base_gpus")))
+        errors, null = scaling["error"].abs(), scaling["null_error"].abs()
+        print(
+            f"\n{len(scaling)} pairs: median |error| {errors.median():.1%}, worst {errors.max():.1%}; "
+            f"perfect scaling (null): median {null.median():.1%}, worst {null.max():.1%}"
+        )
     return 0

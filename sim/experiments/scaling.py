@@ -177,27 +177,3 @@ def simulated_scaling(pair: ScalingPair, input_samples_s: float | None = None, n
         steady_throughput(pair_config(pair, g, network_model, efficiency, input_samples_s)) for g in (1, GPUS)
     ]
     return throughput[1] / throughput[0]
-
-
-def scaling_table(network_model: str = "nccl") -> pd.DataFrame:
-    """Every pair with its published and simulated scaling and the error (simulated / published - 1)."""
-    out = []
-    every = pairs()
-    for pair in every:
-        loader = loader_rate(pair, every)
-        simulated = simulated_scaling(pair, loader, network_model)
-        out.append(
-            {
-                "model": pair.model,
-                "system": pair.system,
-                "precision": pair.precision,
-                "batch": pair.batch,
-                "loader_samples_s": round(loader) if loader is not None else None,
-                "published": round(pair.scaling, 3),
-                "simulated": round(simulated, 3),
-                "error": simulated / pair.scaling - 1,
-                "framework": pair.framework,
-                "source": pair.source,
-            }
-        )
-    return pd.DataFrame(out)

@@ -25,6 +25,7 @@ from sim.catalog.zoo import MODEL_NAMES, get_model
 from sim.catalog.zoo.transformers import SEQUENCE_LENGTHS
 from sim.compute.buckets import BYTES_PER_VALUE, MB
 from sim.experiments.scaling import (
+    GPUS,
     ITERATIONS,
     PROBE_EFFICIENCY,
     TOKENS_PER_SAMPLE,
@@ -307,6 +308,16 @@ def score(rows: Sequence[ScoredRow], network_model: str = "nccl") -> pd.DataFram
             }
         )
     return pd.DataFrame(out).astype({"seq_len": "Int64"}) if out else pd.DataFrame(out)
+
+
+def one_host_pairs(network_model: str = "nccl") -> pd.DataFrame:
+    """`score` of the rows that go from 1 to 8 GPUs on one host (scaling.py's pairs), each with its
+    source's training setup and its host's loaders: what `syncsim fidelity` prints."""
+    rows = [r for r in scored_rows() if (r.base_nodes, r.base_gpus, r.nodes, r.gpus) == (1, 1, 1, GPUS)]
+    every = pairs()
+    scored = score(rows, network_model)
+    loaders = [loader_rate(r.pair(), every) for r in rows]
+    return scored.assign(loader_samples_s=[round(v) if v is not None else pd.NA for v in loaders])
 
 
 def null_error(row: ScoredRow) -> float:
