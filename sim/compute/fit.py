@@ -91,7 +91,7 @@ class StackedRows:
             if training:
                 out[indices] = table.seconds(costs, implementation).sum(axis=-1)
             else:
-                out[indices] = np.where(table.backward, 0.0, table.gpu_seconds(costs)).sum(axis=-1)
+                out[indices] = np.where(table.backward, 0.0, table.gpu_seconds(costs, implementation)).sum(axis=-1)
         return out[self.rows]
 
 

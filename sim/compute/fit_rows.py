@@ -136,12 +136,12 @@ def _memory_gb(r: Any) -> int:
 
 def _implementation(r: Any) -> str:
     """PyTorch issues each kernel from Python as it goes (eager) unless compiled; TensorFlow's graphs
-    and torch.compile issue the step ahead (tuned); NVIDIA's MXNet and PaddlePaddle scripts and
-    TensorFlow under XLA also fold batch norm's element-wise tail into it (fused)."""
+    issue the step ahead (tuned); torch.compile (Inductor), NVIDIA's MXNet and PaddlePaddle scripts
+    and TensorFlow under XLA also fuse element-wise work into its neighbours (fused)."""
     framework = str(r.framework)
-    if framework.startswith(("MXNet", "PaddlePaddle")) or _xla(r):
+    if framework.startswith(("MXNet", "PaddlePaddle")) or _xla(r) or "compile" in framework:
         return "fused"
-    return "eager" if framework.startswith("PyTorch") and "compile" not in framework else "tuned"
+    return "eager" if framework.startswith("PyTorch") else "tuned"
 
 
 def _xla(r: Any) -> bool:
