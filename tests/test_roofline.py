@@ -293,7 +293,6 @@ def test_a_k80_die_computes_at_its_base_clock() -> None:
     assert forward[0] == pytest.approx(4e9 / (2496 * 2 * 562e6 * 0.5) + 7e-6, rel=1e-12)
 
 
-
 def test_explicit_attention_under_torch_autocast_moves_softmax_and_dropout_in_fp32() -> None:
     """Scale and mask move the scores at 2 bytes (2 kernels); softmax and dropout read and write
     FP32 (4 values at 4 bytes each per score) after a cast of the scores (read 2, write 4 bytes, for

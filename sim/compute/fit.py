@@ -27,7 +27,7 @@ import pandas as pd
 from sim.catalog.gpus import FITTED_GPUS, SHARPNESS_MAX, WINOGRAD_MAX, KernelCosts, get_gpu, memory_variant
 from sim.catalog.zoo import Layer, get_model
 from sim.catalog.zoo.transformers import SEQUENCE_LENGTHS, layers_at_sequence_length
-from sim.compute.fit_rows import Row, fitted_rows, training_rows
+from sim.compute.fit_rows import Row, fitted_rows
 from sim.compute.roofline import BACKWARD_FACTOR, OpTable, op_table, stack
 from sim.markdown import markdown_table
 

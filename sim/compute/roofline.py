@@ -236,7 +236,8 @@ def op_table(gpu: GpuSpec, layers: Sequence[Layer], batch: int, precision: str) 
             # to FP32 (bytes above)
             casts = 2.0 if layer.bias else 1.0
             rows += [
-                (index, backward, 0, 0.0, 0.0, casts, False, False, False, np.inf, 0.0, 0.0) for backward in (False, True)
+                (index, backward, 0, 0.0, 0.0, casts, False, False, False, np.inf, 0.0, 0.0)
+                for backward in (False, True)
             ]
     columns = list(zip(*rows))
     backward = np.array(columns[1], dtype=bool)
