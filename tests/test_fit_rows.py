@@ -46,6 +46,7 @@ def test_rows_that_measure_another_network_or_machine_are_left_out() -> None:
             _row(image_size=299),
             _row(gpu="T4"),  # not a GPU of sim.catalog.gpus
             _row(note="A100 80GB PCIe"),
+            _row(gpu="V100", table="Training throughput: NVIDIA DGX-2H (16x V100 32GB)"),  # 450 W SXM3
             _row(model="bert_large", seq_len=512, table="Pre-training NVIDIA DGX A100"),
             _row(samples_per_s=float("nan")),  # no figure at all
         ]
@@ -66,10 +67,22 @@ def test_ngc_pytorch_fp32_on_ampere_is_tf32_and_transformers_keep_their_length()
     assert bert.seq_len == 384 and ampere.seq_len == 0
 
 
+def test_a_row_naming_the_a100_40gb_is_timed_at_its_bandwidth() -> None:
+    table = pd.DataFrame(
+        [
+            _row(table="Training performance: NVIDIA DGX A100 (8x A100 40GB)"),
+            _row(note="1x A100 40 GB"),
+            _row(table="NVIDIA DGX A100 (8x A100 80GB)"),
+            _row(gpu="V100", note="DGX-1 16GB"),  # no V100 variant: the catalog's
+        ]
+    )
+    assert [r.memory_gb for r in usable(table)] == [40, 40, 0, 0]
+
+
 def test_each_published_row_is_timed_as_its_code_ran() -> None:
     frameworks = {
         "PyTorch (NGC container, Lambda benchmark v1)": "eager",
-        "PyTorch 2.0 nightly (Dec 2022), torch.compile": "tuned",
+        "PyTorch 2.0 nightly (Dec 2022), torch.compile": "fused",  # Inductor fuses element-wise work
         "TensorFlow 1.15 (20.06-py3 NGC)": "tuned",
         "MXNet (mxnet-20.12-py3 NGC)": "fused",  # batch norm with its add and ReLU (BatchNormAddRelu)
         "PaddlePaddle (NGC container)": "fused",  # fuse_bn_act_ops, fuse_bn_add_act_ops

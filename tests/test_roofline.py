@@ -253,3 +253,64 @@ def test_eager_dispatch_charges_forward_kernels_only() -> None:
     assert forward[0] == pytest.approx(60 * us, rel=1e-12)
     assert backward[0] == pytest.approx(20 * us, rel=1e-12), "roofline: backward kernels charged Python dispatch"
     assert table.layer_seconds(costs, "tuned") == (pytest.approx([10 * us]), pytest.approx([20 * us]))
+
+
+def test_fused_implementations_move_autocasts_fp32_ops_at_half_precision_without_the_cast() -> None:
+    """Eager autocast casts a softmax's half-precision input up (a kernel reading 2 and writing 4
+    bytes per value, for the half of the values it reads) and moves every value at 4 bytes; a fused
+    implementation (torch.compile, XLA) computes it in registers on the 2-byte values."""
+    op = Op("elementwise", flops=0.0, moved=1e6, kernels=1, full_precision=True)
+    bandwidth = A100.memory_bandwidth_gbs * 1e9 * 0.8
+    eager, _ = model_seconds(A100, COSTS, [single(op)], 8, "bf16")
+    assert eager[0] == pytest.approx((8e6 * 4 + 4e6 * (2 + 4)) / bandwidth + 2 * 7e-6, rel=1e-12)
+    fused, backward = model_seconds(A100, COSTS, [single(op)], 8, "bf16", "fused")
+    assert fused[0] == pytest.approx(8e6 * 2 / bandwidth + 7e-6, rel=1e-12)
+    assert backward[0] == pytest.approx(2 * fused[0], rel=1e-12)
+    same, _ = model_seconds(A100, COSTS, [single(op)], 8, "fp32", "fused")  # no autocast: nothing to drop
+    assert same[0] == pytest.approx(8e6 * 4 / bandwidth + 7e-6, rel=1e-12)
+
+
+def test_an_a100_40gb_moves_its_bytes_at_its_own_bandwidth() -> None:
+    """The A100 40GB's HBM2 runs at 1,555 GB/s (the 80GB module's HBM2e at 2,039); the arithmetic is the same."""
+    from sim.catalog.gpus import memory_variant
+
+    small = memory_variant("A100", 40)
+    op = Op("elementwise", flops=1.0, moved=1e6, kernels=3)
+    forward, _ = model_seconds(small, COSTS, [single(op)], 32, "fp32")
+    assert forward[0] == pytest.approx(32 * 1e6 * 4 / (1555e9 * 0.8) + 3 * 7e-6, rel=1e-12)
+    matmul = Op("matmul", flops=1e9, moved=10.0)
+    assert model_seconds(small, COSTS, [single(matmul)], 8, "bf16")[0] == pytest.approx(
+        model_seconds(A100, COSTS, [single(matmul)], 8, "bf16")[0], rel=1e-6
+    )
+    with pytest.raises(ValueError, match="no 16 GB variant of GPU 'A100'; variants: A100 40GB"):
+        memory_variant("A100", 16)
+
+
+def test_a_k80_die_computes_at_its_base_clock() -> None:
+    """2,496 FP32 cores of a GK210 die, 2 FLOPs each per cycle at the 562 MHz base clock."""
+    op = Op("matmul", flops=1e9, moved=0.0)
+    forward, _ = model_seconds(K80, COSTS, [single(op)], 4, "fp32")
+    assert forward[0] == pytest.approx(4e9 / (2496 * 2 * 562e6 * 0.5) + 7e-6, rel=1e-12)
+
+
+def test_explicit_attention_under_torch_autocast_moves_softmax_and_dropout_in_fp32() -> None:
+    """Scale and mask move the scores at 2 bytes (2 kernels); softmax and dropout read and write
+    FP32 (4 values at 4 bytes each per score) after a cast of the scores (read 2, write 4 bytes, for
+    half the values; one more kernel). Under FP32, or as Apex O2 ran it, 8 values at the activation width."""
+    from sim.catalog.zoo.builders import attention_core
+
+    seq, d, heads = 64, 128, 2
+    scores = heads * seq * seq
+    bandwidth = A100.memory_bandwidth_gbs * 1e9
+    cases = (
+        (True, "bf16", 4 * scores * 2 + 4 * scores * 4 + 2 * scores * 6, 5),
+        (True, "fp32", 8 * scores * 4, 4),
+        (False, "bf16", 8 * scores * 2, 4),
+    )
+    for autocast, precision, expected, kernels in cases:
+        layer = attention_core(Layer("qkv", 0, 0.0), seq, d, heads, "explicit", autocast=autocast)
+        table = op_table(A100, [layer], 1, precision)
+        forward = ~table.backward  # heads split, Q·K^T, then the element-wise ops on the scores
+        ops = slice(2, 4) if autocast else slice(2, 3)
+        assert table.memory_s[forward][ops].sum() * bandwidth == pytest.approx(expected, rel=1e-12)
+        assert table.kernels[forward][ops].sum() == kernels

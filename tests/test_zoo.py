@@ -219,11 +219,17 @@ def test_the_zoo_bert_trains_through_its_tied_decoder_and_the_reference_through_
     assert pooler.forward_flops < 1e6 and all(op.aligned for x in reference for op in x.ops)
 
 
-def test_autocast_keeps_the_zoo_layer_norms_in_fp32_but_not_the_references() -> None:
+def test_autocast_keeps_layer_norms_in_fp32_but_not_apex_o2s_references() -> None:
+    """The zoo's modules and nanoGPT ran under torch.autocast (nn.LayerNorm and softmax in FP32);
+    NVIDIA's BERT under Apex O2 with fused half-precision layer norms and softmax."""
     zoo = [x for x in gpt2_layers(n_layers=1) if x.name.endswith(("ln1", "ln2"))]
-    reference = [x for x in gpt2_layers(n_layers=1, reference=True) if x.name.endswith(("ln1", "ln2"))]
+    nanogpt = gpt2_layers(n_layers=1, reference=True)
+    apex = bert_layers(n_layers=1, d_model=64, n_heads=2, reference=True)
     assert all(op.full_precision for x in zoo for op in x.ops)
-    assert not any(op.full_precision for x in reference for op in x.ops)
+    assert all(op.full_precision for x in nanogpt if x.name.endswith(("ln1", "ln2")) for op in x.ops)
+    assert not any(op.full_precision for x in apex if x.name.endswith(("ln1", "ln2")) for op in x.ops)
+    softmax = [op for x in nanogpt if x.name.endswith("attn.qkv") for op in x.ops if op.full_precision]
+    assert len(softmax) == 1 and not any(op.full_precision for x in apex if x.name.endswith("attn.qkv") for op in x.ops)
 
 
 def test_a_convolution_with_bias_adds_it_in_a_pass_of_its_own() -> None:

@@ -7,7 +7,7 @@ to published throughputs and this project's measured steps (sim/compute/fit.py, 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 # fp32: PyTorch's defaults (cuDNN may use TF32 for convolutions, matrix products stay FP32);
 # tf32: TF32 for both; fp16 / bf16: autocast to that type (FP32 master weights and gradients).
@@ -131,31 +131,38 @@ class GpuSpec:
         return flops / (self.peak_flops(precision) * efficiency)
 
 
+# 2,496 FP32 cores x 2 FLOPs x 562 MHz (Tesla K80 datasheet: 5.6 TFLOPS per board at base clocks)
+K80_BASE_TFLOPS = 2496 * 2 * 0.562e-3
+
 # Fitted by sim/compute/fit.py to sim/catalog/zoo/published_throughput.csv and measured_steps.csv
 # (docs/compute_model.md);
 # tests/test_compute_fit.py refits them and checks these figures.
 _FITTED: dict[str, KernelCosts] = {
     "K80": KernelCosts(
-        0.3, 0.763, 0.848, 0.739, 21.4, 2.92, 4.99, 19.4, 0.245, 163, source="12 published + 0 measured rows"
+        0.476, 0.737, 0.799, 0.722, 21.2, 2.89, 5.63, 33.8, 0.297, 104, source="12 published + 0 measured rows"
     ),
     "P100": KernelCosts(
-        0.6, 0.763, 0.848, 0.739, 21.4, 2.91, 4.99, 19.4, 0.245, 163, source="8 published + 0 measured rows"
+        0.606, 0.737, 0.799, 0.722, 21.2, 2.89, 5.63, 33.8, 0.297, 104, source="8 published + 0 measured rows"
     ),
     "V100": KernelCosts(
-        0.676, 0.763, 0.849, 0.741, 21.4, 2.92, 4.99, 19.4, 0.245, 163, source="36 published + 0 measured rows"
+        0.694, 0.737, 0.798, 0.723, 21.2, 2.89, 5.63, 33.8, 0.297, 104, source="47 published + 0 measured rows"
     ),
     "A100": KernelCosts(
-        0.65, 0.762, 0.848, 0.739, 21.4, 2.92, 4.99, 19.4, 0.245, 163, source="26 published + 0 measured rows"
+        0.644, 0.738, 0.8, 0.723, 21.1, 2.89, 5.63, 33.8, 0.297, 104, source="37 published + 0 measured rows"
     ),
     "H100": KernelCosts(
-        0.752, 0.764, 0.848, 0.739, 21.4, 2.92, 4.99, 19.4, 0.245, 163, source="36 published + 32 measured rows"
+        0.752, 0.737, 0.799, 0.721, 21.1, 2.89, 5.63, 33.8, 0.297, 104, source="36 published + 32 measured rows"
     ),
 }
 
 _GPUS: dict[str, GpuSpec] = {
-    # One GK210 die of a K80 board (the board's 8.73 TFLOPS boost figure is for two dies).
+    # One GK210 die of a K80 board at its base clock of 562 MHz: the datasheet's 5.6 TFLOPS per board
+    # (8.73 at the 875 MHz boost) for two dies. The two dies share the board's 300 W, so under dense
+    # arithmetic on both autoboost finds little headroom above the base clock; published K80 training
+    # (TensorFlow's benchmarks, the P100 beside it in the same software) runs 4.2x slower than the P100,
+    # as the base clock's peak (3.8x) says and the boost clock's (2.4x) does not.
     # Kepler has no fast FP16, so fp16 runs at the fp32 rate.
-    "K80": GpuSpec("K80", 4.37, 4.37, 12.0, 240.0, 126.0, _FITTED["K80"], sms=13),
+    "K80": GpuSpec("K80", K80_BASE_TFLOPS, K80_BASE_TFLOPS, 12.0, 240.0, 126.0, _FITTED["K80"], sms=13),
     # P100 SXM2. Its 21.2 TFLOPS half-precision rate needs paired FP16 arithmetic without tensor
     # cores, so, per the field's definition, fp16 is modelled as the fp32 figure.
     "P100": GpuSpec("P100", 10.6, 10.6, 16.0, 732.0, 640.0, _FITTED["P100"], sms=56),
@@ -173,6 +180,24 @@ _GPUS: dict[str, GpuSpec] = {
         "H200", 67.0, 989.4, 141.0, 4800.0, 3600.0, _FITTED["H100"], tf32_tflops=494.7, bf16_tflops=989.4, sms=132
     ),
 }
+
+# Memory variants of a GPU in the catalog: (name, memory in GB) -> bandwidth in GB/s. The A100 SXM4
+# 40GB has HBM2 at 1,555 GB/s (NVIDIA A100 datasheet), the 80GB module HBM2e at 2,039; the dies and
+# their clocks are the same. Published rows name the module (DGX A100 40GB, "A100 40GB").
+MEMORY_VARIANTS: dict[tuple[str, int], float] = {("A100", 40): 1555.0}
+
+
+def memory_variant(name: str, memory_gb: int) -> GpuSpec:
+    """The GPU `name` with `memory_gb` of memory (0: the catalog's module), at that module's bandwidth."""
+    gpu = get_gpu(name)
+    if not memory_gb or memory_gb == gpu.memory_gb:
+        return gpu
+    key = (gpu.name, int(memory_gb))
+    if key not in MEMORY_VARIANTS:
+        known = ", ".join(f"{n} {m}GB" for n, m in MEMORY_VARIANTS)
+        raise ValueError(f"no {memory_gb} GB variant of GPU {name!r}; variants: {known}")
+    return replace(gpu, memory_gb=float(memory_gb), memory_bandwidth_gbs=MEMORY_VARIANTS[key])
+
 
 # GPUs that take another's fitted kernel constants (the same die): no published rows of their own
 SAME_DIE: dict[str, str] = {"H200": "H100"}

@@ -16,11 +16,11 @@ from typing import Any
 
 import pandas as pd
 
-from sim.catalog.gpus import FITTED_GPUS, get_gpu
+from sim.catalog.gpus import FITTED_GPUS, MEMORY_VARIANTS, get_gpu
 from sim.catalog.zoo.transformers import SEQUENCE_LENGTHS
 from sim.compute.roofline import check_implementation
 
-IMAGE_SIZES = {"resnet50": 224, "vgg16": 224, "wrn26_10": 32, "resnet32": 32}
+IMAGE_SIZES = {"resnet50": 224, "vgg16": 224, "wrn26_10": 32, "resnet32": 32, "ssd300": 300}
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,7 @@ class Row:
     implementation: str = "tuned"  # how the step was issued (sim.compute.roofline.IMPLEMENTATIONS)
     reference: bool = False  # a transformer as the published code built it (sim.catalog.zoo.transformers)
     kind: str = "published"  # or "measured" (this project's own steps)
+    memory_gb: int = 0  # the module's memory where the row names another than the catalog's (A100 40GB)
 
 
 def published() -> pd.DataFrame:
@@ -52,7 +53,7 @@ def usable(table: pd.DataFrame) -> list[Row]:
     rows = []
     for r in table.itertuples(index=False):
         model = r.model if isinstance(r.model, str) else ""
-        if not model or not _matches(model, r) or r.gpu not in FITTED_GPUS or _pcie(r) or _pretraining(r):
+        if not model or not _matches(model, r) or r.gpu not in FITTED_GPUS or _pcie(r) or _dgx2h(r) or _pretraining(r):
             continue
         if str(r.source).startswith("syncsim"):
             continue  # this project's own steps, bundled exactly in measured_steps.csv
@@ -70,7 +71,17 @@ def usable(table: pd.DataFrame) -> list[Row]:
         reference = model in SEQUENCE_LENGTHS  # BERT fine-tuning code, nanoGPT (zoo.transformers)
         training = r.phase == "training"
         row = Row(
-            model, r.gpu, precision, batch, training, seconds, str(r.source), seq_len, _implementation(r), reference
+            model,
+            r.gpu,
+            precision,
+            batch,
+            training,
+            seconds,
+            str(r.source),
+            seq_len,
+            _implementation(r),
+            reference,
+            memory_gb=_memory_gb(r),
         )
         rows.append(row)
     return rows
@@ -110,14 +121,27 @@ def _pcie(r: Any) -> bool:
     return r.gpu in ("A100", "H100") and "PCIe" in str(r.note)
 
 
+def _dgx2h(r: Any) -> bool:
+    """A V100 of a DGX-2H: the 450 W SXM3 module, clocked above the 300 W SXM2 V100 sim.catalog.gpus
+    describes (its peaks are not the catalog's)."""
+    return r.gpu == "V100" and "DGX-2H" in f"{r.table} {r.note}"
+
+
+def _memory_gb(r: Any) -> int:
+    """The module's memory where the row names one with a bandwidth of its own (sim.catalog.gpus.
+    MEMORY_VARIANTS: an A100 40GB, in the table's title or the note); 0: the catalog's module."""
+    text = f"{r.table} {r.note}".replace(" GB", "GB")
+    return next((memory for name, memory in MEMORY_VARIANTS if r.gpu == name and f"{memory}GB" in text), 0)
+
+
 def _implementation(r: Any) -> str:
     """PyTorch issues each kernel from Python as it goes (eager) unless compiled; TensorFlow's graphs
-    and torch.compile issue the step ahead (tuned); NVIDIA's MXNet and PaddlePaddle scripts and
-    TensorFlow under XLA also fold batch norm's element-wise tail into it (fused)."""
+    issue the step ahead (tuned); torch.compile (Inductor), NVIDIA's MXNet and PaddlePaddle scripts
+    and TensorFlow under XLA also fuse element-wise work into its neighbours (fused)."""
     framework = str(r.framework)
-    if framework.startswith(("MXNet", "PaddlePaddle")) or _xla(r):
+    if framework.startswith(("MXNet", "PaddlePaddle")) or _xla(r) or "compile" in framework:
         return "fused"
-    return "eager" if framework.startswith("PyTorch") and "compile" not in framework else "tuned"
+    return "eager" if framework.startswith("PyTorch") else "tuned"
 
 
 def _xla(r: Any) -> bool:

@@ -16,7 +16,9 @@ implementation (what `syncsim real` runs) the CPU issues the kernels one after a
 dispatch_s each, so op i finishes at max(finish of op i-1, when its last kernel is issued) + gpu_i:
 a small batch is bound by the CPU, a large one by the GPU. `tuned` implementations (graph
 frameworks, CUDA graphs, torch.compile) issue ahead, and the step is the sum of the GPU times;
-`fused` ones also fold each batch norm's residual add and ReLU into it (ops marked `epilogue`).
+`fused` ones (XLA, torch.compile, NVIDIA's MXNet and Paddle scripts) also fold each batch norm's
+residual add and ReLU into it (ops marked `epilogue`) and compute autocast's FP32 ops (softmax, layer
+norm, the loss) in registers on half-precision values, moving no FP32 copies.
 
 The peak follows what PyTorch runs: convolutions on TF32 tensor cores under `fp32` where the GPU
 has them (cuDNN's default), matrix products in FP32 unless the precision is `tf32`, both on FP16/BF16
@@ -91,13 +93,24 @@ class OpTable:
     unaligned: np.ndarray  # bool: a matrix product on tensor cores with a dimension not a multiple of 8
     epilogue: np.ndarray  # bool: fused into the op before it by tuned implementations
     width: np.ndarray | None = None  # a product's smaller dimension (inf or None: wide, or not a product)
+    # of memory_s and kernels, what autocast's FP32 ops add by moving FP32 values after a cast kernel
+    # (None: nothing); `fused` implementations compute them in FP32 registers on half-precision values
+    upcast_s: np.ndarray | None = None
+    upcast_kernels: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         if self.width is None:  # every op fills its tiles
             object.__setattr__(self, "width", np.full(np.shape(self.kernels), np.inf))
+        for name in ("upcast_s", "upcast_kernels"):
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, np.zeros(np.shape(self.kernels)))
 
-    def gpu_seconds(self, costs: KernelCosts) -> np.ndarray:
-        """Each op's time on the GPU under `costs`."""
+    def gpu_seconds(self, costs: KernelCosts, implementation: str = "eager") -> np.ndarray:
+        """Each op's time on the GPU under `costs` (a `fused` implementation moves autocast's FP32
+        ops at half precision, without their cast kernels)."""
+        memory_s, kernels = self.memory_s, self.kernels
+        if check_implementation(implementation) == "fused":
+            memory_s, kernels = memory_s - self.upcast_s, kernels - self.upcast_kernels
         efficiency = np.array([costs.efficiency(unit) for unit in UNITS])[self.unit]
         efficiency = np.where(self.winograd, efficiency * costs.winograd, efficiency)
         efficiency = np.where(self.unaligned, efficiency * costs.unaligned, efficiency)
@@ -106,18 +119,18 @@ class OpTable:
             width = np.inf if self.width is None else self.width
             efficiency = np.where(tiled, efficiency / (1.0 + costs.tile / width), efficiency)
         p = costs.sharpness
-        arithmetic, memory = self.compute_s / efficiency, self.memory_s / costs.memory
+        arithmetic, memory = self.compute_s / efficiency, memory_s / costs.memory
         longer = np.maximum(arithmetic, memory)
         with np.errstate(divide="ignore", invalid="ignore"):  # ops that move and compute nothing
             busy = np.where(longer > 0, longer * ((arithmetic / longer) ** p + (memory / longer) ** p) ** (1 / p), 0.0)
-        return busy + self.kernels * costs.launch_us * 1e-6
+        return busy + kernels * costs.launch_us * 1e-6
 
     def seconds(self, costs: KernelCosts, implementation: str = "eager") -> np.ndarray:
         """Each op's share of the step under `costs`: its GPU time, plus under `eager` the time
         the GPU idles before the CPU has issued it (they sum to the step). Works along the last
         axis, so a `stack` of tables gives one row of shares per table."""
-        gpu = self.gpu_seconds(costs)
-        if check_implementation(implementation) == "fused":
+        gpu = self.gpu_seconds(costs, implementation)
+        if implementation == "fused":
             return np.where(self.epilogue, 0.0, gpu)
         if implementation == "tuned":
             return gpu
@@ -170,6 +183,8 @@ def stack(tables: Sequence[OpTable]) -> OpTable:
         padded("unaligned", False),
         padded("epilogue", False),
         padded("width", np.inf),
+        padded("upcast_s", 0.0),
+        padded("upcast_kernels", 0.0),
     )
 
 
@@ -178,7 +193,7 @@ def op_table(gpu: GpuSpec, layers: Sequence[Layer], batch: int, precision: str) 
     first op; autocast's weight cast as a kernel of its own)."""
     bandwidth = gpu.memory_bandwidth_gbs * 1e9
     width = ACTIVATION_BYTES[check_precision(precision)]
-    rows: list[tuple[int, bool, int, float, float, float, bool, bool, bool, float]] = []
+    rows: list[tuple[int, bool, int, float, float, float, bool, bool, bool, float, float, float]] = []
     for index, layer in enumerate(layers):
         weights = weight_bytes(layer, precision)
         # backward reads the weights and writes their gradient; a table's dense gradient (PyTorch's
@@ -190,8 +205,10 @@ def op_table(gpu: GpuSpec, layers: Sequence[Layer], batch: int, precision: str) 
                 compute = factor * batch * op.flops / peak_flops(gpu, unit, precision)
                 values = factor * batch * op.moved
                 kernels = factor * op.kernels
+                upcast = 0.0
                 if op.full_precision and precision in AUTOCAST:  # cast the input (half the values) up
                     moved = values * MASTER_BYTES + values / 2 * (width + MASTER_BYTES)
+                    upcast = moved - values * width
                     kernels += factor
                 else:
                     moved = values * width
@@ -210,13 +227,18 @@ def op_table(gpu: GpuSpec, layers: Sequence[Layer], batch: int, precision: str) 
                         unaligned,
                         op.epilogue,
                         op.width if op.width and op.kind in ("conv", "matmul") else np.inf,
+                        upcast / bandwidth,
+                        factor if upcast else 0.0,
                     )
                 )
         if weights and casts_weights(layer, precision):
             # a cast kernel per tensor (weight, bias), and in backward their gradients' casts back
             # to FP32 (bytes above)
             casts = 2.0 if layer.bias else 1.0
-            rows += [(index, backward, 0, 0.0, 0.0, casts, False, False, False, np.inf) for backward in (False, True)]
+            rows += [
+                (index, backward, 0, 0.0, 0.0, casts, False, False, False, np.inf, 0.0, 0.0)
+                for backward in (False, True)
+            ]
     columns = list(zip(*rows))
     backward = np.array(columns[1], dtype=bool)
     layer = np.array(columns[0], dtype=np.int64)
@@ -237,6 +259,8 @@ def op_table(gpu: GpuSpec, layers: Sequence[Layer], batch: int, precision: str) 
         np.array(columns[7], dtype=bool),
         np.array(columns[8], dtype=bool),
         np.array(columns[9]),
+        np.array(columns[10]),
+        np.array(columns[11]),
     )
 
 

@@ -210,7 +210,9 @@ def attention_core_flops(seq_len: int, d_model: int, n_heads: int) -> float:
 ATTENTION = ("fused", "explicit")
 
 
-def attention_core(qkv: Layer, seq_len: int, d_model: int, n_heads: int, attention: str = "fused") -> Layer:
+def attention_core(
+    qkv: Layer, seq_len: int, d_model: int, n_heads: int, attention: str = "fused", *, autocast: bool = False
+) -> Layer:
     """The QKV projection with scaled dot-product attention folded in, op by op.
 
     `fused` is PyTorch's `scaled_dot_product_attention` (what the zoo's torch.nn modules call): one
@@ -218,6 +220,9 @@ def attention_core(qkv: Layer, seq_len: int, d_model: int, n_heads: int, attenti
     row's softmax statistics, never the seq_len^2 scores; then the heads are merged (one copy).
     `explicit` is how Hugging Face's and NVIDIA's BERT ran it: the heads split out (three copies),
     scores Q·K^T written out, scale, mask, softmax and dropout over them, context P·V, heads merged.
+    `autocast`: the explicit softmax ran under torch.autocast, which runs softmax in FP32 (PyTorch's
+    autocast op reference), so it and the dropout after it move FP32 values (Apex's O2, as NVIDIA's
+    code ran, keeps them in half precision).
     """
     if attention not in ATTENTION:
         raise ValueError(f"attention {attention!r}; allowed: {', '.join(ATTENTION)}")
@@ -231,7 +236,11 @@ def attention_core(qkv: Layer, seq_len: int, d_model: int, n_heads: int, attenti
         return plus_flops(layer, 0.0, moved=2 * width)  # merge heads
     layer = plus_flops(qkv, 0.0, moved=6 * width, kernels=3)  # split heads: q, k, v made contiguous
     layer = plus_flops(layer, products, moved=2 * width + scores, kind="matmul", width=head)  # Q·K^T
-    layer = plus_flops(layer, softmax, moved=8 * scores, kernels=4)  # scale, mask, softmax, dropout
+    if autocast:
+        layer = plus_flops(layer, 0.0, moved=4 * scores, kernels=2)  # scale, mask
+        layer = plus_flops(layer, softmax, moved=4 * scores, kernels=2, full_precision=True)  # softmax, dropout
+    else:
+        layer = plus_flops(layer, softmax, moved=8 * scores, kernels=4)  # scale, mask, softmax, dropout
     layer = plus_flops(layer, products, moved=scores + 2 * width, kind="matmul", width=head)  # P·V
     return plus_flops(layer, 0.0, moved=2 * width)  # merge heads
 
@@ -254,6 +263,7 @@ def transformer_block(
     seq_len: int,
     pre_norm: bool,
     reference: bool = False,
+    autocast: bool = False,
 ) -> tuple[Layer, ...]:
     """One encoder/decoder block: attention then a GELU MLP, each with a residual and a layer norm.
 
@@ -263,23 +273,24 @@ def transformer_block(
     does (after each residual). The block runs as the zoo's torch.nn modules run it (fused
     attention, no dropout, layer norms in FP32 under autocast), or with `reference` as the
     published implementations did (explicit attention, dropout before each residual add, layer
-    norms fused in half precision).
+    norms fused in half precision); with `autocast` too, as code under torch.autocast ran it (softmax
+    and layer norms in FP32).
     """
     if d_model % n_heads:
         raise ValueError(f"block {prefix!r}: d_model={d_model} not divisible by n_heads={n_heads}")
     tokens = seq_len
     residual = float(tokens * d_model)
     qkv = linear(f"{prefix}.attn.qkv", d_model, 3 * d_model, tokens=tokens)
-    qkv = attention_core(qkv, seq_len, d_model, n_heads, "explicit" if reference else "fused")
+    qkv = attention_core(qkv, seq_len, d_model, n_heads, "explicit" if reference else "fused", autocast=autocast)
     # residual add (two reads, a write), after a dropout (a read, a write)
     add = {"moved": 5 * residual, "kernels": 2} if reference else {"moved": 3 * residual, "kernels": 1}
     attn_out = plus_flops(linear(f"{prefix}.attn.out", d_model, d_model, tokens=tokens), residual, **add)
-    ln1 = layer_norm(f"{prefix}.ln1", d_model, tokens, full_precision=not reference)
+    ln1 = layer_norm(f"{prefix}.ln1", d_model, tokens, full_precision=autocast or not reference)
     fc = plus_flops(
         linear(f"{prefix}.mlp.fc", d_model, d_ff, tokens=tokens), GELU_FLOPS * tokens * d_ff, moved=2.0 * tokens * d_ff
     )
     proj = plus_flops(linear(f"{prefix}.mlp.proj", d_ff, d_model, tokens=tokens), residual, **add)
-    ln2 = layer_norm(f"{prefix}.ln2", d_model, tokens, full_precision=not reference)
+    ln2 = layer_norm(f"{prefix}.ln2", d_model, tokens, full_precision=autocast or not reference)
     if pre_norm:
         return (ln1, qkv, attn_out, ln2, fc, proj)
     return (qkv, attn_out, ln1, fc, proj, ln2)

@@ -125,7 +125,9 @@ def gpt2_layers(
 ) -> tuple[Layer, ...]:
     """GPT-2: pre-norm decoder blocks, a final layer norm, an LM head tied to the token table and
     the loss over its logits (run as the zoo's module runs it: fused attention, no dropout).
-    `reference`: as nanoGPT's first version ran it (explicit attention, dropout)."""
+    `reference`: as nanoGPT's first version ran it (explicit attention, dropout; under torch.autocast,
+    so its nn.LayerNorm and softmax run in FP32: karpathy/nanoGPT@5a725d9 model.py L55, L83-L85,
+    L115; train.py L246)."""
     tokens = seq_len
     # `wte` is also the LM head, whose gradient touches every row: it is dense, not a lookup table.
     width = tokens * d_model
@@ -145,6 +147,7 @@ def gpt2_layers(
             seq_len=seq_len,
             pre_norm=True,
             reference=reference,
+            autocast=reference,
         )
     # The LM head reuses `wte`'s weights, so it adds no parameters and is not a layer of its own;
     # its logits (a d_model x vocab product per token) are folded into the final layer norm,
@@ -152,7 +155,7 @@ def gpt2_layers(
     head_flops = 2.0 * d_model * GPT2_VOCAB * tokens
     # the head reads the table once per batch, which the per-sample count leaves out
     head = plus_flops(
-        layer_norm("ln_f", d_model, tokens, full_precision=not reference),
+        layer_norm("ln_f", d_model, tokens),  # nn.LayerNorm: FP32 under autocast, the zoo's and nanoGPT's
         head_flops,
         moved=tokens * (d_model + GPT2_VOCAB),
         kind="matmul",
