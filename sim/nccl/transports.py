@@ -7,7 +7,7 @@ EFA comes in two: the plugin moves NCCL's data with libfabric send/recv on p3dn,
 `src/platform-aws.cpp` of aws/aws-ofi-nccl, picked by the instance type. p3dn stays in `efa` though
 its EFA has no GPUDirect RDMA (`gdr_required = false` there; NCCL stages through host memory) and the
 plugin reports it 150 us: a transport of its own would fit two constants to the fitted table's three
-p3dn rows (docs/fidelity.md, "Transports").
+p3dn rows (docs/fidelity.md, the held-out EFA paragraphs).
 
 NCCL's tuner prices a step between hosts at its InfiniBand figure plus the latency the net plugin
 reports (`ncclNetProperties_t.latency`, added once per network step and once more for Simple's flush:
