@@ -149,6 +149,15 @@ def test_the_config_key_reaches_the_engines_links_and_planner() -> None:
         parse_config(config)
 
 
+def test_efa_runs_whose_source_forced_rings_are_read_as_rings() -> None:
+    """AWS's DLAMI p3dn log sets NCCL_TREE_THRESHOLD=0 (NCCL 2.4 then never builds trees) and every
+    version of aws-samples/aws-efa-eks's nccl-efa-tests.yaml sets NCCL_ALGO=RING: both run rings."""
+    p3dn = [r for r in rows() if r.network == "efa" and "p3dn" in r.system]
+    eks = [r for r in rows(heldout=True) if r.source.startswith("aws-samples/aws-efa-eks")]
+    assert len(p3dn) == 3 and len(eks) == 9
+    assert {r.algorithm for r in p3dn + eks} == {"ring"}
+
+
 def test_rows_name_their_transport_by_network_and_instance() -> None:
     assert transport_of_row("efa", "AWS p4d.24xlarge (EFA)") == "efa"
     assert transport_of_row("efa", "AWS p3dn.24xlarge (1x100G EFA)") == "efa"

@@ -4,7 +4,10 @@ and GPUDirect-TCPXO (A3 Mega) plugins.
 
 EFA comes in two: the plugin moves NCCL's data with libfabric send/recv on p3dn, p4d and p4de
 (`efa`) and with RDMA writes from p5 on (`efa_rdma`): each platform's `default_protocol` in
-`src/platform-aws.cpp` of aws/aws-ofi-nccl, picked by the instance type.
+`src/platform-aws.cpp` of aws/aws-ofi-nccl, picked by the instance type. p3dn stays in `efa` though
+its EFA has no GPUDirect RDMA (`gdr_required = false` there; NCCL stages through host memory) and the
+plugin reports it 150 us: a transport of its own would fit two constants to the fitted table's three
+p3dn rows (docs/fidelity.md, the held-out EFA paragraphs).
 
 NCCL's tuner prices a step between hosts at its InfiniBand figure plus the latency the net plugin
 reports (`ncclNetProperties_t.latency`, added once per network step and once more for Simple's flush:
@@ -68,7 +71,7 @@ class Transport:
 # Fitted by `python -m sim.nccl.fit --transports` to the fitted table's rows of each transport only
 # (sim/catalog/published_collectives.csv; the held-out table is scored, never fitted).
 _FITTED: dict[str, dict[str, float]] = {
-    "efa": {"step_us": 23.2, "nic_share": 0.563},
+    "efa": {"step_us": 21.5, "nic_share": 0.686},
     "efa_rdma": {"step_us": 27.4, "nic_share": 0.951},
     "tcpx": {"step_us": 132.6, "nic_share": 0.57},
     "tcpxo": {"step_us": 56.1, "nic_share": 0.886},
