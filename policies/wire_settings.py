@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Literal, Optional
 
-from pydantic import Field
+from pydantic import Field, ValidationInfo, field_validator
 
 from policies.base import PolicySettings
 from policies.ops import Collective, Group
 from policies.view import ModelInfo
-from policies.wire import DEFAULT_BLOCK
+from policies.wire import DEFAULT_BLOCK, WIRE_TYPES
 
 WireName = Literal["fp32", "bf16", "fp16", "fp8_e4m3", "fp8_e5m2", "int8", "fp4"]  # policies.wire.WIRE_NAMES
 
@@ -21,6 +21,15 @@ class WireSettings(PolicySettings):
         "unset: workload.gradient_precision",
     )
     block: int = Field(DEFAULT_BLOCK, ge=1, description="values per fp32 scale of a scaled wire type (fp8, int8, fp4)")
+
+    @field_validator("block")
+    @classmethod
+    def _block_needs_a_scaled_wire(cls, block: int, info: ValidationInfo) -> int:
+        wire = info.data.get("wire")
+        if wire is None or not WIRE_TYPES[wire].scaled:
+            scaled = ", ".join(name for name, t in WIRE_TYPES.items() if t.scaled)
+            raise ValueError(f"applies to a scaled wire ({scaled}); wire is {wire}")
+        return block
 
 
 def gradient_op(

@@ -70,3 +70,15 @@ def test_a_mismatch_is_what_lies_beyond_one_scale() -> None:
 def test_a_model_counts_gradient_values_in_its_gradient_type() -> None:
     assert ModelInfo(8e6, (8e6,)).gradient_values(8e6) == 2e6
     assert ModelInfo(8e6, (4e6,), gradient_type="bf16").gradient_values(4e6) == 2e6
+
+
+def test_a_block_without_a_scaled_wire_is_refused() -> None:
+    from pydantic import ValidationError
+
+    from policies.ring import Ring
+
+    assert Ring(wire="int8", block=128).settings.block == 128
+    with pytest.raises(ValidationError, match="applies to a scaled wire"):
+        Ring(wire="bf16", block=128)
+    with pytest.raises(ValidationError, match="applies to a scaled wire"):
+        Ring(block=128)
