@@ -55,9 +55,9 @@ def _gather(mine: torch.Tensor, sizes: list[int], op: Collective, pg: Any) -> li
     """All-gather `mine` (uint8); `sizes`: every member's byte count, in the op's member order (gloo
     gathers equal sizes, so shorter buffers are padded). The members' buffers in the op's member order."""
     width = max(sizes)
-    padded = torch.zeros(width, dtype=torch.uint8)
+    padded = mine.new_zeros(width)
     padded[: mine.numel()] = mine
-    outs = [torch.zeros(width, dtype=torch.uint8) for _ in sizes]
+    outs = [mine.new_zeros(width) for _ in sizes]
     dist.all_gather(outs, padded, group=pg)
     by_member: list[torch.Tensor] = [torch.empty(0)] * len(sizes)
     for j, i in enumerate(group_order(op.group)):  # torch's member j is the op's member order[j]

@@ -45,7 +45,7 @@ def _blocks(x: torch.Tensor, block: int) -> tuple[torch.Tensor, torch.Tensor]:
     """x (fp32) as rows of `block` values (zero-padded), and each row's largest magnitude."""
     n = x.numel()
     rows = math.ceil(n / block)
-    padded = torch.zeros(rows * block, dtype=torch.float32)
+    padded = torch.zeros(rows * block, dtype=torch.float32, device=x.device)
     padded[:n] = x
     grid = padded.view(rows, block)
     return grid, grid.abs().amax(dim=1)
@@ -66,10 +66,10 @@ def encode(x: torch.Tensor, wire: str, block: int) -> torch.Tensor:
     elif wire in FP8:
         codes = y.clamp(-t.grid_max, t.grid_max).to(FP8[wire]).view(torch.uint8).flatten()[:n]
     else:  # fp4: sign bit 3, magnitude index bits 0-2; two codes a byte, the first in the low nibble
-        index = torch.bucketize(y.abs(), _FP4_MIDPOINTS).to(torch.uint8)
+        index = torch.bucketize(y.abs(), _FP4_MIDPOINTS.to(y.device)).to(torch.uint8)
         nibbles = (index | ((y < 0) & (index > 0)).to(torch.uint8) << 3).flatten()[:n]
         if n % 2:
-            nibbles = torch.cat([nibbles, torch.zeros(1, dtype=torch.uint8)])
+            nibbles = torch.cat([nibbles, nibbles.new_zeros(1)])
         codes = nibbles[0::2] | (nibbles[1::2] << 4)
     return torch.cat([codes, scale.to(torch.float32).view(torch.uint8)])
 
@@ -86,7 +86,7 @@ def decode(buf: torch.Tensor, n: int, wire: str, block: int) -> torch.Tensor:
         values = codes.clone().view(FP8[wire]).to(torch.float32)
     else:
         nibbles = torch.stack([codes & 0xF, codes >> 4], dim=1).flatten()[:n]
-        values = FP4_GRID[(nibbles & 0x7).long()] * torch.where(nibbles >= 8, -1.0, 1.0)
+        values = FP4_GRID.to(buf.device)[(nibbles & 0x7).long()] * torch.where(nibbles >= 8, -1.0, 1.0)
     per_value = scale.repeat_interleave(block)[:n]
     return values * per_value
 
