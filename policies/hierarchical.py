@@ -6,12 +6,13 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from policies.base import Bucket, Policy, PolicySettings, SettingError
+from policies.base import Bucket, Policy, SettingError
 from policies.ops import AllGather, AllReduce, Collective, Group, Program, ReduceScatter
 from policies.view import ClusterView, ModelInfo
+from policies.wire_settings import WireSettings, gradient_op
 
 
-class HierarchicalSettings(PolicySettings):
+class HierarchicalSettings(WireSettings):
     level: Literal["auto", "host", "rack"] = Field(
         "auto", description="what a local group shares; auto: host when hosts hold several GPUs, else rack"
     )
@@ -21,7 +22,8 @@ class Hierarchical(Policy):
     """Ranks sharing a host (or rack) form a local group of size g; the i-th members of all local
     groups form cross group i. A bucket of n bytes is reduce-scattered in the local group, each
     rank all-reduces its n/g shard over its cross group, and the local group all-gathers the result.
-    `level: auto` picks 'host' when hosts hold several GPUs, else 'rack'.
+    `level: auto` picks 'host' when hosts hold several GPUs, else 'rack'. With a `wire` set, all three
+    ops send in it.
     """
 
     name = "hierarchical"
@@ -76,5 +78,5 @@ class Hierarchical(Policy):
         key = (kind, group, nbytes)
         op = self._ops.get(key)
         if op is None:
-            op = self._ops[key] = kind(group, nbytes)
+            op = self._ops[key] = gradient_op(kind, group, nbytes, self.settings, self.bound_model)
         return op

@@ -10,6 +10,12 @@ are data (a worker's embedding rows touched by its batch, its top-k positions), 
 member sends are resolved by the backend from the real index sets when the op runs; `nbytes` stays
 the dense size of the tensor. See docs/sparse.md for the rules and their closed forms.
 
+Precision on the wire (`policies.wire`, docs/policies.md): a collective's `wire` names the element type
+its values travel in. Left None, the op moves the backend's default type (gradients: the workload's
+`gradient_precision`; parameters: fp32) and `nbytes` is the tensor's size in it, as before. Set, the op
+states its tensor's `elements` and `nbytes` is what travels (values and per-block scales); give either
+and the other is derived, or both, which must agree (the engine refuses a mismatch).
+
 Programs: a policy hook returns an iterable whose items are either one op or a tuple/list of ops.
 Items run one after another; the ops inside one item run concurrently and the item ends when all
 of them have. Collectives on the same group execute in issue order (as on one NCCL communicator);
@@ -22,6 +28,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Optional, Union
+
+from policies.wire import DEFAULT_BLOCK, check_block, wire_elements, wire_nbytes, wire_type
 
 
 class Payload(str, Enum):
@@ -123,10 +131,27 @@ class Collective(Op):
     """An operation every member of `group` must issue, in the same order on every member."""
 
     group: Group
-    nbytes: float
+    nbytes: float = None  # type: ignore[assignment]  # always a number after construction (see below)
     payload: Payload = Payload.GRADIENTS
     density: Density = Density.DENSE
     coding: Optional[SparseCoding] = None  # set exactly when density is SPARSE
+    wire: Optional[str] = None  # element type on the wire (policies.wire.WIRE_NAMES); None: the default
+    elements: Optional[float] = None  # values in the tensor (with `wire`); derived from nbytes if left out
+    block: int = DEFAULT_BLOCK  # values per scale of a scaled wire type (int8, fp4, fp8)
+
+    def __post_init__(self) -> None:
+        if self.wire is None:
+            if self.nbytes is None:
+                raise ValueError(f"{type(self).__name__}: nbytes is required unless wire and elements are given")
+            return
+        wire_type(self.wire)
+        check_block(self.block)
+        if self.nbytes is None and self.elements is None:
+            raise ValueError(f"{type(self).__name__}: give elements (or nbytes) with wire {self.wire!r}")
+        if self.nbytes is None:
+            object.__setattr__(self, "nbytes", wire_nbytes(self.elements, self.wire, self.block))  # type: ignore[arg-type]
+        elif self.elements is None:
+            object.__setattr__(self, "elements", wire_elements(self.nbytes, self.wire, self.block))
 
 
 @dataclass(frozen=True)

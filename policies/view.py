@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Optional
 
+from policies.wire import wire_type
+
 
 @dataclass(frozen=True)
 class HostInfo:
@@ -39,6 +41,11 @@ class ModelInfo:
     parameter_bytes: float  # one replica's parameters (what parameter averaging moves)
     bucket_bytes: tuple[float, ...]  # gradient buckets in the order backward produces them
     sparse_buckets: tuple[bool, ...] = ()  # buckets holding sparse gradients (docs/sparse.md); () = none
+    gradient_type: str = "fp32"  # the element type bucket bytes count values in (policies.wire)
+
+    def gradient_values(self, nbytes: float) -> float:
+        """Values in `nbytes` of gradient (a bucket's `nbytes`): what an op with a `wire` states."""
+        return nbytes / (wire_type(self.gradient_type, "gradient_type").bits / 8)
 
     def is_sparse(self, bucket: int) -> bool:
         return bucket < len(self.sparse_buckets) and self.sparse_buckets[bucket]

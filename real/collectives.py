@@ -11,7 +11,8 @@ bf16, None: fp32), as DDP's fp16/bf16 compress hooks do: the values are cast to 
 the collective, cast back, and averaged in fp32; `nbytes` counts what was sent (2 bytes a value in
 16 bits). Sparse ops send their pairs' values in `wire` too (`real/sparse_collectives.py`), as do
 parameter-server pushes and pulls (`real/protocol.py`). Parameters, control tokens and replicas
-without a `wire` (DDP hooks: `real.hooks`) send their own type.
+without a `wire` (DDP hooks: `real.hooks`) send their own type. An op with its own `wire` runs as
+`real/wire_collectives.py` says. `RingReduceScatter` lives in `real/ring.py`.
 """
 
 from __future__ import annotations
@@ -24,9 +25,10 @@ import torch
 import torch.distributed as dist
 
 from policies.ops import AllGather, AllReduce, Barrier, Collective, Payload, ReduceScatter
-from real import transport
 from real.groups import group_order
+from real.ring import RingReduceScatter
 from real.sparse_collectives import Shares, start_sparse
+from real.wire_collectives import start_wired
 from sim.errors import PolicyError
 from sim.numerics.replica import Replica, partition
 
@@ -55,6 +57,8 @@ def start(op: Collective, replica: Replica, bucket: Optional[int], pg: Any, shar
         if shares is None:
             raise PolicyError(f"policy {replica.policy!r}: {op!r} is sparse, which this caller cannot run")
         return Started(*start_sparse(op, replica, bucket, pg, shares))
+    if op.wire is not None and pg is not None:
+        return Started(*start_wired(op, replica, bucket, pg))
     data = replica.data(op)
     wire = getattr(replica, "wire", None) if op.payload is Payload.GRADIENTS and pg is not None else None
     sent_type = wire or data.dtype
@@ -114,44 +118,4 @@ def _call(fn: Callable[..., Any], first: Any, pg: Any, *rest: Any) -> Any:
     return fn(first, *rest, group=pg, async_op=True)
 
 
-class RingReduceScatter:
-    """Reduce-scatter as p - 1 ring steps of point-to-point messages, run by whoever calls `wait`.
-
-    gloo's own reduce_scatter moves more than the (p-1)/p of the data a ring does (measured on a
-    shaped 2-rank link: 34 ms against 13 ms for the all-gather of the same bytes), which would make
-    hierarchical all-reduce look worse than it is. Step s: send the partial sum of chunk i-s-1 to the
-    next member, add the previous member's partial sum of chunk i-s-2; member i ends with chunk i.
-    Each step is one `transport.exchange` (NCCL: one batch; gloo: staged through the host for CUDA
-    tensors). `wire`: the type partial sums travel and add in (None: the data's own). NCCL orders its
-    calls after the calling thread's current stream and `work.wait()` puts that stream behind them,
-    so the steps and additions all run on whichever stream `wait` runs on.
-    """
-
-    def __init__(
-        self,
-        data: torch.Tensor,
-        parts: list,
-        ranks: tuple[int, ...],
-        me: int,
-        pg: Any,
-        wire: Optional[torch.dtype] = None,
-    ) -> None:
-        self.parts, self.ranks, self.me, self.pg = parts, ranks, me, pg
-        self.acc = [data[x:y].to(wire or data.dtype, copy=True) for x, y in parts]
-        self.result = self.acc[me] if len(ranks) == 1 else data.new_empty(0)
-        self.ready = transport.mark(data)  # CUDA: the copies above, on the issuing stream
-
-    def wait(self) -> bool:
-        """Run the steps on the current stream (the executor's: a waiter's own stream, after the
-        issuing stream's copies), which holds `result` once the steps' works and additions are done."""
-        transport.follow(self.ready)
-        p, i, acc = len(self.ranks), self.me, self.acc
-        right, left = self.ranks[(i + 1) % p], self.ranks[(i - 1) % p]
-        for step in range(p - 1):
-            out, into = (i - step - 1) % p, (i - step - 2) % p
-            incoming = torch.empty_like(acc[into])
-            for work in transport.exchange(acc[out], right, incoming, left, self.pg):
-                work.wait()
-            acc[into].add_(incoming)
-        self.result = acc[i]
-        return True
+__all__ = ["RingReduceScatter", "Started", "start"]

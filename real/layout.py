@@ -43,7 +43,7 @@ def placement(config: Config) -> Placement:
     cluster, plan = prepare(config)
     shard_hosts: list[str] = []
     for i, entry in enumerate(config.policies):
-        policy = bind_policy(entry, i, cluster, plan)
+        policy = bind_policy(entry, i, cluster, plan, config.workload.wire_precision)
         if any(phase.one_input_pipeline for phase in policy.phase_policies()):
             raise ConfigError(
                 f"policies[{i}]: 'replication: in_graph' is the simulator's model of one client feeding every "

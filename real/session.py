@@ -183,7 +183,7 @@ def _run_policy(
     (real/partial.py) for rank 0; a finished policy's reports reach rank 0 through `gather_object`,
     which pickles them, but only between this run's own processes over the control group (no file)."""
     entry = config.policies[index]
-    policy = bind_policy(entry, index, cluster, plan)
+    policy = bind_policy(entry, index, cluster, plan, config.workload.wire_precision)
     specs = list(policy.all_servers())
     workers = need.workers
     buckets = [Bucket(b, bucket.nbytes, len(plan.buckets)) for b, bucket in enumerate(plan.buckets)]

@@ -52,7 +52,7 @@ def _prepare(config: Config) -> tuple[Cluster, ComputePlan, Any]:
     lines = fault_problems(config, cluster) + stall_problems(config, plan)
     for i in range(len(config.policies)):
         try:
-            bind_policy(config.policies[i], i, cluster, plan)
+            bind_policy(config.policies[i], i, cluster, plan, config.workload.wire_precision)
         except ConfigError as exc:
             lines += str(exc).splitlines()
     if lines:  # every problem at once

@@ -127,3 +127,13 @@ class LaxSettingsPolicy(Policy):
 
     def on_gradients(self, rank: int, step: int, bucket: Bucket) -> Program:
         yield AllReduce(Group.of(range(self.bound_view.world_size)), bucket.nbytes)
+
+
+class WireBytesApart(Policy):
+    """Declares a bf16 all-reduce of a bucket's values but gives the bucket's fp32 bytes as nbytes."""
+
+    name = "wire_bytes_apart"
+
+    def on_gradients(self, rank: int, step: int, bucket: Bucket) -> Program:
+        world = Group.of(range(self.bound_view.world_size))
+        yield AllReduce(world, bucket.nbytes, elements=self.bound_model.gradient_values(bucket.nbytes), wire="bf16")

@@ -117,7 +117,7 @@ def test_settings_are_validated_and_frozen() -> None:
     h = policies.Hierarchical(level="rack")
     with pytest.raises(ValidationError, match="frozen"):
         h.settings.level = "host"  # type: ignore[misc]
-    assert repr(h) == "Hierarchical(level='rack')"
+    assert repr(h) == "Hierarchical(wire=None, block=32, level='rack')"
 
 
 def test_state_dict_round_trip_for_stateless_policies() -> None:

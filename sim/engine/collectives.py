@@ -23,6 +23,9 @@ direct sends, which reaches the receive-bandwidth bound however unequal the memb
 pipelined model a member's copies to the others are one coupled transfer (the fine model, one flow
 each, is compared with it in tests). Under the NCCL model the flows are delivered after the NCCL
 latency of the dense all-to-all or all-gather that moves their largest member's bytes.
+
+An op with a `wire` moves its declared `nbytes` like any other; the casts around it are priced by
+`cast_s` (sim/engine/wire_costs.py) and charged by the communicator before and after the flows.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from policies.ops import AllGather, AllReduce, AllToAll, Barrier, Collective, Gr
 from sim.cluster.routing import Path, Router
 from sim.compute.sparse_traffic import SparseTraffic, exchange_matrix, gather_sizes, received_imbalance
 from sim.engine.nccl_plans import NcclPlanner, Plan
+from sim.engine.wire_costs import cast_seconds
 from sim.errors import PolicyError
 from sim.nccl.tuner import Choice
 from sim.network.flows import Network
@@ -79,11 +83,17 @@ class CollectiveRunner:
         model: str,
         traffic: Optional[SparseTraffic] = None,
         planner: Optional[NcclPlanner] = None,
+        *,
+        gradient_type: str = "fp32",
+        memory_bytes_per_s: float = 0.0,
     ):
+        """`gradient_type` (the workload's resolved `gradient_precision`) and `memory_bytes_per_s` (the
+        GPU's memory bandwidth; 0: casts are free) price the casts of ops with a `wire`."""
         if model not in MODELS:
             raise ValueError(f"collective model {model!r}; allowed: {', '.join(MODELS)}")
         self.env, self.net, self.router, self.model = env, net, router, model
         self.rank_nodes, self.traffic, self.planner = rank_nodes, traffic, planner
+        self.gradient_type, self.memory_bytes_per_s = gradient_type, memory_bytes_per_s
         # per rank, when the collectives launched so far should end (the tuner's uncontended time)
         self.busy_until = [0.0] * len(rank_nodes)
         self._rings: dict[Group, tuple[tuple[Path, ...], float]] = {}
@@ -133,6 +143,12 @@ class CollectiveRunner:
         if self.model == "pipelined":
             return Launched(self.net.transfer(paths, steps * chunk, latency=steps * hop_latency, done=done), wire)
         return Launched(_StepwiseRing(self.env, self.net, paths, steps, chunk).done, wire)
+
+    def cast_s(self, op: Collective) -> tuple[float, float]:
+        """Seconds of `op`'s cast to its `wire` before its transfers and back after them."""
+        if op.wire is None:
+            return 0.0, 0.0
+        return cast_seconds(op, self.gradient_type, self.memory_bytes_per_s)
 
     def nccl_choice(self, op: Collective) -> Optional[Choice]:
         """The algorithm and protocol NCCL would run dense `op` with (None under the ideal model)."""

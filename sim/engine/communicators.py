@@ -140,8 +140,16 @@ class Communicators:
             for rank, step, arrived in call.arrivals:
                 if arrived < last:
                     self.on_blocked(rank, step, arrived, last)
+        before, after = self.runner.cast_s(call.op) if call.op.wire is not None else (0.0, 0.0)
+        if before > 0:  # the members' casts to the op's wire type run before its flows start
+            self.env.timeout(before).callbacks.append(lambda _e: self._launch(comm, call, launched, after))
+        else:
+            self._launch(comm, call, launched, after)
+
+    def _launch(self, comm: _Communicator, call: _Call, launched: float, after: float) -> None:
+        """Start `call`'s flows; it finishes `after` seconds (the casts back) after they end."""
         try:
-            under_way = self.runner.run(call.op, call.step, call.contexts, call.done)
+            under_way = self.runner.run(call.op, call.step, call.contexts, call.done if after <= 0 else None)
         except PolicyError as exc:
             raise PolicyError(f"policy {self.policy!r}: {exc}") from None
 
@@ -150,6 +158,8 @@ class Communicators:
 
         if under_way.done is call.done:  # the flows fire the call's own event: finish before members resume
             call.done.callbacks.insert(0, finish)
+        elif after > 0:
+            under_way.done.callbacks.append(lambda _e: self.env.timeout(after).callbacks.append(finish))
         else:
             under_way.done.callbacks.append(finish)
 

@@ -10,6 +10,7 @@ from policies.ops import (
     AllGather,
     AllReduce,
     AllToAll,
+    Barrier,
     Collective,
     Density,
     Group,
@@ -19,6 +20,7 @@ from policies.ops import (
     SparseCoding,
     WaitForClock,
 )
+from policies.wire import mismatch, wire_nbytes
 from sim.errors import PolicyError
 
 MEMO_LIMIT = 100_000  # ops remembered as valid; policies that make new ones per call stop here
@@ -64,6 +66,8 @@ class OpValidator:
             self._check_sparse(rank, step, op, (op.density is Density.SPARSE), (AllToAll, AllGather))
             if isinstance(op, AllToAll) and op.coding is not None and op.coding.partition == "none":
                 raise self.fail(rank, step, op, "a sparse AllToAll needs partition hash or contiguous")
+            if op.wire is not None:
+                self._check_wire(rank, step, op)
         elif isinstance(op, (Push, Pull)):
             if not 0 <= op.shard < self.shards:
                 raise self.fail(rank, step, op, f"no shard {op.shard}; the policy declared {self.shards} shards")
@@ -77,6 +81,23 @@ class OpValidator:
                 raise self.fail(rank, step, op, "min_clock must be an int")
         else:
             raise self.fail(rank, step, op, "the backend has no rule for this op type")
+
+    def _check_wire(self, rank: int, step: int, op: Collective) -> None:
+        """An op with a `wire` moves what it declares: its bytes are its elements in that type."""
+        if isinstance(op, Barrier) or op.coding is not None:
+            raise self.fail(rank, step, op, "wire applies to dense collectives with a payload")
+        elements = op.elements
+        if not (isinstance(elements, (int, float)) and math.isfinite(elements) and elements >= 0):
+            raise self.fail(rank, step, op, "elements must be a finite number >= 0")
+        if mismatch(elements, op.nbytes, op.wire, op.block) > 0:  # type: ignore[arg-type]
+            expected = wire_nbytes(elements, op.wire, op.block)  # type: ignore[arg-type]
+            raise self.fail(
+                rank,
+                step,
+                op,
+                f"nbytes {op.nbytes:g} does not match {elements:g} elements of {op.wire} (block {op.block}): "
+                f"{expected:g} bytes; give elements or nbytes alone and the other is derived",
+            )
 
     def _check_sparse(self, rank: int, step: int, op: Op, sparse: bool, allowed: tuple[type, ...]) -> None:
         coding = getattr(op, "coding", None)

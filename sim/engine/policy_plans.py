@@ -86,7 +86,7 @@ def policy_plans(config: Config) -> list[PolicyPlan]:
     buckets = [Bucket(b, bucket.nbytes, len(plan.buckets)) for b, bucket in enumerate(plan.buckets)]
     plans = []
     for index, entry in enumerate(config.policies):
-        policy = bind_policy(entry, index, cluster, plan)
+        policy = bind_policy(entry, index, cluster, plan, config.workload.wire_precision)
         phases: list[tuple[str, int]] = []
         ops: Counter[OpKey] = Counter()
         for phase, start in _phases(policy, config.iterations * workers, workers):
@@ -94,7 +94,8 @@ def policy_plans(config: Config) -> list[PolicyPlan]:
             for rank, step in _turns(phase, start, workers):
                 ops.update(_issued(phase.policy, phase.label, rank, step, buckets))
         shards = tuple(spec.host for spec in policy.all_servers())
-        fresh = bind_policy(entry, index, cluster, plan)  # the dry run moved `policy` through its phases
+        # the dry run moved `policy` through its phases
+        fresh = bind_policy(entry, index, cluster, plan, config.workload.wire_precision)
         plans.append(PolicyPlan(entry.display, len(buckets), tuple(phases), shards, dict(ops), fresh))
     return plans
 

@@ -71,17 +71,23 @@ class PolicyRun:
     devices: list[tuple] = field(default_factory=list)  # real runs: rows of real.device_use.RANK_FIELDS
 
 
-def model_info(plan: ComputePlan) -> ModelInfo:
+def model_info(plan: ComputePlan, gradient_type: str = "fp32") -> ModelInfo:
+    """`gradient_type`: the workload's resolved `gradient_precision`, the type bucket bytes count in."""
     return ModelInfo(
-        plan.parameter_bytes, tuple(b.nbytes for b in plan.buckets), tuple(layout.sparse for layout in plan.layouts)
+        plan.parameter_bytes,
+        tuple(b.nbytes for b in plan.buckets),
+        tuple(layout.sparse for layout in plan.layouts),
+        gradient_type=gradient_type,
     )
 
 
-def bind_policy(entry: PolicyEntry, index: int, cluster: Cluster, plan: ComputePlan) -> Policy:
+def bind_policy(
+    entry: PolicyEntry, index: int, cluster: Cluster, plan: ComputePlan, gradient_type: str = "fp32"
+) -> Policy:
     """Create and bind a policy; a setting that does not fit the cluster becomes a ConfigError."""
     try:
         policy = create(entry.name, entry.settings)
-        policy.bind(cluster.view, model_info(plan))
+        policy.bind(cluster.view, model_info(plan, gradient_type))
     except SettingError as exc:
         raise ConfigError("\n".join(f"policies[{index}].{field}: {detail}" for field, detail in exc.problems)) from None
     for spec in policy.all_servers():
@@ -105,7 +111,7 @@ def run_policy(
 ) -> PolicyRun:
     """`task` (a `sim.numerics.tasks.Task`, numerics mode) makes every worker train a real replica."""
     entry = config.policies[index]
-    policy = bind_policy(entry, index, cluster, plan)
+    policy = bind_policy(entry, index, cluster, plan, config.workload.wire_precision)
     run = PolicyRun(entry.display, entry.name)
     env = CountingEnvironment()
     router = Router(cluster, config.seed)
@@ -167,7 +173,17 @@ def run_policy(
             config, task, world, [b.nbytes for b in plan.buckets], entry.display, bool(policy.all_servers())
         )
     traffic = shared_traffic(plan.layouts, config.seed) if any(x.sparse for x in plan.layouts) else None
-    runner = CollectiveRunner(env, net, router, cluster.rank_gpus, model, traffic, planner)
+    runner = CollectiveRunner(
+        env,
+        net,
+        router,
+        cluster.rank_gpus,
+        model,
+        traffic,
+        planner,
+        gradient_type=config.workload.wire_precision,
+        memory_bytes_per_s=cluster.gpu.memory_bandwidth_gbs * 1e9,
+    )
     comms = Communicators(
         env, runner, entry.display, on_collective, blocked.add, replicas.collective_done if replicas else None
     )

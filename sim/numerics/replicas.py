@@ -11,6 +11,9 @@ an op:
 - AllGather: every member gets every member's slice.
 - A dense gradient op of two or more members rounds what travels to `workload.gradient_precision`
   (`replica.through_wire`): each member's values, and the sum the collective forms in that type.
+- A dense op with a `wire` of two or more members reduces and gathers as `wire_cast` says (a ring
+  in a native type, fp32 sums of decoded blocks for a scaled one); every member ends with the same
+  values, the sender of an AllGather slice included.
 - Sparse AllToAll and AllGather (ops with a `coding`): on (index, value) pairs, see
   `sim.numerics.sparse_rules`; the members end with the mean, as after an AllReduce. Pair values
   travel in `workload.gradient_precision` too (`sparse_rules.on_wire`).
@@ -39,6 +42,7 @@ from sim.numerics.replica import Range, Replica, bucket_ranges, partition, throu
 from sim.numerics.servers import ServerTensors, Update
 from sim.numerics.sparse_rules import Pairs, on_wire, reduce_pairs, scatter, split_by_owner
 from sim.numerics.tasks import Task
+from sim.numerics.wire_cast import reduced_chunk, round_trip
 
 __all__ = ["Replicas", "Range", "bucket_ranges", "partition"]
 
@@ -116,6 +120,9 @@ class Replicas:
         if op.coding is not None:
             self._sparse(op, data, ranks, buckets)
             return
+        if op.wire is not None and len(ranks) > 1:
+            self._wired(op, data, ranks, buckets)
+            return
         if isinstance(op, AllGather):
             self._all_gather(op, data, ranks, buckets)
             return
@@ -138,6 +145,43 @@ class Replicas:
                 f"policy {self.policy!r}: numerics mode has no tensor rule for {type(op).__name__}; "
                 "run this policy with numerics disabled"
             )
+
+    def _wired(
+        self, op: Collective, data: torch.Tensor, ranks: Sequence[int], buckets: Mapping[int, Optional[int]]
+    ) -> None:
+        """A dense op with a `wire`: the members' chunks reduced and gathered as `wire_cast` says."""
+        wire, block, reps, p = op.wire, op.block, self.replicas, len(ranks)
+        assert wire is not None
+        if isinstance(op, AllGather):
+            whole = []
+            for r in ranks:
+                enclosing = reps[r].pop_slice(buckets[r])
+                whole.append(enclosing if enclosing is not None else reps[r].range(buckets[r]))
+            self._same_sizes(op, whole)
+            parts = [partition(a, b, [1.0] * p) for a, b in whole]
+            arrived = [round_trip(data[r, parts[i][i][0] : parts[i][i][1]], wire, block) for i, r in enumerate(ranks)]
+            for j, q in enumerate(ranks):  # every member, the sender too, holds what travelled
+                for i in range(p):
+                    a, b = parts[j][i]
+                    data[q, a:b] = arrived[i]
+            return
+        if not isinstance(op, (AllReduce, ReduceScatter)):
+            raise PolicyError(f"policy {self.policy!r}: numerics mode has no rule for {op!r} with a wire")
+        ranges = [reps[r].range(buckets[r]) for r in ranks]
+        self._same_sizes(op, ranges)
+        parts = [partition(a, b, [1.0] * p) for a, b in ranges]
+        gather = isinstance(op, AllReduce)
+        chunks = [[data[q, parts[j][c][0] : parts[j][c][1]] for j, q in enumerate(ranks)] for c in range(p)]
+        reduced = [reduced_chunk(chunks[c], c, wire, block, gather) / p for c in range(p)]
+        for i, r in enumerate(ranks):
+            if gather:
+                for c in range(p):
+                    lo, hi = parts[i][c]
+                    data[r, lo:hi] = reduced[c]
+            else:
+                lo, hi = parts[i][i]
+                data[r, lo:hi] = reduced[i]
+                reps[r].push_slice(buckets[r], (lo, hi))
 
     def _on_wire(self, op: Collective) -> Optional[torch.dtype]:
         """The type `op` sends its values in: `wire` for gradients between two or more members."""
