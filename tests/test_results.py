@@ -28,6 +28,35 @@ def test_summary_arithmetic() -> None:
     assert (s["iterations"] == 5).all() and (s["status"] == "ok").all() and (s["workers"] == 4).all()
 
 
+def test_compute_utilization_is_each_workers_compute_over_its_span() -> None:
+    """no_sync computes all the time; a ring of 100 MB on 4 hosts at 100 Gbit/s under the ideal model
+    adds its exposed communication, so a worker computes compute / (compute + comm + wait) of its time."""
+    cfg = synthetic(star(4), [{"name": "no_sync"}, {"name": "ring"}], 100, compute_ms=50.0, iterations=5)
+    s = simulate(cfg).summary.set_index("policy")
+    assert s.loc["no_sync", "compute_utilization"] == pytest.approx(1.0)
+    ring = s.loc["ring"]
+    share = ring["mean_compute_s"] / ring["mean_iteration_s"]
+    assert 0 < share < 1 and ring["compute_utilization"] == pytest.approx(share, rel=1e-9)
+    assert ring["min_compute_utilization"] <= ring["compute_utilization"]
+
+
+def test_compute_utilization_by_hand() -> None:
+    """Rank 0 computes 3 s of its 4 s span, rank 1 1 s of its 4 s; a worker with no span is left out."""
+    import pandas as pd
+
+    from sim.results.tables import compute_utilization
+
+    frame = pd.DataFrame(
+        {
+            "rank": [0, 0, 1, 1, 2],
+            "compute_s": [1.5, 1.5, 0.5, 0.5, 0.0],
+            "start_s": [0.0, 2.0, 0.0, 2.0, 1.0],
+            "end_s": [2.0, 4.0, 2.0, 4.0, 1.0],
+        }
+    )
+    assert compute_utilization(frame) == {"compute_utilization": 0.5, "min_compute_utilization": 0.25}
+
+
 @pytest.mark.parametrize(
     "cluster, policy, expected",
     [

@@ -13,6 +13,7 @@ TABLE_COLUMNS = {
     "mean_comm_s": "comm (ms)",
     "mean_wait_s": "wait (ms)",
     "scaling_efficiency": "scaling eff.",
+    "compute_utilization": "compute util.",
 }
 
 

@@ -22,6 +22,8 @@ LABELS = {
     "mean_comm_s": "Exposed communication per iteration (s)",
     "mean_wait_s": "Waiting per iteration (s)",
     "scaling_efficiency": "Scaling efficiency",
+    "compute_utilization": "Compute utilization (mean over workers)",
+    "min_compute_utilization": "Compute utilization (lowest worker)",
     "network_bytes_per_iteration": "Network traffic per iteration (bytes)",
     "mean_staleness": "Mean staleness (updates)",
     "p99_staleness": "p99 staleness (updates)",

@@ -53,6 +53,8 @@ SUMMARY_COLUMNS = (
     "mean_comm_s",
     "mean_wait_s",
     "scaling_efficiency",
+    "compute_utilization",
+    "min_compute_utilization",
     "network_bytes_per_iteration",
     "mean_staleness",
     "p99_staleness",
@@ -174,6 +176,19 @@ def accuracy_summary(run: PolicyRun, target: float | None) -> dict[str, float]:
     return out
 
 
+def compute_utilization(iterations: pd.DataFrame) -> dict[str, float]:
+    """The share of its time each worker spent computing (its iterations' compute over the span from
+    its first start to its last end): the mean over workers and the lowest."""
+    per_rank = iterations.groupby("rank").agg(
+        compute=("compute_s", "sum"), start=("start_s", "min"), end=("end_s", "max")
+    )
+    span = per_rank["end"] - per_rank["start"]
+    busy = (per_rank["compute"] / span)[span > 0]
+    if busy.empty:
+        return {"compute_utilization": float("nan"), "min_compute_utilization": float("nan")}
+    return {"compute_utilization": float(busy.mean()), "min_compute_utilization": float(busy.min())}
+
+
 def summary_frame(
     runs: list[PolicyRun],
     iterations: pd.DataFrame,
@@ -213,6 +228,7 @@ def summary_frame(
                 mean_wait_s=float(steady["wait_s"].mean()),
                 scaling_efficiency=float(throughput / ideal) if np.isfinite(ideal) else float("nan"),
             )
+            row.update(compute_utilization(steady))
             row["network_bytes_per_iteration"] = _host_egress(run, cluster) * cluster.world_size / len(df)
         if run.staleness:
             stale = _int_columns(run.staleness)[1]
