@@ -119,10 +119,10 @@ def test_held_out_by_family_meets_the_issue_measured_median_and_nears_the_publis
     by_family: pd.DataFrame,
 ) -> None:
     """Issue 44's targets, held out by family over seven families: median |error| <= 12% on the
-    measured steps (met); <= 15% on the published rows, missed at 15.2% (docs/compute_model.md), so
-    this guards it at 16%; the worst-row target (40%) is missed by one row at 41%."""
+    measured steps (met); <= 15% on the published rows, missed at 15.1% (docs/compute_model.md), so
+    this guards what is achieved, 15.2%; the worst-row target (40%) is missed by one row at 41%."""
     errors = by_family["error"].abs()
-    assert errors[by_family["kind"] == "published"].median() <= 0.16
+    assert errors[by_family["kind"] == "published"].median() <= 0.152
     assert errors[by_family["kind"] == "measured"].median() <= 0.12
 
 
