@@ -115,14 +115,16 @@ def test_the_documented_flops_only_null_is_what_it_gives(rows: list[Row], group:
         assert_quoted(scored, rf"FLOPs only, {kind} rows held out by {group}: ")
 
 
-def test_held_out_by_family_meets_the_issue_measured_median_and_nears_the_published_one(
+def test_held_out_by_family_meets_the_issue_targets(
     by_family: pd.DataFrame,
 ) -> None:
     """Issue 44's targets, held out by family over seven families: median |error| <= 12% on the
-    measured steps (met); <= 15% on the published rows, missed at 15.2% (docs/compute_model.md), so
-    this guards it at 16%; the worst-row target (40%) is missed by one row at 41%."""
+    measured steps, <= 15% and worst <= 40% on the published rows (docs/compute_model.md: 10.6%,
+    14.4% and 39.3%)."""
     errors = by_family["error"].abs()
-    assert errors[by_family["kind"] == "published"].median() <= 0.16
+    published = errors[by_family["kind"] == "published"]
+    assert published.median() <= 0.15 and published.max() <= 0.40
+    assert errors[by_family["kind"] == "measured"].median() <= 0.12
     assert errors[by_family["kind"] == "measured"].median() <= 0.12
 
 

@@ -13,7 +13,8 @@ smaller dimension is w reaches w / (w + tile) of e_compute, a narrow product fil
 output tile). The GPU runs the ops in order:
 forward layer by layer, then backward from the last layer to the first. Under the `eager`
 implementation (what `syncsim real` runs) the CPU issues the kernels one after another at
-dispatch_s each, so op i finishes at max(finish of op i-1, when its last kernel is issued) + gpu_i:
+dispatch_s each (forward, then autograd's backward), so op i finishes at max(finish of op i-1,
+when its last kernel is issued) + gpu_i:
 a small batch is bound by the CPU, a large one by the GPU. `tuned` implementations (graph
 frameworks, CUDA graphs, torch.compile) issue ahead, and the step is the sum of the GPU times;
 `fused` ones (XLA, torch.compile, NVIDIA's MXNet and Paddle scripts) also fold each batch norm's
@@ -137,9 +138,10 @@ class OpTable:
         if not costs.dispatch_us:
             return gpu
         ordered = np.take_along_axis(gpu, self.order, axis=-1)
-        # backward: autograd's C++ engine issues the kernels, not Python
-        python = np.take_along_axis(np.where(self.backward, 0.0, self.kernels), self.order, axis=-1)
-        issued = np.cumsum(python, axis=-1) * costs.dispatch_us * 1e-6  # its last kernel issued
+        # the host issues every kernel in turn, the backward's too: autograd's engine runs each
+        # backward op through the same dispatcher and launch as the forward's, after the forward
+        host = np.take_along_axis(self.kernels, self.order, axis=-1)
+        issued = np.cumsum(host, axis=-1) * costs.dispatch_us * 1e-6  # its last kernel issued
         done = np.cumsum(ordered, axis=-1)
         before = done - ordered  # GPU work queued ahead of each op
         finish = done + np.maximum(0.0, np.maximum.accumulate(issued - before, axis=-1))
