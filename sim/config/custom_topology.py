@@ -9,6 +9,8 @@ from typing import Any
 
 import networkx as nx
 
+from sim.config.link_ends import link_end_problems
+
 
 def wiring_problems(nodes: Sequence[Any], links: Sequence[Any], gpus_per_host: int) -> list[str]:
     """One line per problem: names used twice or taken by a host's GPU, fields a node's kind ignores,
@@ -30,22 +32,15 @@ def wiring_problems(nodes: Sequence[Any], links: Sequence[Any], gpus_per_host: i
             problems.append(f"nodes[{i}].rack: applies only to hosts and servers (a switch's rack follows its hosts)")
     graph = nx.Graph()
     graph.add_nodes_from(kinds)
-    pairs: dict[frozenset[str], int] = {}
-    for i, link in enumerate(links):
-        unknown = [end for end in dict.fromkeys((link.a, link.b)) if end not in kinds]
-        for end in unknown:
-            problems.append(f"links[{i}]: unknown node {end!r}; allowed: the names under cluster.nodes")
-        if link.a == link.b:
-            problems.append(f"links[{i}]: joins {link.a!r} to itself; a link joins two different nodes")
-            continue
-        pair = frozenset((link.a, link.b))
-        if pair in pairs:
-            problems.append(
-                f"links[{i}]: links[{pairs[pair]}] already joins {link.a!r} and {link.b!r}; merge them into one"
-            )
-        pairs.setdefault(pair, i)
-        if not unknown:
-            graph.add_edge(link.a, link.b)
+    found, edges = link_end_problems(
+        links,
+        kinds,
+        "links",
+        "unknown node {end!r}; allowed: the names under cluster.nodes",
+        "a link joins two different nodes",
+    )
+    problems.extend(found)
+    graph.add_edges_from(edges)
     if graph.number_of_nodes() and not nx.is_connected(graph):
         parts = sorted(min(part) for part in nx.connected_components(graph))
         shown = ", ".join(map(repr, parts[:10])) + (f" and {len(parts) - 10:,} more" if len(parts) > 10 else "")

@@ -16,6 +16,7 @@ from typing import Annotated, Any, Optional
 
 from pydantic import AfterValidator, Field
 
+from sim.config.link_ends import link_end_problems
 from sim.config.reading import MB, read_bounded, resolved
 from sim.config.types import MAX_GBPS, MAX_SECONDS, MIN_GBPS, Gbps, Strict
 from sim.errors import ConfigError
@@ -118,26 +119,21 @@ def resolve_links(wan: WanSettings, datacenters: list[str]) -> list[ResolvedWan]
 def wan_problems(wan: WanSettings, datacenters: list[str]) -> list[str]:
     """One line per problem: links naming unknown datacenters, a datacenter to itself, a pair twice, a
     WAN leaving some datacenter unreachable, several connections without a window (they would change nothing)."""
-    problems: list[str] = []
     known = set(datacenters)
     allowed = ", ".join(datacenters)
-    pairs: dict[frozenset[str], int] = {}
     reach = {name: {name} for name in datacenters}
+    problems, edges = link_end_problems(
+        wan.links or [],
+        known,
+        "wan.links",
+        "unknown datacenter {end!r}; allowed: " + allowed,
+        "a WAN link joins two datacenters",
+    )
+    for a, b in edges:  # merge the two groups of datacenters that reach each other
+        group = reach[a] | reach[b]
+        for name in group:
+            reach[name] = group
     for i, link in enumerate(wan.links or []):
-        for end in dict.fromkeys((link.a, link.b)):
-            if end not in known:
-                problems.append(f"wan.links[{i}]: unknown datacenter {end!r}; allowed: {allowed}")
-        if link.a == link.b:
-            problems.append(f"wan.links[{i}]: joins {link.a!r} to itself; a WAN link joins two datacenters")
-            continue
-        pair = frozenset((link.a, link.b))
-        if pair in pairs:
-            problems.append(f"wan.links[{i}]: wan.links[{pairs[pair]}] already joins {link.a!r} and {link.b!r}")
-        pairs.setdefault(pair, i)
-        if link.a in known and link.b in known:  # merge the two groups of datacenters that reach each other
-            group = reach[link.a] | reach[link.b]
-            for name in group:
-                reach[name] = group
         if (link.connections or 1) > 1 and (link.connection_window_mb or wan.connection_window_mb) is None:
             problems.append(f"wan.links[{i}].connections: applies only with connection_window_mb (the per-flow limit)")
     if wan.links is not None and not problems and len(reach[datacenters[0]]) < len(datacenters):

@@ -50,6 +50,7 @@ from sim.experiments.sync_switch_reproduction import (
     logged_seconds,
     phase_mix_minutes,
     run_policies,
+    scored_minutes,
     setup_config,
 )
 
@@ -143,11 +144,7 @@ def predict_held_out(
                     "configuration": label,
                     "held_out_by": held_out,
                     "runs": int(entry["runs"]),
-                    "logged_min": round(logged_min, 1),
-                    "predicted_min": round(predicted, 1),
-                    "error_pct": round(100.0 * (predicted / logged_min - 1.0), 1),
-                    "null_min": round(null, 1),
-                    "null_error_pct": round(100.0 * (null / logged_min - 1.0), 1),
+                    **scored_minutes(logged_min, predicted, null),
                     "logged_extra_min": round(extra_logged, 1),
                     "predicted_extra_min": round(extra_predicted, 1),
                 }

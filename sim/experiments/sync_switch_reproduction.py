@@ -247,14 +247,21 @@ def predict(runs: pd.DataFrame, calibration: Calibration, base: dict[str, Any]) 
                     "configuration": label,
                     "role": roles.get(str(label), hybrid_role),
                     "runs": int(entry["runs"]),
-                    "logged_min": round(logged_min, 1),
-                    "predicted_min": round(predicted, 1),
-                    "error_pct": round(100.0 * (predicted / logged_min - 1.0), 1),
-                    "null_min": round(null, 1),
-                    "null_error_pct": round(100.0 * (null / logged_min - 1.0), 1),
+                    **scored_minutes(logged_min, predicted, null),
                 }
             )
     return pd.DataFrame(rows)
+
+
+def scored_minutes(logged_min: float, predicted: float, null: float) -> dict[str, float]:
+    """A run's logged, predicted and null-model minutes and both errors, as the tables print them."""
+    return {
+        "logged_min": round(logged_min, 1),
+        "predicted_min": round(predicted, 1),
+        "error_pct": round(100.0 * (predicted / logged_min - 1.0), 1),
+        "null_min": round(null, 1),
+        "null_error_pct": round(100.0 * (null / logged_min - 1.0), 1),
+    }
 
 
 def main(argv: Sequence[str] | None = None) -> None:
