@@ -38,6 +38,7 @@ BUILTIN: dict[str, str] = {
     "sparse_ps": "policies.sparse_ps:SparsePS",
     "sparcml": "policies.sparcml:SparCML",
     "omnireduce": "policies.omnireduce:OmniReduce",
+    "local_sgd": "policies.local_sgd:LocalSGD",
 }
 
 
