@@ -24,7 +24,7 @@ QUICKSTART = ROOT / "configs" / "quickstart.yaml"
 # groups of one and the first step's reads, so they are held closer
 EVENTS_FACTOR = 3.0
 FLOWS_FACTOR = 1.5
-DENSE = ["ring", "hierarchical", "ps", "asp", "ssp", "no_sync", "ds_sync", "sync_switch"]
+DENSE = ["ring", "hierarchical", "ps", "asp", "ssp", "no_sync", "ds_sync", "sync_switch", "local_sgd"]
 SPARSE = ["zen", "sparse_allgather", "sparse_ps", "sparcml", "omnireduce"]
 
 

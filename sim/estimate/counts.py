@@ -4,8 +4,9 @@ flows, subflows, SimPy events, max-min recomputes and the incidence entries they
 
 Each builtin policy has a closed form of what it issues per bucket (ring: one collective of all ranks;
 hierarchical: local reduce-scatter and all-gather, cross all-reduce; ps/asp/ssp: a push and a pull
-per worker; ...). Event and recompute constants are fitted on measured runs (benchmarks/check_scale.py
-prints estimate against measurement); a plug-in policy counts as one all-reduce of all ranks per bucket.
+per worker; local_sgd: ring's in warm-up, then one all-reduce of the model every `period` steps; ...).
+Event and recompute constants are fitted on measured runs (benchmarks/check_scale.py prints estimate
+against measurement); a plug-in policy counts as one all-reduce of all ranks per bucket.
 """
 
 from __future__ import annotations
@@ -162,6 +163,12 @@ def policy_load(
         return policy_load(first, shape, plan, sparse, config, iterations * share) + policy_load(
             then, shape, plan, sparse, config, iterations * (1 - share)
         )
+    if name == "local_sgd":  # warm-up steps are ring's; then one all-reduce of the whole model every `period`
+        s, dense = policy.settings, _bucket("ring", policy.settings, shape, config, False, 0.0)
+        warm = min(float(s.warmup_steps), iterations)
+        averages = math.floor((iterations - warm) / s.period)
+        return _load(name, _scale(dense, (warm * len(plan.buckets) + averages) / max(iterations, 1.0)), shape,
+                     config, iterations, plan)  # fmt: skip
     n_sparse, rows = sparse
     traffic = _scale(_bucket(name, policy.settings, shape, config, False, 0.0), len(plan.buckets) - n_sparse)
     if n_sparse:  # sparse buckets differ only in their rows, which count linearly
