@@ -1,11 +1,15 @@
 """Local SGD (`policies/local_sgd.py`): the ops it plans, its iteration times against the ring closed form
-on the ideal network, and its tensors in numerics mode (replicas equal after each averaging, apart between)."""
+on the ideal network, its tensors in numerics mode (replicas equal after each averaging, apart between), and
+the same object on gloo processes."""
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pandas as pd
 import pytest
 from helpers import GBPS, US, star, synthetic
 
@@ -141,3 +145,24 @@ def test_numerics_averages_the_replicas_every_period(monkeypatch: pytest.MonkeyP
         assert all(not torch.equal(before[0], before[r]) for r in range(1, 4))  # apart before
         assert all(torch.equal(after[0], after[r]) for r in range(1, 4))  # equal after
         assert torch.allclose(after[0], before.mean(dim=0), rtol=0, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_gloo_workers_end_with_the_numerics_parameters(tmp_path: Path) -> None:
+    """The same policy on 4 gloo processes: 2 warm-up steps of gradient all-reduce (2 buckets each), an
+    average after step 4, two local steps after it; the replicas equal numerics mode's, and differ."""
+    pytest.importorskip("torch")
+    pytest.importorskip("sklearn")
+    from test_real_backend import write_config
+
+    from real.launch import launch
+
+    config = write_config(tmp_path, [{"name": "local_sgd", "period": 3, "warmup_steps": 2}], iterations=7)
+    outcome = launch(config, tmp_path / "out", nproc=4, timeout_s=60)
+    assert outcome.ok, outcome.failed
+    (run,) = simulate(config).runs
+    real = np.load(tmp_path / "out" / "parameters.npz")["local_sgd/workers"]
+    np.testing.assert_allclose(real, run.parameters, rtol=1e-4, atol=1e-6)
+    assert not np.allclose(real[0], real[1])  # two local steps since the last average
+    ops = pd.read_csv(tmp_path / "out" / "ops.csv")
+    assert sorted(ops["step"]) == [0, 0, 1, 1, 4]
