@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 from helpers import GBPS, US, star, synthetic
 
 from policies import ClusterView, HostInfo, ModelInfo
@@ -19,6 +20,7 @@ from policies.local_sgd import LocalSGD
 from policies.ops import AllReduce, Group, Payload
 from policies.registry import available
 from sim.api import simulate
+from sim.cli import main
 from sim.config import parse_config
 from sim.errors import ConfigError
 
@@ -75,6 +77,19 @@ def test_wire_sizes_the_parameter_average() -> None:
 def test_bad_settings_are_refused_by_name(settings: dict[str, Any], field: str, allowed: str) -> None:
     with pytest.raises(ConfigError, match=rf"^policies\[0\]\.{field}: allowed: {re.escape(allowed)}$"):
         parse_config(synthetic(star(2), [{"name": "local_sgd", **settings}], 1.0))
+
+
+def test_syncsim_check_takes_it_and_refuses_a_bad_period_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "c.yaml"
+    config = synthetic(star(4), [{"name": "local_sgd", "period": 4, "warmup_steps": 2, "wire": "bf16"}], 10.0)
+    path.write_text(yaml.safe_dump(config))
+    assert main(["check", str(path)]) == 0
+    config["policies"][0]["period"] = 0
+    path.write_text(yaml.safe_dump(config))
+    assert main(["check", str(path)]) == 2
+    assert "policies[0].period: allowed: an integer from 1 to 100000 (got 0)" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(("p", "mb", "period", "warmup", "iterations"), [(4, 100, 3, 0, 6), (8, 40, 2, 1, 5)])
