@@ -125,9 +125,13 @@ def test_period_one_without_warm_up_costs_what_ring_costs() -> None:
     assert local == pytest.approx(ring, rel=1e-9)
 
 
-def test_numerics_averages_the_replicas_every_period(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("wire", [None, "bf16", "int8"])
+def test_numerics_averages_the_replicas_every_period(monkeypatch: pytest.MonkeyPatch, wire: str | None) -> None:
     """After each averaging every replica holds the mean of what the replicas held just before; between
-    averagings they train apart (each on its own shard of the data)."""
+    averagings they train apart (each on its own shard of the data). With a wire type the mean is the
+    rounded one (docs/policies.md): bf16 partial sums each rounded to 8 significant bits (4 ranks: at
+    most 4 roundings of at most 2**-8 of the largest value), int8 each block's values and its sum one
+    step of max/127 apart at most; and it does differ from the exact mean, so the wire path ran."""
     torch = pytest.importorskip("torch")
     pytest.importorskip("sklearn")
     from sim.numerics.replicas import Replicas
@@ -147,7 +151,8 @@ def test_numerics_averages_the_replicas_every_period(monkeypatch: pytest.MonkeyP
 
     monkeypatch.setattr(Replicas, "step_done", record_step)
     monkeypatch.setattr(Replicas, "collective_done", record_collective)
-    config = synthetic(star(4), [{"name": "local_sgd", "period": 3}], 1.0, compute_ms=5, iterations=6)
+    policy = {"name": "local_sgd", "period": 3, **({"wire": wire} if wire else {})}
+    config = synthetic(star(4), [policy], 1.0, compute_ms=5, iterations=6)
     config["numerics"] = {"model": "logreg", "global_batch": 32, "eval_every": 3}
     assert not simulate(config).errors
 
@@ -159,7 +164,10 @@ def test_numerics_averages_the_replicas_every_period(monkeypatch: pytest.MonkeyP
     for _, before, after in (e for e in events if e[0] == "average"):
         assert all(not torch.equal(before[0], before[r]) for r in range(1, 4))  # apart before
         assert all(torch.equal(after[0], after[r]) for r in range(1, 4))  # equal after
-        assert torch.allclose(after[0], before.mean(dim=0), rtol=0, atol=1e-6)
+        exact, largest = before.mean(dim=0), float(before.abs().max())
+        tolerance = {None: 1e-6, "bf16": 4 * 2**-8 * largest, "int8": largest / 127}[wire] + 1e-6
+        assert torch.allclose(after[0], exact, rtol=0, atol=tolerance)
+        assert wire is None or not torch.equal(after[0], exact)
 
 
 @pytest.mark.slow
