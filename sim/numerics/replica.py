@@ -37,9 +37,11 @@ from sim.numerics.optim import FlatOptimizer, learning_rate
 from sim.numerics.servers import Update
 from sim.numerics.tasks import Task
 from sim.numerics.topk import ErrorFeedbackTopK
+from sim.numerics.wire_cast import NATIVE
 
 Range = tuple[int, int]
-WIRE_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}  # gradient types on the wire other than fp32
+# the gradient types on the wire other than fp32 (wire_cast.NATIVE: the one table of native wire types)
+WIRE_DTYPES = {name: dtype for name, dtype in NATIVE.items() if name != "fp32"}
 
 
 def wire_dtype(precision: str) -> Optional[torch.dtype]:
