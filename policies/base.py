@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict
 
 from policies.ops import Op, Program, ServerSpec, step_ops
 from policies.phases import Phase, Progress, Timing
+from policies.tensors import Buffer
 from policies.view import ClusterView, ModelInfo
 
 
@@ -107,6 +108,17 @@ class Policy:
         calibration writes them when a measured figure would change the plan (docs/calibration.md).
         Default: the settings as given. Call after `bind`."""
         return self.settings.model_dump(mode="json", exclude_unset=True)
+
+    def buffers(self) -> Sequence[Buffer]:
+        """Model-sized tensors every worker keeps for this policy (`policies.tensors`; none by default).
+        Backends allocate them when the run starts, from their `initial` value."""
+        return ()
+
+    @property
+    def global_tensor(self) -> Optional[str]:
+        """The buffer holding the model this policy considers the global one (DiLoCo's anchor after
+        its outer step), which numerics mode evaluates; None: the mean of the replicas' parameters."""
+        return None
 
     def servers(self) -> Sequence[ServerSpec]:
         """Parameter-server shards this policy needs the backend to run (none by default)."""

@@ -8,6 +8,7 @@ from pydantic import Field, field_validator
 
 from policies.base import Bucket, Policy
 from policies.ops import AllReduce, Group, Payload, Program
+from policies.tensors import Fragment
 from policies.view import ClusterView, ModelInfo
 from policies.wire_settings import WireName, WireSettings
 
@@ -66,12 +67,21 @@ class LocalSGD(Policy):
             yield AllReduce(self.world, bucket.nbytes)
 
     def end_step(self, rank: int, step: int) -> Program:
-        if not self.averages_after(step):
-            return
-        nbytes = self.bound_model.parameter_bytes
-        if self.settings.wire is None:
-            yield AllReduce(self.world, nbytes, payload=Payload.PARAMETERS)
-        else:
-            values = nbytes / PARAMETER_BYTES_PER_VALUE
-            s = self.settings
-            yield AllReduce(self.world, elements=values, wire=s.wire, block=s.block, payload=Payload.PARAMETERS)
+        if self.averages_after(step):
+            yield self.parameter_average(self.bound_model.parameter_bytes)
+
+    def parameter_average(
+        self,
+        nbytes: float,
+        tensor: Optional[str] = None,
+        fragment: Optional[Fragment] = None,
+        handle: Optional[str] = None,
+    ) -> AllReduce:
+        """The all-reduce of `nbytes` of fp32 parameter-space values (of `tensor`; default the parameters)
+        over every rank, in `wire` when set."""
+        where = {"tensor": tensor, "fragment": fragment, "handle": handle}
+        s = self.settings
+        if s.wire is None:
+            return AllReduce(self.world, nbytes, payload=Payload.PARAMETERS, **where)
+        values = nbytes / PARAMETER_BYTES_PER_VALUE
+        return AllReduce(self.world, elements=values, wire=s.wire, block=s.block, payload=Payload.PARAMETERS, **where)

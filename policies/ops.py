@@ -16,6 +16,16 @@ its values travel in. Left None, the op moves the backend's default type (gradie
 states its tensor's `elements` and `nbytes` is what travels (values and per-block scales); give either
 and the other is derived, or both, which must agree (the engine refuses a mismatch).
 
+Tensors (`policies.tensors`, docs/policies.md "Tensor-side primitives"): a collective acts on `tensor`, a
+buffer by name (None: `parameters` for a PARAMETERS payload, else `gradients`), over its hook's region
+(the bucket's elements, or the whole model), narrowed to a `fragment` of buckets in a whole-model hook.
+Local ops (`Combine`, `OptimizerStep`, `Encode`) act on one rank's buffers and move nothing.
+
+Ops that span steps: a collective given a `handle` is launched and not waited for: its program item
+ends at once, and a later `Wait(handle)` of the same rank (at this step or any later one) blocks until it
+has completed. A policy must not touch a launched op's tensor until its Wait; a handle is used again
+only after its Wait. Collectives on one group still run one at a time, in issue order.
+
 Programs: a policy hook returns an iterable whose items are either one op or a tuple/list of ops.
 Items run one after another; the ops inside one item run concurrently and the item ends when all
 of them have. Collectives on the same group execute in issue order (as on one NCCL communicator);
@@ -24,11 +34,13 @@ point-to-point ops to servers are independent of each other.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Optional, Union
 
+from policies.tensors import GRADIENTS, PARAMETERS, Codec, Fragment, Optimizer, check_name
 from policies.wire import DEFAULT_BLOCK, check_block, wire_elements, wire_nbytes, wire_type
 
 
@@ -138,8 +150,24 @@ class Collective(Op):
     wire: Optional[str] = None  # element type on the wire (policies.wire.WIRE_NAMES); None: the default
     elements: Optional[float] = None  # values in the tensor (with `wire`); derived from nbytes if left out
     block: int = DEFAULT_BLOCK  # values per scale of a scaled wire type (int8, fp4, fp8)
+    tensor: Optional[str] = None  # the buffer it acts on (policies.tensors); None: by payload
+    fragment: Optional[Fragment] = None  # whole-model hooks: only these buckets' elements
+    handle: Optional[str] = None  # launch without waiting; `Wait(handle)` waits (see the module's text)
+
+    @property
+    def buffer(self) -> str:
+        """The buffer this op acts on: `tensor`, else parameters or gradients by payload."""
+        if self.tensor is not None:
+            return self.tensor
+        return PARAMETERS if self.payload is Payload.PARAMETERS else GRADIENTS
 
     def __post_init__(self) -> None:
+        if self.tensor is not None:
+            check_name(self.tensor, "tensor")
+        if self.fragment is not None and not isinstance(self.fragment, Fragment):
+            raise ValueError(f"fragment {self.fragment!r}; allowed: None or a policies.tensors.Fragment")
+        if self.handle is not None:
+            check_name(self.handle, "handle")
         if self.wire is None:
             if self.nbytes is None:
                 raise ValueError(f"{type(self).__name__}: nbytes is required unless wire and elements are given")
@@ -242,6 +270,120 @@ class ServerSpec:
     sync: bool = True
     apply_s_per_mb: float = 0.0
     workers: tuple[int, ...] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True)
+class Wait(Op):
+    """Block until this rank's collective launched with `handle` has completed."""
+
+    handle: str
+
+    def __post_init__(self) -> None:
+        check_name(self.handle, "handle")
+
+
+@dataclass(frozen=True)
+class LocalOp(Op):
+    """An op on this rank's own buffers (`policies.tensors`); it moves nothing. It acts on its hook's
+    region (a bucket's elements, or the whole model), narrowed to `fragment` in a whole-model hook."""
+
+    @property
+    def reads(self) -> tuple[str, ...]:
+        raise NotImplementedError
+
+    @property
+    def writes(self) -> tuple[str, ...]:
+        raise NotImplementedError
+
+    def _check(self) -> None:
+        fragment = getattr(self, "fragment", None)
+        if fragment is not None and not isinstance(fragment, Fragment):
+            raise ValueError(f"fragment {fragment!r}; allowed: None or a policies.tensors.Fragment")
+        for name in self.reads + self.writes:
+            check_name(name, "buffer")
+
+
+@dataclass(frozen=True)
+class Combine(LocalOp):
+    """`out` = sum of coefficient * buffer over `terms` (all read before `out` is written): a copy
+    (`((1.0, "anchor"),)`), a difference, a mixing of two buffers."""
+
+    out: str
+    terms: tuple[tuple[float, str], ...]
+    fragment: Optional[Fragment] = None
+
+    def __post_init__(self) -> None:
+        if not self.terms:
+            raise ValueError("Combine: terms must name at least one (coefficient, buffer)")
+        for term in self.terms:
+            coef = term[0] if isinstance(term, tuple) and len(term) == 2 else None
+            if isinstance(coef, bool) or not isinstance(coef, (int, float)) or not math.isfinite(coef):
+                raise ValueError(f"Combine: term {term!r}; allowed: (finite coefficient, buffer name)")
+        self._check()
+
+    @property
+    def reads(self) -> tuple[str, ...]:
+        return tuple(name for _, name in self.terms)
+
+    @property
+    def writes(self) -> tuple[str, ...]:
+        return (self.out,)
+
+
+@dataclass(frozen=True)
+class OptimizerStep(LocalOp):
+    """Step buffer `params` by `optimizer` with the gradient held in buffer `grad`; the backend keeps
+    the optimizer's state (momentum, moments, step count) per rank under the key `state`."""
+
+    params: str
+    grad: str
+    optimizer: Optimizer
+    state: str = "outer"
+    fragment: Optional[Fragment] = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.optimizer, Optimizer):
+            raise ValueError(f"optimizer {self.optimizer!r}; allowed: a policies.tensors.Optimizer")
+        check_name(self.state, "state")
+        self._check()
+
+    @property
+    def reads(self) -> tuple[str, ...]:
+        return (self.params, self.grad)
+
+    @property
+    def writes(self) -> tuple[str, ...]:
+        return (self.params,)
+
+
+@dataclass(frozen=True)
+class Encode(LocalOp):
+    """Compress buffer `source` by `codec` as it would arrive after decoding, into `out` (None: in
+    place). With `residual` (error feedback): the codec takes `source + residual`, and `residual`
+    keeps what it lost (`source + residual - out`)."""
+
+    source: str
+    codec: Codec
+    out: Optional[str] = None
+    residual: Optional[str] = None
+    fragment: Optional[Fragment] = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.codec, Codec):
+            raise ValueError(f"codec {self.codec!r}; allowed: a policies.tensors.Codec")
+        self._check()
+
+    @property
+    def target(self) -> str:
+        return self.source if self.out is None else self.out
+
+    @property
+    def reads(self) -> tuple[str, ...]:
+        return (self.source,) + ((self.residual,) if self.residual else ())
+
+    @property
+    def writes(self) -> tuple[str, ...]:
+        return (self.target,) + ((self.residual,) if self.residual else ())
 
 
 Step = Union[Op, "tuple[Op, ...]", "list[Op]"]

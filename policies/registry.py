@@ -39,6 +39,8 @@ BUILTIN: dict[str, str] = {
     "sparcml": "policies.sparcml:SparCML",
     "omnireduce": "policies.omnireduce:OmniReduce",
     "local_sgd": "policies.local_sgd:LocalSGD",
+    "diloco": "policies.diloco:DiLoCo",
+    "streaming_diloco": "policies.streaming_diloco:StreamingDiLoCo",
 }
 
 

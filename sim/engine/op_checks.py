@@ -4,6 +4,8 @@ the policy, the rank, the step and the op, before anything is sent."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from typing import Optional
 
 from policies.ops import (
     ALLREDUCE_ALGORITHMS,
@@ -14,12 +16,15 @@ from policies.ops import (
     Collective,
     Density,
     Group,
+    LocalOp,
     Op,
     Pull,
     Push,
     SparseCoding,
+    Wait,
     WaitForClock,
 )
+from policies.tensors import BUILT_IN, Fragment
 from policies.wire import mismatch, wire_nbytes
 from sim.errors import PolicyError
 
@@ -27,8 +32,14 @@ MEMO_LIMIT = 100_000  # ops remembered as valid; policies that make new ones per
 
 
 class OpValidator:
-    def __init__(self, policy: str, world: int, shards: int) -> None:
+    def __init__(
+        self, policy: str, world: int, shards: int, buffers: Sequence[str] = (), buckets: Optional[int] = None
+    ) -> None:
+        """`buffers`: the names of the buffers the policy declared; `buckets`: the model's gradient
+        buckets (fragments must lie within them; None: not checked)."""
         self.policy, self.world, self.shards = policy, world, shards
+        self.buffers = frozenset(BUILT_IN) | frozenset(buffers)
+        self.buckets = buckets
         self._members: dict[Group, frozenset[int]] = {}  # validated groups -> member sets
         # id -> (op, the ranks it is valid for; None: any rank) for ops that passed; the op is kept
         # alive here, so its id cannot be reused by another op
@@ -68,6 +79,13 @@ class OpValidator:
                 raise self.fail(rank, step, op, "a sparse AllToAll needs partition hash or contiguous")
             if op.wire is not None:
                 self._check_wire(rank, step, op)
+            self._check_tensors(rank, step, op, (op.buffer,), op.fragment)
+            if op.handle is not None and isinstance(op, Barrier):
+                raise self.fail(rank, step, op, "a Barrier cannot be launched with a handle; it carries nothing")
+        elif isinstance(op, LocalOp):
+            self._check_tensors(rank, step, op, op.reads + op.writes, getattr(op, "fragment", None))
+        elif isinstance(op, Wait):
+            pass  # whether the handle was launched is the executor's to check: it knows this rank's launches
         elif isinstance(op, (Push, Pull)):
             if not 0 <= op.shard < self.shards:
                 raise self.fail(rank, step, op, f"no shard {op.shard}; the policy declared {self.shards} shards")
@@ -81,6 +99,21 @@ class OpValidator:
                 raise self.fail(rank, step, op, "min_clock must be an int")
         else:
             raise self.fail(rank, step, op, "the backend has no rule for this op type")
+
+    def _check_tensors(self, rank: int, step: int, op: Op, names: Sequence[str], fragment: Optional[Fragment]) -> None:
+        unknown = [name for name in names if name not in self.buffers]
+        if unknown:
+            raise self.fail(
+                rank,
+                step,
+                op,
+                f"no buffer {unknown[0]!r}; buffers: {', '.join(sorted(self.buffers))} "
+                "(declare a policy's own in Policy.buffers)",
+            )
+        if fragment is not None and self.buckets is not None and fragment.count > self.buckets:
+            raise self.fail(
+                rank, step, op, f"fragment count {fragment.count} exceeds the model's {self.buckets} gradient buckets"
+            )
 
     def _check_wire(self, rank: int, step: int, op: Collective) -> None:
         """An op with a `wire` moves what it declares: its bytes are its elements in that type."""
