@@ -53,12 +53,12 @@ class StreamingDiLoCo(DiLoCo):
         if step == s.warmup_steps - 1:
             yield from super().end_step(rank, step)  # anchor = parameters; warm-up never ends with an outer step
         for p, fragment in enumerate(self.parts):
-            if self.syncs_after(step - s.overlap_steps, p):
+            if s.overlap_steps and self.syncs_after(step - s.overlap_steps, p):
                 yield Wait(f"fragment{p}")
                 yield from self.apply_outer(s.mixing, fragment=fragment)
         for p, fragment in enumerate(self.parts):
             if self.syncs_after(step, p):
-                if s.overlap_steps == 0:
-                    yield from self.outer_step(self.part_bytes[p], fragment=fragment)
-                else:
-                    yield from self.outer_step(self.part_bytes[p], fragment=fragment, handle=f"fragment{p}")
+                yield from self.outer_step(self.part_bytes[p], fragment=fragment, handle=f"fragment{p}")
+                if s.overlap_steps == 0:  # wait at once, and mix as after an overlapped all-reduce
+                    yield Wait(f"fragment{p}")
+                    yield from self.apply_outer(s.mixing, fragment=fragment)

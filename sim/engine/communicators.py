@@ -6,6 +6,10 @@ same order on every rank, so every member's k-th call on a group is the same col
 the timing. A call launches when every member has *reached* it in its program and the group's
 previous call has finished (one collective at a time per communicator, as on an NCCL stream).
 Members that enqueue mismatching ops are a policy bug and fail loudly.
+
+A launched collective (`op.handle`, policies.ops) is reached by `launch`: its member goes on at once, so
+its time until the call launches is not blocked time; a later `waited` (the member's `Wait`) makes the
+rest of that time, from the Wait until the last member arrives, blocked time of the Wait's step.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ OnBlocked = Callable[[int, int, float, float], None]
 # Called when a collective completes, before its members resume: (op, each member's context as
 # given to `arrive`). Numerics mode carries out the op on real tensors here.
 OnComplete = Callable[[Collective, dict[int, Any]], None]
+LAUNCHED = -1  # the step of an arrival that does not wait (`launch`): never blocked time
 
 
 @dataclass(slots=True)
@@ -112,6 +117,21 @@ class Communicators:
             self._try_launch(comm)
         return call.done
 
+    def launch(self, rank: int, ticket: tuple[_Communicator, _Call], context: Any = None) -> simpy.Event:
+        """`rank` reached its enqueued call and goes on without waiting for it (a launched collective)."""
+        return self.arrive(rank, LAUNCHED, ticket, context)
+
+    def waited(self, rank: int, step: int, ticket: tuple[_Communicator, _Call]) -> None:
+        """`rank` now waits at `step` for the call it launched: if members are still missing, the time
+        until the last one arrives is blocked time of `step` (reported when the call launches)."""
+        comm, call = ticket
+        if len(call.arrivals) < comm.size:
+            arrivals = call.arrivals
+            for i, (member, _, _) in enumerate(arrivals):
+                if member == rank:
+                    arrivals[i] = (rank, step, self.env._now)
+                    return
+
     def completion(self, ticket: tuple[_Communicator, _Call]) -> simpy.Event:
         """The event that fires when the enqueued call of `ticket` completes (before anyone arrives)."""
         return ticket[1].done
@@ -138,7 +158,7 @@ class Communicators:
         if self.on_blocked is not None:
             last = call.complete_at  # members arrive in time order: the last one to arrive came last
             for rank, step, arrived in call.arrivals:
-                if arrived < last:
+                if arrived < last and step != LAUNCHED:
                     self.on_blocked(rank, step, arrived, last)
         before, after = self.runner.cast_s(call.op) if call.op.wire is not None else (0.0, 0.0)
         if before > 0:  # the members' casts to the op's wire type run before its flows start

@@ -5,6 +5,10 @@ have. In the pipelined model, a rank's concurrent pushes (or pulls) of equal siz
 coupled transfer, the point-to-point counterpart of a pipelined collective. A sparse push or pull
 (`op.coding` set) carries only rows (`sim.compute.sparse_traffic`): a push this rank's non-zero rows the
 shard owns, a pull the rows the shard updated in the last round (the union of that round's pushes).
+
+Launched collectives, `Wait`s and local ops are carried out by `sim.engine.launches`; a program holding
+any of them runs item by item (no fast path: `_chain` and the remembered programs are for programs whose
+every item waits for its collectives).
 """
 
 from __future__ import annotations
@@ -15,11 +19,13 @@ from typing import Any, Optional
 import simpy
 from simpy.events import URGENT, Event
 
-from policies.ops import Collective, Op, Pull, Push, WaitForClock, step_ops
+from policies.ops import Collective, LocalOp, Op, Pull, Push, Wait, WaitForClock, step_ops
 from sim.cluster.routing import Router
 from sim.compute.sparse_traffic import SparseTraffic, message_bytes
 from sim.engine.clocks import ClockBoard
 from sim.engine.communicators import Communicators
+from sim.engine.launches import Launches
+from sim.engine.local_op_costs import LocalOpCosts
 from sim.engine.op_checks import OpValidator
 from sim.engine.servers import Shard
 from sim.errors import PolicyError
@@ -115,16 +121,21 @@ class Executor:
         on_blocked: Callable[[int, int, float, float], None],
         numerics: Any = None,
         traffic: Optional[SparseTraffic] = None,
+        buffers: Sequence[str] = (),
+        local_costs: Optional[LocalOpCosts] = None,
     ) -> None:
         """`numerics` (a `sim.numerics.replicas.Replicas`) makes ops act on real tensors; `traffic`
-        sizes sparse pushes and pulls."""
+        sizes sparse pushes and pulls; `buffers`: the names of the policy's buffers (Policy.buffers);
+        `local_costs` times local ops (None: they take no time) and knows the model's buckets."""
         self.env, self.policy, self.rank_nodes = env, policy, rank_nodes
         self.net, self.router, self.comms, self.shards, self.clocks = net, router, comms, shards, clocks
         self.coupled_p2p, self.on_op, self.on_blocked = coupled_p2p, on_op, on_blocked
         self.numerics, self.traffic = numerics, traffic
         self.world = len(rank_nodes)
         self._everyone = tuple(range(self.world))
-        self.validator = OpValidator(policy, self.world, len(shards))
+        buckets = len(local_costs.bucket_bytes) if local_costs is not None else None
+        self.validator = OpValidator(policy, self.world, len(shards), buffers, buckets)
+        self.launches = Launches(env, comms, self.validator, numerics, local_costs)
         # (rank, id) of a tuple program that rank ran before -> (the tuple, its (op, communicator) pairs if
         # it is collectives only, else its one item of dense pushes or pulls): checked, needs no staging
         self._known_programs: dict[tuple[int, int], tuple[tuple[Any, ...], Any, Any]] = {}
@@ -193,6 +204,8 @@ class Executor:
                 check(rank, step, op)
                 if isinstance(op, Collective):
                     item_tickets.append(enqueue(rank, step, op))
+                    if op.handle is not None:  # a launch: the item does not wait for it
+                        collectives_only = False
                 else:
                     item_tickets.append(None)
                     collectives_only = False
@@ -251,13 +264,22 @@ class Executor:
             if isinstance(op, Collective):
                 if numerics is not None:
                     numerics.arrive(rank, op, bucket)
-                events.append(self.comms.arrive(rank, step, ticket, bucket))
+                if op.handle is None:
+                    events.append(self.comms.arrive(rank, step, ticket, bucket))
+                else:
+                    self.launches.launch(rank, step, op, ticket, bucket)
             elif isinstance(op, WaitForClock):
                 events.append(
                     self._blocking(
                         rank, step, self._timed(rank, step, "wait_clock", [op], self.clocks.wait(op.min_clock))
                     )
                 )
+            elif isinstance(op, LocalOp):
+                ran = self.launches.local(rank, step, op, bucket)
+                if ran is not None:
+                    events.append(ran)
+            elif isinstance(op, Wait):
+                events.append(self.launches.wait(rank, step, op))
         # numerics: the pushes (pulls) of one item split the bucket's elements between them
         updates = numerics.push_updates(rank, bucket, pushes) if numerics and pushes else [None] * len(pushes)
         ranges = numerics.pull_ranges(rank, bucket, pulls) if numerics and pulls else [None] * len(pulls)

@@ -36,7 +36,7 @@ class PhaseRunner:
     plan: ComputePlan
     policy: Policy
     run: Any  # sim.engine.run.PolicyRun: rows, staleness, phases and checkpoints are appended to it
-    executor_for: Callable[[list[Shard], ClockBoard], Executor]
+    executor_for: Callable[[list[Shard], ClockBoard, Policy], Executor]  # the phase's shards, clocks, policy
     compute: ComputeModel
     blocked: BlockedTime
     on_iteration: Callable[[], None]
@@ -86,7 +86,7 @@ class PhaseRunner:
             env,
             phase.policy,
             self.plan,
-            self.executor_for(shards, clocks),
+            self.executor_for(shards, clocks, phase.policy),
             self.compute,
             clocks,
             budget,

@@ -31,6 +31,7 @@ from sim.engine.communicators import Communicators
 from sim.engine.executor import Executor
 from sim.engine.faults import FaultContext, LinkEffects, background, straggler
 from sim.engine.input_pipeline import preparing
+from sim.engine.local_op_costs import LocalOpCosts
 from sim.engine.nccl_plans import nccl_capacity, planner_for
 from sim.engine.phase_runner import PhaseRunner
 from sim.engine.servers import Shard
@@ -153,12 +154,13 @@ def run_policy(
             env.now,
             wire.nbytes,
             wire.imbalance,
+            op.wire or "",
         )
         run.ops.append(row)
 
     def on_op(rank: int, step: int, kind: str, shard: int, count: int, nbytes: float, start: float, end: float) -> None:
         progress["last"] = env.now
-        run.ops.append((step, rank, kind, -1, 1, shard, count, nbytes, start, start, end, nbytes, float("nan")))
+        run.ops.append((step, rank, kind, -1, 1, shard, count, nbytes, start, start, end, nbytes, float("nan"), ""))
 
     def on_iteration() -> None:
         progress["last"] = env.now
@@ -189,7 +191,11 @@ def run_policy(
     )
     compute = ComputeModel(config, world)
 
-    def executor_for(shards: list[Shard], clocks: ClockBoard) -> Executor:
+    local_costs = LocalOpCosts(
+        [b.nbytes for b in plan.buckets], model_info(plan).parameter_ratio, cluster.gpu.memory_bandwidth_gbs * 1e9
+    )
+
+    def executor_for(shards: list[Shard], clocks: ClockBoard, phase_policy: Policy) -> Executor:
         return Executor(
             env,
             entry.display,
@@ -204,6 +210,8 @@ def run_policy(
             blocked.add,
             replicas,
             traffic,
+            [buffer.name for buffer in phase_policy.buffers()],
+            local_costs,
         )
 
     phases = PhaseRunner(

@@ -13,7 +13,7 @@ charged (1/p of the tensor, overlapped with the ring's transfers).
 from __future__ import annotations
 
 from policies.ops import Collective, Payload
-from policies.wire import wire_type
+from policies.wire import wire_nbytes, wire_type
 
 MASTER_TYPE = "fp32"  # parameters are kept in fp32 master weights under every precision
 
@@ -34,3 +34,11 @@ def cast_seconds(op: Collective, gradient_type: str, memory_bytes_per_s: float) 
     elements = float(op.elements or 0.0)
     one_pass = (elements * wire_type(kept).bits / 8 + op.nbytes) / memory_bytes_per_s  # read one form, write the other
     return one_pass, one_pass
+
+
+def cast_bytes(elements: float, kept: str, wire: str, block: int) -> float:
+    """Bytes one cast pass of `elements` values moves: it reads them in `kept` and writes them in `wire`
+    (values and per-block scales), or back; 0 when the two types are one."""
+    if wire == kept:
+        return 0.0
+    return elements * wire_type(kept).bits / 8 + wire_nbytes(elements, wire, block)

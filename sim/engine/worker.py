@@ -16,7 +16,9 @@ In a synchronous phase every worker runs the phase's steps; in a phase of a poli
 `shared_budget` (ASP, SSP) workers share its updates, so fast workers do more of them, the way
 Sync-Switch counts ASP steps.
 
-Breakdown: compute is the time spent in forward and backward slices. Of the rest, *wait* is time
+Breakdown: compute is the time spent in forward and backward slices, the optimizer step and the
+policy's local ops (sim/engine/local_op_costs.py; a local op of a bucket program may run beside
+backward: their union counts). Of the rest, *wait* is time
 blocked on other workers (a collective whose members have not all arrived, a pull whose round is
 not applied yet, a clock bound), and *comm* is the remainder: moving bytes with nothing else to do.
 """
@@ -105,6 +107,17 @@ def _shared_compute(duration: float, busy: float, slowdown: float) -> float:
     if duration * slowdown <= busy:
         return duration * slowdown
     return duration + busy * (1.0 - 1.0 / slowdown)
+
+
+def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """`intervals` sorted and merged where they overlap."""
+    merged: list[tuple[float, float]] = []
+    for a, b in sorted(intervals):
+        if merged and a <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], b))
+        else:
+            merged.append((a, b))
+    return merged
 
 
 def _delay_to(now: float, when: float) -> float:
@@ -218,6 +231,8 @@ def worker(ctx: WorkerContext, rank: int) -> Generator[simpy.Event, Any, None]:
             yield Timeout(env, segment(rank, plan.optimizer_s, factor))
             computing.append((a, env._now))
         end = env.now
+        if executor.launches.computing:  # local ops ran in some step (only policies that issue them)
+            computing = _union(computing + executor.launches.computing.pop((rank, step), []))
         compute_s = sum(b - a for a, b in computing)
         wait = ctx.blocked.pop_wait(rank, step, start, end, computing)
         ctx.rows.append((step, rank, start, begin_end, forward_end, compute_end, end, compute_s, wait, ctx.phase))

@@ -4,7 +4,8 @@ flows, subflows, SimPy events, max-min recomputes and the incidence entries they
 
 Each builtin policy has a closed form of what it issues per bucket (ring: one collective of all ranks;
 hierarchical: local reduce-scatter and all-gather, cross all-reduce; ps/asp/ssp: a push and a pull
-per worker; local_sgd: ring's in warm-up, then one all-reduce of the model every `period` steps; ...).
+per worker; local_sgd and diloco: ring's in warm-up, then one all-reduce of the model every `period` steps;
+streaming_diloco: the same with one all-reduce of a fragment per fragment and `period`; ...).
 Event and recompute constants are fitted on measured runs (benchmarks/check_scale.py prints estimate
 against measurement); a plug-in policy counts as one all-reduce of all ranks per bucket.
 """
@@ -163,12 +164,14 @@ def policy_load(
         return policy_load(first, shape, plan, sparse, config, iterations * share) + policy_load(
             then, shape, plan, sparse, config, iterations * (1 - share)
         )
-    if name == "local_sgd":  # warm-up steps are ring's; then one all-reduce of the whole model every `period`
+    if name in PERIODIC:  # warm-up steps are ring's; then all-reduces of the model (or of fragments)
         s, dense = policy.settings, _bucket("ring", policy.settings, shape, config, False, 0.0)
         warm = min(float(s.warmup_steps), iterations)
-        averages = math.floor((iterations - warm) / s.period)
-        return _load(name, _scale(dense, (warm * len(plan.buckets) + averages) / max(iterations, 1.0)), shape,
+        averages = outer_steps(name, s, iterations - warm)
+        load = _load(name, _scale(dense, (warm * len(plan.buckets) + averages) / max(iterations, 1.0)), shape,
                      config, iterations, plan)  # fmt: skip
+        timeouts = shape.workers * averages * PERIODIC[name] + (shape.workers if warm and name != "local_sgd" else 0)
+        return replace(load, events=load.events + timeouts, work=load.work + timeouts)
     n_sparse, rows = sparse
     traffic = _scale(_bucket(name, policy.settings, shape, config, False, 0.0), len(plan.buckets) - n_sparse)
     if n_sparse:  # sparse buckets differ only in their rows, which count linearly
@@ -179,6 +182,21 @@ def policy_load(
         applies = shard_count(policy, shape) * len(plan.buckets) * iterations
         load = replace(load, events=load.events + applies, work=load.work + applies)
     return load
+
+
+# Policies that average the model every `period` steps after a ring warm-up, with the local ops (each a
+# timeout per worker, sim/engine/launches.py) of one averaging; diloco's warm-up ends with one more.
+PERIODIC = {"local_sgd": 0, "diloco": 3, "streaming_diloco": 3}
+
+
+def outer_steps(name: str, s: Any, local_steps: float) -> float:
+    """Averagings in `local_steps` steps after warm-up: every `period`-th step, or for streaming_diloco
+    one per fragment p at each local step L with L + 1 = o_p + k * period, o_p = floor(p * period / P)
+    (o_0 = period), k >= 0 (policies/streaming_diloco.py)."""
+    if name != "streaming_diloco":
+        return float(math.floor(local_steps / s.period))
+    offsets = [(p * s.period) // s.fragments or s.period for p in range(s.fragments)]
+    return float(sum(math.floor((local_steps - o) / s.period) + 1 for o in offsets if local_steps >= o))
 
 
 def builtin(policy: Policy) -> bool:

@@ -32,10 +32,11 @@ PHASE_FIELDS = ("phase", "phase_policy", "synchronous", "start_step", "start_s",
 # `count` > 1: a rank's concurrent point-to-point ops that travelled as one coupled transfer
 # nbytes: the tensor size the op names (a sparse op: its dense size); wire_bytes: what it sent to other
 # ranks or shards, over all members of a collective, same-host peers included (links.csv has what
-# each network link carried); imbalance: a sparse collective's max / mean bytes received
+# each network link carried); imbalance: a sparse collective's max / mean bytes received; wire: the
+# element type a collective's values travel in (policies.wire), empty for the default type
 OP_FIELDS = (
     "step", "rank", "kind", "group", "group_size", "shard", "count", "nbytes", "issued_s", "launched_s", "finished_s",
-    "wire_bytes", "imbalance",
+    "wire_bytes", "imbalance", "wire",
 )  # fmt: skip
 SUMMARY_COLUMNS = (
     "policy",
@@ -116,8 +117,16 @@ def phase_summary(run: PolicyRun) -> dict[str, float]:
     }
 
 
+def _op_rows(run: PolicyRun) -> list[tuple]:
+    """A run's op rows; rows without a `wire` (a backend that does not record it) get an empty one."""
+    rows = run.ops
+    if rows and len(rows[0]) < len(OP_FIELDS):
+        return [row + ("",) for row in rows]
+    return rows
+
+
 def ops_frame(runs: list[PolicyRun]) -> pd.DataFrame:
-    df = _per_policy(runs, lambda run: run.ops, OP_FIELDS)
+    df = _per_policy(runs, _op_rows, OP_FIELDS)
     df["duration_s"] = df["finished_s"] - df["launched_s"]
     return df
 

@@ -1,0 +1,79 @@
+"""What a local op (`policies.ops.LocalOp`: Combine, OptimizerStep, Encode) costs the GPU it runs on.
+
+A local op is an elementwise pass over its region of fp32 buffers (4 bytes a value), so it is bound by
+memory bandwidth: its time is the bytes it reads and writes divided by the GPU's memory bandwidth
+(`GpuSpec.memory_bandwidth_gbs`), each buffer read or written once:
+
+- `Combine` reads each of its terms and writes `out`: (terms + 1) passes.
+- `OptimizerStep` reads the parameters and the gradient and writes the parameters, and reads and writes
+  each state tensor of its optimizer: sgd with momentum one (the momentum buffer; none without momentum),
+  adamw two (the moments): 3 + 2 * states passes.
+- `Encode` reads `source` and writes its target, and with a residual reads and writes that too: 2 or 4
+  passes; a codec with a `wire` other than fp32 adds the quantize pass a cast costs on the wire
+  (`sim.engine.wire_costs.cast_bytes`: read fp32, write the wire form). Top-k's selection is not priced.
+
+Region: a bucket hook's op covers that bucket's parameters (its gradient bytes times the model's parameter
+ratio, over 4), a whole-model hook's op the model's (`parameter_bytes / 4`), narrowed to the buckets of its
+`fragment` (`policies.tensors.fragment_bytes`). The engine charges the time as compute of the rank that
+issues the op (sim/engine/executor.py), at its place in the program.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Optional
+
+from policies.ops import Combine, Encode, LocalOp, OptimizerStep
+from policies.tensors import Fragment, fragment_bytes
+from sim.engine.wire_costs import MASTER_TYPE, cast_bytes
+
+VALUE_BYTES = 4.0  # buffers are fp32 (policies.tensors.Buffer)
+OPTIMIZER_STATES = {"sgd": 1, "adamw": 2}  # state tensors read and written per step (sgd: with momentum)
+
+
+def passes(op: LocalOp) -> int:
+    """fp32 passes over the region `op` reads and writes (the module's rules; the codec's cast aside)."""
+    if isinstance(op, Combine):
+        return len(op.terms) + 1
+    if isinstance(op, OptimizerStep):
+        opt = op.optimizer
+        states = 0 if opt.name == "sgd" and opt.momentum == 0 else OPTIMIZER_STATES[opt.name]
+        return 3 + 2 * states
+    if isinstance(op, Encode):
+        return 4 if op.residual else 2
+    return len(op.reads) + len(op.writes)  # a LocalOp of another kind: what it names
+
+
+def op_bytes(op: LocalOp, elements: float) -> float:
+    """Bytes `op` moves through memory over a region of `elements` values."""
+    moved = passes(op) * VALUE_BYTES * elements
+    if isinstance(op, Encode) and op.codec.wire is not None:
+        moved += cast_bytes(elements, MASTER_TYPE, op.codec.wire, op.codec.block)
+    return moved
+
+
+class LocalOpCosts:
+    """Seconds of each local op on one model and GPU: `bucket_bytes` are the gradient buckets in bytes,
+    `parameter_ratio` parameter bytes per gradient byte (`ModelInfo.parameter_ratio`)."""
+
+    def __init__(self, bucket_bytes: Sequence[float], parameter_ratio: float, memory_bytes_per_s: float) -> None:
+        self.bucket_bytes = tuple(float(b) for b in bucket_bytes)
+        self.ratio, self.bandwidth = parameter_ratio, memory_bytes_per_s
+        self._seconds: dict[tuple[LocalOp, Optional[int]], float] = {}
+
+    def elements(self, fragment: Optional[Fragment], bucket: Optional[int]) -> float:
+        """fp32 values of the region: the bucket's (if in the fragment), else the fragment's or the model's."""
+        if bucket is not None:
+            inside = fragment is None or bucket % fragment.count == fragment.index
+            return self.bucket_bytes[bucket] * self.ratio / VALUE_BYTES if inside else 0.0
+        return fragment_bytes(self.bucket_bytes, fragment) * self.ratio / VALUE_BYTES
+
+    def seconds(self, op: LocalOp, bucket: Optional[int]) -> float:
+        """Time of `op` in a hook of `bucket` (None: a whole-model hook)."""
+        key = (op, bucket)
+        found = self._seconds.get(key)
+        if found is None:
+            elements = self.elements(getattr(op, "fragment", None), bucket)
+            found = op_bytes(op, elements) / self.bandwidth if self.bandwidth > 0 else 0.0
+            self._seconds[key] = found
+        return found
