@@ -24,14 +24,17 @@ QUICKSTART = ROOT / "configs" / "quickstart.yaml"
 # groups of one and the first step's reads, so they are held closer
 EVENTS_FACTOR = 3.0
 FLOWS_FACTOR = 1.5
-DENSE = ["ring", "hierarchical", "ps", "asp", "ssp", "no_sync", "ds_sync", "sync_switch", "local_sgd"]
+DENSE = ["ring", "hierarchical", "ps", "asp", "ssp", "no_sync", "ds_sync", "sync_switch", "local_sgd", "diloco",
+         "streaming_diloco"]  # fmt: skip
+# settings that make a 4-iteration run average (diloco: after steps 1 and 3; streaming: a fragment after 1 and 3)
+SETTINGS = {"diloco": {"period": 2}, "streaming_diloco": {"period": 4, "fragments": 2, "overlap_steps": 1}}
 SPARSE = ["zen", "sparse_allgather", "sparse_ps", "sparcml", "omnireduce"]
 
 
 def small(policies: list[str], sparse: bool) -> dict[str, Any]:
     """8 GPUs (2 racks x 2 hosts x 2), 4 buckets, 4 iterations with jitter: each policy in about 0.1 s."""
     cluster = two_tier(2, 2, 25.0, gpus_per_host=2)
-    data = synthetic(cluster, [{"name": p} for p in policies], 40.0, compute_ms=20, iterations=4, jitter=0.05)
+    data = synthetic(cluster, [{"name": p, **SETTINGS.get(p, {})} for p in policies], 40.0, compute_ms=20, iterations=4, jitter=0.05)
     data["workload"].update(bucket_mb=10.0, synthetic_layers=4)
     if sparse:
         data["workload"]["sparsity"] = {"topk": 0.01}
