@@ -34,7 +34,9 @@ SPARSE = ["zen", "sparse_allgather", "sparse_ps", "sparcml", "omnireduce"]
 def small(policies: list[str], sparse: bool) -> dict[str, Any]:
     """8 GPUs (2 racks x 2 hosts x 2), 4 buckets, 4 iterations with jitter: each policy in about 0.1 s."""
     cluster = two_tier(2, 2, 25.0, gpus_per_host=2)
-    data = synthetic(cluster, [{"name": p, **SETTINGS.get(p, {})} for p in policies], 40.0, compute_ms=20, iterations=4, jitter=0.05)
+    data = synthetic(
+        cluster, [{"name": p, **SETTINGS.get(p, {})} for p in policies], 40.0, compute_ms=20, iterations=4, jitter=0.05
+    )
     data["workload"].update(bucket_mb=10.0, synthetic_layers=4)
     if sparse:
         data["workload"]["sparsity"] = {"topk": 0.01}
@@ -294,3 +296,49 @@ def test_a_numerics_step_follows_the_parameters_it_passes_over() -> None:
     small = estimate(parse_config(data)).wall_s
     data["numerics"]["zoo"]["features"] = 10_000_000
     assert estimate(parse_config(data)).wall_s > 5 * small
+
+
+@pytest.mark.parametrize(
+    ("period", "fragments", "local_steps", "expected"),
+    [
+        (4, 2, 8, 4),  # fragment 1 after local steps 1, 5; fragment 0 after 3, 7
+        (4, 2, 1, 0),  # fragment 1's first send is after local step 1 (o_1 = 2)
+        (4, 2, 2, 1),
+        (6, 3, 12, 6),  # offsets 6, 2, 4: two sends each in 12 steps
+        (5, 1, 14, 2),  # one fragment: after steps 4 and 9, as diloco
+    ],
+)
+def test_streaming_diloco_counts_one_send_per_fragment_and_period(
+    period: int, fragments: int, local_steps: int, expected: int
+) -> None:
+    from policies.registry import create
+    from sim.estimate.counts import outer_steps
+
+    s = create("streaming_diloco", {"period": period, "fragments": fragments, "overlap_steps": 0}).settings
+    assert outer_steps("streaming_diloco", s, local_steps) == expected
+    policy = create("streaming_diloco", {"period": period, "fragments": fragments, "overlap_steps": 0})
+    sends = [(p, step) for step in range(local_steps) for p in range(fragments) if policy.syncs_after(step, p)]
+    assert len(sends) == expected  # the policy's own schedule agrees
+
+
+@pytest.mark.parametrize(
+    ("settings", "line"),
+    [
+        ({"name": "diloco", "period": 0}, "policies[0].period: allowed: an integer from 1 to 100000 (got 0)"),
+        ({"name": "streaming_diloco", "fragments": 3}, "policies[0].fragments: must divide the model's 4 gradient"),
+        (
+            {"name": "streaming_diloco", "period": 8, "fragments": 2, "overlap_steps": 4},
+            "policies[0].overlap_steps: must be below H/P = 8/2 (got 4)",
+        ),
+        ({"name": "streaming_diloco", "wire": "fp12"}, "policies[0].wire: should be 'fp32', 'bf16'"),
+    ],
+)
+def test_check_takes_the_diloco_family_and_refuses_bad_settings_by_name(
+    settings: dict[str, Any], line: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = small(["ring"], sparse=False)
+    data["policies"] = [{"name": settings["name"]}]
+    assert main(["check", str(write(tmp_path, data))]) == 0
+    data["policies"] = [settings]
+    assert main(["check", str(write(tmp_path, data))]) == 2
+    assert line in capsys.readouterr().err
