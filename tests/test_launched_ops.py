@@ -50,12 +50,10 @@ def test_streaming_diloco_hides_the_fragment_all_reduce_behind_tau_steps(overlap
     u = 4 * (50 * MB / 4) / memory_bandwidth(config)  # one fp32 pass over a fragment
     ring = ring_allreduce(4, 50 * MB, ALPHA, GBPS)
     assert ring < C  # the premise: one step of compute covers it
-    sends, waits = {1, 3, 5, 7}, {s + overlap for s in (1, 3, 5)}  # step 7's send is never waited for
-    expected = {
-        s: C + 3 * u * (s in sends) + 8 * u * (s in waits or (overlap == 0 and s in sends)) + ring * (overlap == 0)
-        * (s in sends)
-        for s in range(8)
-    }  # fmt: skip
+    sends = {1, 3, 5, 7}
+    waits = {s + overlap for s in sends if s + overlap < 8}  # tau = 1: step 7's send is never waited for
+    exposed = ring if overlap == 0 else 0.0
+    expected = {s: C + 3 * u * (s in sends) + 8 * u * (s in waits) + exposed * (s in sends) for s in range(8)}
     assert per_step(result) == pytest.approx(expected, rel=1e-9, abs=1e-12)
     assert (result.iterations["wait_s"] == 0).all()
     ops = result.ops

@@ -15,7 +15,9 @@ memory bandwidth: its time is the bytes it reads and writes divided by the GPU's
 Region: a bucket hook's op covers that bucket's parameters (its gradient bytes times the model's parameter
 ratio, over 4), a whole-model hook's op the model's (`parameter_bytes / 4`), narrowed to the buckets of its
 `fragment` (`policies.tensors.fragment_bytes`). The engine charges the time as compute of the rank that
-issues the op (sim/engine/executor.py), at its place in the program.
+issues the op, at its place in the program (sim/engine/launches.py); one in a bucket's program runs beside
+the rest of backward, as a wire cast does (sim/engine/wire_costs.py), and a slow worker's factor does not
+stretch it.
 """
 
 from __future__ import annotations
