@@ -244,3 +244,31 @@ def test_numerics_hears_of_local_ops_and_launched_collectives_in_order(monkeypat
                         ("local", "OptimizerStep"), ("local", "Combine")], rank  # fmt: skip
     times = [t for t, *_ in calls]
     assert times == sorted(times) and times[0] == pytest.approx(2 * C)
+
+
+class _CopiesEachBucket(Policy):
+    """Copies each gradient bucket's parameters into a buffer as the bucket is ready (a local op beside
+    the rest of backward)."""
+
+    name = "copies_each_bucket"
+
+    def buffers(self) -> tuple[Buffer, ...]:
+        return (Buffer("copy"),)
+
+    def on_gradients(self, rank: int, step: int, bucket: Bucket) -> Program:
+        yield Combine("copy", ((1.0, "parameters"),))
+
+
+def test_a_local_op_beside_backward_counts_once_as_compute(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two buckets of 50 MB: the first one's copy (2 passes, 0.1 ms) runs while backward computes the
+    second bucket (milliseconds), so only the last bucket's copy lengthens the step, and compute counts the
+    overlapped time once: c + d, not c + 2d."""
+    monkeypatch.setattr(registry, "_REGISTERED", dict(registry._REGISTERED))
+    registry.register("copies_each_bucket", _CopiesEachBucket)
+    config = synthetic(star(2), [{"name": "copies_each_bucket"}], 100, compute_ms=C * 1e3, iterations=2,
+                       bucket_mb=50, layers=2)  # fmt: skip
+    result = simulate(config)
+    assert not result.errors
+    d = 2 * 4 * (50 * MB / 4) / memory_bandwidth(config)
+    assert result.iterations["iteration_s"].tolist() == pytest.approx([C + d] * 4, rel=1e-9)
+    assert result.iterations["compute_s"].tolist() == pytest.approx([C + d] * 4, rel=1e-9)
