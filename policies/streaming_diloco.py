@@ -53,7 +53,7 @@ class StreamingDiLoCo(DiLoCo):
         if step == s.warmup_steps - 1:
             yield from super().end_step(rank, step)  # anchor = parameters; warm-up never ends with an outer step
         for p, fragment in enumerate(self.parts):
-            if self.syncs_after(step - s.overlap_steps, p):
+            if s.overlap_steps and self.syncs_after(step - s.overlap_steps, p):
                 yield Wait(f"fragment{p}")
                 yield from self.apply_outer(s.mixing, fragment=fragment)
         for p, fragment in enumerate(self.parts):
