@@ -11,7 +11,7 @@ import pytest
 from policies import ClusterView, HostInfo, ModelInfo
 from policies.base import Bucket, SettingError
 from policies.diloco import DiLoCo
-from policies.ops import AllReduce, Combine, Encode, Group, OptimizerStep, Payload, Wait
+from policies.ops import AllGather, AllReduce, Combine, Encode, Group, OptimizerStep, Payload, ReduceScatter, Wait
 from policies.registry import available, create
 from policies.streaming_diloco import StreamingDiLoCo
 from policies.tensors import Codec, Fragment, Optimizer
@@ -140,3 +140,33 @@ def test_one_fragment_and_no_overlap_plans_diloco_on_the_whole_model() -> None:
             for op in streaming.end_step(0, step)
         ]
         assert ours == list(plain.end_step(0, step))
+
+
+def two_hosts_of_two() -> ClusterView:
+    return ClusterView(
+        rank_hosts=("a", "a", "b", "b"),
+        hosts={h: HostInfo(h, None, ranks, 3.125e9, 1.5e11) for h, ranks in (("a", (0, 1)), ("b", (2, 3)))},
+        racks={},
+    )
+
+
+def test_replicas_of_a_host_train_data_parallel_and_average_in_two_dimensions() -> None:
+    policy = DiLoCo(period=2, replica="host")
+    policy.bind(two_hosts_of_two(), ModelInfo(parameter_bytes=PARAMETER_BYTES, bucket_bytes=BUCKETS))
+    assert list(policy.on_gradients(3, 0, Bucket(0, 1e8, 8))) == [AllReduce(Group((2, 3)), 1e8)]  # inside the host
+    ops = list(policy.end_step(3, 1))
+    inside, across = Group((2, 3)), Group((1, 3))  # rank 3 is the second rank of host b: it meets host a's second
+    where = {"payload": Payload.PARAMETERS, "tensor": "outer_gradient"}
+    assert ops[1:4] == [
+        ReduceScatter(inside, PARAMETER_BYTES, **where),
+        AllReduce(across, PARAMETER_BYTES / 2, **where),  # each share crosses between the replicas once
+        AllGather(inside, PARAMETER_BYTES, **where),
+    ]
+
+
+def test_a_replica_level_the_cluster_lacks_is_refused_by_name() -> None:
+    with pytest.raises(SettingError, match="replica: this cluster is one datacenter") as info:
+        DiLoCo(replica="datacenter").bind(two_hosts_of_two(), ModelInfo(PARAMETER_BYTES, BUCKETS))
+    assert info.value.field == "replica"
+    with pytest.raises(SettingError, match="allowed: rank"):
+        StreamingDiLoCo(replica="host").bind(two_hosts_of_two(), ModelInfo(PARAMETER_BYTES, BUCKETS))
