@@ -147,10 +147,11 @@ class ReplicaSettings(LocalSGDSettings):
 
 
 class ReplicaPerRack(LocalSGD):
-    """DiLoCo's timing with M replicas of several GPUs (Charles et al., arXiv 2503.09799, Appendix A.2): every
-    step all-reduces the gradient inside the rank's rack (a star datacenter is one rack; `level: world` makes one
-    replica of all ranks), and every `period` steps the whole model is all-reduced over all ranks. The built-in
-    `diloco` makes each rank its own replica, so tests/test_diloco_closed_form.py needs this for M < R."""
+    """DiLoCo's timing with M replicas of several GPUs as Charles et al. (arXiv 2503.09799, Appendix A.2) model
+    it: every step all-reduces the gradient inside the rank's rack (a star datacenter is one rack; `level: world`
+    makes one replica of all ranks), and every `period` steps one flat ring over all ranks all-reduces the model.
+    The built-in `replica: datacenter` averages by a 2-D all-reduce instead (tests/test_diloco_closed_form.py
+    holds both to their closed forms)."""
 
     name = "replica_per_rack"
     Settings = ReplicaSettings

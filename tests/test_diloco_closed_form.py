@@ -3,7 +3,8 @@
 time of the all-reduces inside and across datacenters, the wall-clock time and the compute utilization of a
 run equal the appendix's closed forms, for data-parallel training, DiLoCo with one replica per GPU (`local_sgd`
 and `diloco` time alike: one parameter-space all-reduce of the model every H steps), one replica per
-datacenter and one replica of all GPUs (`tests/custom_policies.py:ReplicaPerRack`)."""
+datacenter and one replica of all GPUs with the appendix's flat outer ring (`tests/custom_policies.py:
+ReplicaPerRack`); and the built-in `replica: datacenter`, whose 2-D average is its own closed form."""
 
 from __future__ import annotations
 
@@ -153,6 +154,36 @@ def test_diloco_times_as_local_sgd_does() -> None:
     assert (got.compute_s, got.intra_s) == (pytest.approx(expected.compute_s, rel=REL), 0.0)
     assert got.inter_s == pytest.approx(expected.inter_s, rel=REL)
     assert utilization == pytest.approx(expected.utilization, rel=REL)
+
+
+@pytest.mark.parametrize("policy", ["local_sgd", "diloco"])
+def test_built_in_datacenter_replicas_meet_the_appendix_inside_and_halve_its_wan_bytes(policy: str) -> None:
+    """`replica: datacenter` (M = 2 replicas of g = 4 GPUs): each step's gradient all-reduce inside a
+    datacenter is A.2's inner term exactly. Its average is a 2-D all-reduce, not A.2's flat ring over all R:
+    reduce-scatter and all-gather inside (each (g-1)/g n at W0, a ring of g), and between them g all-reduces of
+    n/g over the M replicas, which share the WAN link (W1/g each): 2(M-1)/M n/W1 + 2(M-1) alpha_wan. The flat
+    ring sends 2(R-1)/R n through the WAN, the 2-D one 2(M-1)/M n (here 1.75 n against n)."""
+    s = replace(
+        SETTINGS["diloco_replica_per_datacenter"], policy={"name": policy, "period": 5, "replica": "datacenter"}
+    )
+    result = simulate(s.config())
+    row = result.summary.iloc[0]
+    if "no buffer" in str(row["status"]):
+        pytest.skip("the simulator does not hold policy buffers yet (Policy.buffers; the engine's part of issue 46)")
+    assert row["status"] == "ok", row["status"]
+    intra, inter = s.networks()
+    n, g, m = s.parameters * BYTES_PER_VALUE, s.per_dc, s.dcs
+    lan = intra.latency / (2 * (g - 1))  # one hop inside
+    ops = result.ops[result.ops["rank"] == -1]
+    seconds = (ops["finished_s"] - ops["launched_s"]).groupby([ops["step"], ops["kind"], ops["group_size"]]).max()
+    inner = seconds.xs(("AllReduce", g), level=("kind", "group_size"))
+    assert inner.to_numpy() == pytest.approx([all_reduce_s(n, g, intra)] * s.steps, rel=REL)
+    half = (g - 1) * (lan + n / g / intra.bandwidth)  # a reduce-scatter or an all-gather: the ring's half
+    assert seconds.xs(("ReduceScatter", g), level=("kind", "group_size")).to_numpy() == pytest.approx([half] * 2)
+    assert seconds.xs(("AllGather", g), level=("kind", "group_size")).to_numpy() == pytest.approx([half] * 2)
+    wan_hop = inter.latency / (2 * (s.chips - 1))
+    across = 2 * (m - 1) / m * n / inter.bandwidth + 2 * (m - 1) * wan_hop
+    assert seconds.xs(("AllReduce", m), level=("kind", "group_size")).to_numpy() == pytest.approx([across] * 2, rel=REL)
 
 
 def test_the_settings_span_the_terms() -> None:
