@@ -55,9 +55,9 @@ class DiLoCo(LocalSGD):
         if step == self.settings.warmup_steps - 1:
             yield Combine(ANCHOR, ((1.0, PARAMETERS),))
         if self.averages_after(step):
-            yield from self.outer_step(self.bound_model.parameter_bytes)
+            yield from self.outer_step(rank, self.bound_model.parameter_bytes)
 
-    def outer_step(self, nbytes: float, **where: object) -> Program:
+    def outer_step(self, rank: int, nbytes: float, **where: object) -> Program:
         """The outer step on `nbytes` of the model (a `fragment=`, and a `handle=` to launch the
         all-reduce, pass through to the ops; a launched one is finished by `apply_outer`)."""
         fragment = where.get("fragment")
@@ -65,7 +65,7 @@ class DiLoCo(LocalSGD):
         s = self.settings
         if s.error_feedback:
             yield Encode(OUTER_GRADIENT, Codec(s.wire, s.block), residual=RESIDUAL, fragment=fragment)
-        yield self.parameter_average(nbytes, tensor=OUTER_GRADIENT, **where)  # type: ignore[arg-type]
+        yield from self.parameter_average(rank, nbytes, tensor=OUTER_GRADIENT, **where)  # type: ignore[arg-type]
         if where.get("handle") is None:
             yield from self.apply_outer(fragment=fragment)
 

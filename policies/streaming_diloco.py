@@ -32,6 +32,8 @@ class StreamingDiLoCo(DiLoCo):
     def bind(self, view: ClusterView, model: ModelInfo) -> None:
         super().bind(view, model)
         s, buckets = self.settings, len(model.bucket_bytes)
+        if self.replica_size > 1:
+            raise SettingError("replica", "streaming_diloco averages fragments over every rank; allowed: rank")
         if buckets % s.fragments:
             allowed = [p for p in range(1, buckets + 1) if buckets % p == 0]
             raise SettingError("fragments", f"must divide the model's {buckets} gradient buckets; allowed: {allowed}")
@@ -58,7 +60,7 @@ class StreamingDiLoCo(DiLoCo):
                 yield from self.apply_outer(s.mixing, fragment=fragment)
         for p, fragment in enumerate(self.parts):
             if self.syncs_after(step, p):
-                yield from self.outer_step(self.part_bytes[p], fragment=fragment, handle=f"fragment{p}")
-                if s.overlap_steps == 0:  # wait at once, and mix as after an overlapped all-reduce
-                    yield Wait(f"fragment{p}")
-                    yield from self.apply_outer(s.mixing, fragment=fragment)
+                if s.overlap_steps == 0:
+                    yield from self.outer_step(rank, self.part_bytes[p], fragment=fragment)
+                else:
+                    yield from self.outer_step(rank, self.part_bytes[p], fragment=fragment, handle=f"fragment{p}")

@@ -8,7 +8,7 @@ read it. It names ranks, hosts and racks and gives the bandwidth figures that ma
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 from policies.wire import wire_type
@@ -63,12 +63,14 @@ class ModelInfo:
 
 @dataclass(frozen=True)
 class ClusterView:
-    """Ranks (one per GPU), the hosts they live on, the racks hosts sit in, and server-only hosts."""
+    """Ranks (one per GPU), the hosts they live on, the racks hosts sit in, server-only hosts, and on a
+    cluster of several datacenters (docs/wan.md) the hosts of each."""
 
     rank_hosts: tuple[str, ...]
     hosts: Mapping[str, HostInfo]
     racks: Mapping[str, RackInfo]
     server_hosts: tuple[str, ...] = ()
+    datacenters: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # datacenter -> its hosts
 
     @property
     def world_size(self) -> int:
@@ -87,19 +89,31 @@ class ClusterView:
     def rack_of(self, rank: int) -> Optional[str]:
         return self.hosts[self.rank_hosts[rank]].rack
 
+    def datacenter_of(self, rank: int) -> Optional[str]:
+        host = self.rank_hosts[rank]
+        return next((name for name, hosts in self.datacenters.items() if host in hosts), None)
+
     def local_groups(self, level: str) -> list[tuple[int, ...]]:
-        """Ranks grouped by shared `level` ('host' or 'rack'), in order of first rank.
+        """Ranks grouped by shared `level` ('rank': each alone, 'host', 'rack' or 'datacenter'), in order
+        of first rank.
 
         Raises ValueError when the cluster has no such level (e.g. 'rack' on a star).
         """
+        if level == "rank":
+            return [(rank,) for rank in range(self.world_size)]
         if level == "host":
             key = self.host_of
         elif level == "rack":
             if not self.racks:
                 raise ValueError("this cluster has no racks")
             key = self.rack_of  # type: ignore[assignment]
+        elif level == "datacenter":
+            if not self.datacenters:
+                raise ValueError("this cluster is one datacenter (topology multi_datacenter has several)")
+            where = {host: name for name, hosts in self.datacenters.items() for host in hosts}
+            key = lambda rank: where.get(self.rank_hosts[rank])  # type: ignore[assignment]  # noqa: E731
         else:
-            raise ValueError(f"unknown level {level!r}; allowed: host, rack")
+            raise ValueError(f"unknown level {level!r}; allowed: rank, host, rack, datacenter")
         groups: dict[object, list[int]] = {}
         for rank in range(self.world_size):
             groups.setdefault(key(rank), []).append(rank)

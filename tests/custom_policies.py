@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel
 
 from policies.base import Bucket, Policy
+from policies.local_sgd import LocalSGD, LocalSGDSettings
 from policies.ops import AllReduce, Group, Op, Program
 from policies.view import ClusterView, ModelInfo
 
@@ -137,3 +140,29 @@ class WireBytesApart(Policy):
     def on_gradients(self, rank: int, step: int, bucket: Bucket) -> Program:
         world = Group.of(range(self.bound_view.world_size))
         yield AllReduce(world, bucket.nbytes, elements=self.bound_model.gradient_values(bucket.nbytes), wire="bf16")
+
+
+class ReplicaSettings(LocalSGDSettings):
+    level: Literal["rack", "world"] = "rack"
+
+
+class ReplicaPerRack(LocalSGD):
+    """DiLoCo's timing with M replicas of several GPUs as Charles et al. (arXiv 2503.09799, Appendix A.2) model
+    it: every step all-reduces the gradient inside the rank's rack (a star datacenter is one rack; `level: world`
+    makes one replica of all ranks), and every `period` steps one flat ring over all ranks all-reduces the model.
+    The built-in `replica: datacenter` averages by a 2-D all-reduce instead (tests/test_diloco_closed_form.py
+    holds both to their closed forms)."""
+
+    name = "replica_per_rack"
+    Settings = ReplicaSettings
+
+    def bind(self, view: ClusterView, model: ModelInfo) -> None:
+        super().bind(view, model)
+        if self.settings.level == "world":
+            self.replicas = {r: self.world for r in range(view.world_size)}
+        else:
+            groups = [Group.of(g) for g in view.local_groups("rack")]
+            self.replicas = {r: g for g in groups for r in g.ranks}
+
+    def on_gradients(self, rank: int, step: int, bucket: Bucket) -> Program:
+        yield AllReduce(self.replicas[rank], bucket.nbytes)

@@ -26,8 +26,8 @@ def test_bundled_config_is_valid(path: Path) -> None:
     cfg = load_config(path)
     cluster, plan = prepare(cfg)
     # real_* and validate_* configs are sized for processes on one machine, dssync_v1_* is the paper's 4
-    # workers; the rest are simulated clusters
-    small = path.stem.startswith(("real_", "validate_", "dssync_v1_"))
+    # workers, opendiloco_* its 4 workers; the rest are simulated clusters
+    small = path.stem.startswith(("real_", "validate_", "dssync_v1_", "opendiloco_"))
     assert cluster.world_size >= (4 if small else 8) and plan.compute_s > 0
 
 

@@ -12,6 +12,7 @@ longer than the datacenter's own fabric).
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from sim.cluster.builder import GBPS, Builder, Cluster, WanCable
 from sim.cluster.sites import Racks, add_site, rack_infos
@@ -38,6 +39,7 @@ def build_datacenters(cfg: MultiDatacenterCluster, seed: int) -> Cluster:
     wan = tuple(_wan_cable(b, link, traces) for link in cfg.wan_links())
     cluster = b.finish(rack_infos(b, racks), seed)
     cluster.wan, cluster.datacenters = wan, members
+    cluster.view = replace(cluster.view, datacenters=members)  # policies group ranks by datacenter
     return cluster
 
 
