@@ -342,3 +342,25 @@ def test_check_takes_the_diloco_family_and_refuses_bad_settings_by_name(
     data["policies"] = [settings]
     assert main(["check", str(write(tmp_path, data))]) == 2
     assert line in capsys.readouterr().err
+
+
+def test_replicas_of_several_ranks_count_their_inner_all_reduces_and_2d_averages() -> None:
+    """local_sgd with a replica per host (2 GPUs) and diloco with one per rack (4 GPUs, one warm-up step):
+    per later bucket an all-reduce inside each replica, per average a reduce-scatter and an all-gather
+    inside each replica and an all-reduce across them in g groups; the estimate's collectives are the
+    run's, its flows and events within the stated factors."""
+    data = small(["ring"], sparse=False)
+    data["policies"] = [
+        {"name": "local_sgd", "period": 2, "replica": "host", "label": "host"},
+        {"name": "diloco", "period": 2, "replica": "rack", "warmup_steps": 1, "label": "rack"},
+    ]
+    config = parse_config(data)
+    result = simulate(config)
+    assert not result.errors
+    # host: 4 buckets x 4 steps x 4 replicas + 2 averages x (4 + 2 + 4); rack: 4 rings of warm-up + 4 buckets
+    # x 3 steps x 2 replicas + 1 average x (2 + 4 + 2)
+    assert [row.collectives for row in estimate(config).policies] == [84, 36]
+    for row, run in zip(estimate(config).policies, result.runs):
+        assert sum(1 for op in run.ops if op[1] == -1) == row.collectives
+        assert (row.flows + 1) / (run.flows + 1) == pytest.approx(1, rel=FLOWS_FACTOR - 1), (row.flows, run.flows)
+        assert 1 / EVENTS_FACTOR <= row.events / run.events <= EVENTS_FACTOR, (row.events, run.events)

@@ -42,7 +42,8 @@ def test_streaming_diloco_hides_the_fragment_all_reduce_behind_tau_steps(overlap
     fragment 0 after 3 and 7. A sending step first forms anchor - parameters (a Combine of two terms: 3
     passes over the fragment's fp32 values); the step that waits steps the anchor (sgd with momentum: 5
     passes) and mixes the parameters (3 passes). The ring of 50 MB (24 ms) is shorter than a step's 50 ms of
-    compute: with tau = 1 no step shows it; with tau = 0 the sending step waits for all of it."""
+    compute: with tau = 1 no step shows it; with tau = 0 the sending step blocks for all of it, then steps
+    the anchor and copies it to the parameters (no mixing without overlap: 2 passes)."""
     policy = {"name": "streaming_diloco", "period": 4, "fragments": 2, "overlap_steps": overlap}
     config = synthetic(star(4), [policy], 100, compute_ms=C * 1e3, iterations=8, bucket_mb=25, layers=4)
     result = simulate(config)
@@ -51,9 +52,11 @@ def test_streaming_diloco_hides_the_fragment_all_reduce_behind_tau_steps(overlap
     ring = ring_allreduce(4, 50 * MB, ALPHA, GBPS)
     assert ring < C  # the premise: one step of compute covers it
     sends = {1, 3, 5, 7}
-    waits = {s + overlap for s in sends if s + overlap < 8}  # tau = 1: step 7's send is never waited for
-    exposed = ring if overlap == 0 else 0.0
-    expected = {s: C + 3 * u * (s in sends) + 8 * u * (s in waits) + exposed * (s in sends) for s in range(8)}
+    if overlap:
+        waits = {s + overlap for s in sends if s + overlap < 8}  # step 7's send is never waited for
+        expected = {s: C + 3 * u * (s in sends) + 8 * u * (s in waits) for s in range(8)}
+    else:
+        expected = {s: C + (3 * u + ring + 7 * u) * (s in sends) for s in range(8)}
     assert per_step(result) == pytest.approx(expected, rel=1e-9, abs=1e-12)
     assert (result.iterations["wait_s"] == 0).all()
     ops = result.ops

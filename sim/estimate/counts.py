@@ -65,6 +65,7 @@ class Shape:
     links: int
     path_links: float
     oversubscribed: bool
+    datacenters: int = 1
 
 
 def shape_of(config: Config) -> Shape:
@@ -85,7 +86,7 @@ def _datacenters_shape(c: MultiDatacenterCluster) -> Shape:
     return Shape(
         sum(s.workers for s in sites), hosts, racks, hosts / racks, max(s.gpus_per_host for s in sites),
         sum(s.server_hosts for s in sites), sum(s.links for s in sites) + 2 * (borders + len(c.wan_links())),
-        max(s.path_links for s in sites) + 3, any(s.oversubscribed for s in sites),
+        max(s.path_links for s in sites) + 3, any(s.oversubscribed for s in sites), len(c.datacenters),
     )  # fmt: skip
 
 
@@ -165,11 +166,11 @@ def policy_load(
             then, shape, plan, sparse, config, iterations * (1 - share)
         )
     if name in PERIODIC:  # warm-up steps are ring's; then all-reduces of the model (or of fragments)
-        s, dense = policy.settings, _bucket("ring", policy.settings, shape, config, False, 0.0)
+        s = policy.settings
         warm = min(float(s.warmup_steps), iterations)
         averages = outer_steps(name, s, iterations - warm)
-        load = _load(name, _scale(dense, (warm * len(plan.buckets) + averages) / max(iterations, 1.0)), shape,
-                     config, iterations, plan)  # fmt: skip
+        run = _periodic(s, shape, config, warm * len(plan.buckets), (iterations - warm) * len(plan.buckets), averages)
+        load = _load(name, _scale(run, 1.0 / max(iterations, 1.0)), shape, config, iterations, plan)
         timeouts = shape.workers * averages * PERIODIC[name] + (shape.workers if warm and name != "local_sgd" else 0)
         return replace(load, events=load.events + timeouts, work=load.work + timeouts)
     n_sparse, rows = sparse
@@ -187,6 +188,31 @@ def policy_load(
 # Policies that average the model every `period` steps after a ring warm-up, with the local ops (each a
 # timeout per worker, sim/engine/launches.py) of one averaging; diloco's warm-up ends with one more.
 PERIODIC = {"local_sgd": 0, "diloco": 3, "streaming_diloco": 3}
+
+
+def replica_size(level: str, shape: Shape) -> float:
+    """Ranks in one replica of local_sgd's family (`replica`: rank, host, rack or datacenter)."""
+    per = {"rank": 1.0, "host": float(shape.gpus_per_host), "rack": shape.workers / max(shape.racks, 1),
+           "datacenter": shape.workers / max(shape.datacenters, 1)}  # fmt: skip
+    return per[level]
+
+
+def _periodic(
+    s: Any, shape: Shape, config: Config, warm_buckets: float, local_buckets: float, averages: float
+) -> Traffic:
+    """local_sgd's family over a run: a ring of all ranks per warm-up bucket; with replicas of g > 1 ranks an
+    all-reduce inside each replica per later bucket, and each average as the 2-D all-reduce (reduce-scatter
+    and all-gather inside the w/g replicas, all-reduce across in g groups); else one ring per average."""
+    ring = _bucket("ring", s, shape, config, False, 0.0)
+    g, w = replica_size(getattr(s, "replica", "rank"), shape), float(shape.workers)
+    if g <= 1:
+        return _scale(ring, warm_buckets + averages)
+    stepwise = config.simulation.collective_model == "stepwise" and _ideal(config)
+    inside = _scale(_ring(g, 2, stepwise, shape, float(shape.links)), w / g)
+    average = _add(
+        _scale(_ring(g, 1, stepwise, shape, 0.0), 2 * w / g), _scale(_ring(w / g, 2, stepwise, shape, 0.0), g)
+    )
+    return _add(_add(_scale(ring, warm_buckets), _scale(inside, local_buckets)), _scale(average, averages))
 
 
 def outer_steps(name: str, s: Any, local_steps: float) -> float:
