@@ -33,7 +33,7 @@ class DiLoCo(LocalSGD):
     """Every worker keeps an `anchor`, the global parameters of the last outer step. After every
     `period`-th inner step (past warm-up): pseudo-gradient = anchor - parameters, averaged over all ranks
     (in `wire` when set, with error feedback when asked); the outer SGD steps the anchor with it, and
-    the parameters restart from the anchor. Warm-up steps are data parallel and end with anchor = parameters."""
+    the parameters restart from the anchor. Warm-up steps are data parallel, each ending with anchor = parameters."""
 
     name = "diloco"
     Settings = DiLoCoSettings
@@ -52,7 +52,7 @@ class DiLoCo(LocalSGD):
         return Optimizer("sgd", lr=s.outer_lr, momentum=s.outer_momentum, nesterov=s.nesterov and s.outer_momentum > 0)
 
     def end_step(self, rank: int, step: int) -> Program:
-        if step == self.settings.warmup_steps - 1:
+        if self.warming_up(step):  # the anchor follows the data-parallel model (the global one during warm-up)
             yield Combine(ANCHOR, ((1.0, PARAMETERS),))
         if self.averages_after(step):
             yield from self.outer_step(rank, self.bound_model.parameter_bytes)

@@ -52,7 +52,7 @@ class StreamingDiLoCo(DiLoCo):
 
     def end_step(self, rank: int, step: int) -> Program:
         s = self.settings
-        if step == s.warmup_steps - 1:
+        if self.warming_up(step):
             yield from super().end_step(rank, step)  # anchor = parameters; warm-up never ends with an outer step
         for p, fragment in enumerate(self.parts):
             if s.overlap_steps and self.syncs_after(step - s.overlap_steps, p):

@@ -42,8 +42,8 @@ def test_diloco_warms_up_data_parallel_then_takes_an_outer_step_every_period() -
     policy = bound(DiLoCo(period=3, warmup_steps=2))
     bucket = Bucket(0, 1e8, 8)
     assert [bool(list(policy.on_gradients(0, s, bucket))) for s in range(6)] == [True, True, False, False, False, False]
-    assert list(policy.end_step(0, 0)) == []
-    assert list(policy.end_step(0, 1)) == [Combine("anchor", ((1.0, "parameters"),))]  # warm-up's end: the anchor
+    # every warm-up step: the anchor follows the data-parallel model, which is the global one then
+    assert [list(policy.end_step(0, s)) for s in (0, 1)] == [[Combine("anchor", ((1.0, "parameters"),))]] * 2
     assert [list(policy.end_step(0, s)) for s in (2, 3)] == [[], []]
     outer = Optimizer("sgd", lr=0.7, momentum=0.9, nesterov=True)  # the paper's defaults
     assert list(policy.end_step(0, 4)) == [
