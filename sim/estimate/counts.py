@@ -171,7 +171,7 @@ def policy_load(
         averages = outer_steps(name, s, iterations - warm)
         run = _periodic(s, shape, config, warm * len(plan.buckets), (iterations - warm) * len(plan.buckets), averages)
         load = _load(name, _scale(run, 1.0 / max(iterations, 1.0)), shape, config, iterations, plan)
-        timeouts = shape.workers * averages * PERIODIC[name] + (shape.workers if warm and name != "local_sgd" else 0)
+        timeouts = shape.workers * averages * PERIODIC[name] + (shape.workers * warm if name != "local_sgd" else 0.0)
         return replace(load, events=load.events + timeouts, work=load.work + timeouts)
     n_sparse, rows = sparse
     traffic = _scale(_bucket(name, policy.settings, shape, config, False, 0.0), len(plan.buckets) - n_sparse)
@@ -186,7 +186,7 @@ def policy_load(
 
 
 # Policies that average the model every `period` steps after a ring warm-up, with the local ops (each a
-# timeout per worker, sim/engine/launches.py) of one averaging; diloco's warm-up ends with one more.
+# timeout per worker, sim/engine/launches.py) of one averaging; diloco's warm-up steps end with one more.
 PERIODIC = {"local_sgd": 0, "diloco": 3, "streaming_diloco": 3}
 
 
