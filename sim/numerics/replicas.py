@@ -325,9 +325,8 @@ class Replicas:
         """Every worker's flat tensor `buffer`, indexed by rank (views: writing them writes the replicas)."""
         found = self._rows.get(buffer)
         if found is None:
-            raise PolicyError(
-                f"policy {self.policy!r}: no buffer {buffer!r} in numerics mode; buffers: {', '.join(sorted(self._rows))}"
-            )
+            names = ", ".join(sorted(self._rows))
+            raise PolicyError(f"policy {self.policy!r}: no buffer {buffer!r} in numerics mode; buffers: {names}")
         return found
 
     def _region(self, op: Op, rank: int, bucket: Optional[int]) -> Range:
