@@ -172,16 +172,10 @@ def test_outer_nesterov_momentum_is_torch_sgd_on_the_mean_pseudo_gradients(task:
     torch.testing.assert_close(reps.rows("anchor")[0], reference.detach(), rtol=1e-6, atol=1e-7)
 
 
-TWICE = (
-    "policies/streaming_diloco.py, overlap_steps 0: end_step's first loop Waits on a handle never launched and "
-    "applies the fragment's old outer gradient (setting its parameters to the old anchor) before the new sync"
-)
-
-
 @pytest.mark.parametrize(
     ("overlap", "mixing"),
     [
-        pytest.param(0, 0.0, marks=pytest.mark.xfail(strict=True, reason=TWICE)),
+        (0, 0.0),
         (1, 0.0),
         (1, 0.5),
     ],
