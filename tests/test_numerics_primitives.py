@@ -14,7 +14,8 @@ from policies.tensors import Buffer, Fragment  # noqa: E402
 from sim.config.numerics import NumericsConfig  # noqa: E402
 from sim.errors import PolicyError  # noqa: E402
 from sim.numerics.evaluation import Evaluator  # noqa: E402
-from sim.numerics.replicas import Replicas, phase_buffers  # noqa: E402
+from sim.numerics.local_ops import phase_buffers  # noqa: E402
+from sim.numerics.replicas import Replicas  # noqa: E402
 from sim.numerics.tasks import Task  # noqa: E402
 
 CFG = NumericsConfig(model="logreg", global_batch=16)

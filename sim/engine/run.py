@@ -168,7 +168,7 @@ def run_policy(
 
     replicas = evaluator = None
     if task is not None:
-        from sim.numerics.replicas import phase_buffers
+        from sim.numerics.local_ops import phase_buffers
         from sim.numerics.session import attach  # torch is imported only when numerics is on
 
         replicas, evaluator = attach(

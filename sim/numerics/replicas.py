@@ -63,24 +63,9 @@ from sim.numerics.sparse_rules import Pairs, on_wire, reduce_pairs, scatter, spl
 from sim.numerics.tasks import Task
 from sim.numerics.wire_cast import reduced_chunk, round_trip
 
-__all__ = ["Replicas", "Range", "bucket_ranges", "partition", "phase_buffers"]
+__all__ = ["Replicas", "Range", "bucket_ranges", "partition"]
 
 Rows = Sequence[torch.Tensor]  # one flat tensor per rank (indexed by rank), or gathered copies keyed by rank
-
-
-def phase_buffers(policies: Sequence[object]) -> list[Buffer]:
-    """The buffers of every phase policy (`Policy.buffers`), each name once; a name two policies
-    declare with different initial values is a PolicyError."""
-    found: dict[str, Buffer] = {}
-    for policy in policies:
-        for buffer in policy.buffers():  # type: ignore[attr-defined]
-            seen = found.setdefault(buffer.name, buffer)
-            if seen != buffer:
-                raise PolicyError(
-                    f"buffer {buffer.name!r} is declared with initial {seen.initial!r} and {buffer.initial!r} "
-                    "by two phases' policies; give the buffers different names"
-                )
-    return list(found.values())
 
 
 class Replicas:
@@ -101,7 +86,7 @@ class Replicas:
     ) -> None:
         """`sparsity`: the workload's (its `topk` sparsifies every worker's real gradient);
         `gradient_precision`: the type dense gradient collectives send (`WorkloadConfig.wire_precision`);
-        `buffers`: the policy's (`phase_buffers`); `global_tensor`: the buffer evaluated as the model
+        `buffers`: the policy's (`local_ops.phase_buffers`); `global_tensor`: the buffer evaluated as the model
         (`Policy.global_tensor`; the phase runner sets it per phase), None: the replicas' mean."""
         self.cfg, self.task, self.world, self.iterations, self.policy = cfg, task, world, iterations, policy
         self.wire = wire_dtype(gradient_precision)

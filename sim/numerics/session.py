@@ -36,7 +36,7 @@ def attach(
     global_tensor: Optional[str] = None,
 ) -> tuple[Replicas, Evaluator]:
     """`servers`: some phase of the policy runs parameter-server shards; `buffers`: every phase policy's
-    (`replicas.phase_buffers`); `global_tensor`: the first phase's global model (`Policy.global_tensor`).
+    (`local_ops.phase_buffers`); `global_tensor`: the first phase's global model (`Policy.global_tensor`).
     The evaluator learns each phase's budget kind from `Evaluator.begin_phase`."""
     cfg = config.numerics
     assert cfg is not None
