@@ -209,3 +209,12 @@ def test_evaluation_scores_worker_zeros_global_model(task: Task) -> None:
         scored = held if global_tensor else reps.params.mean(dim=0)
         assert evaluator.rows[-1][4:] == task.evaluate(scored)
         assert evaluator.scored == (global_tensor or "mean")
+
+
+def test_a_restart_checkpoints_the_global_model_when_the_phase_names_one(task: Task) -> None:
+    reps = replicas(task, global_tensor="anchor")
+    reps.rows("anchor")[0].add_(0.5)
+    held = reps.rows("anchor")[0].clone()
+    checkpoint = reps.restart(False, 0)
+    assert torch.equal(checkpoint, held) and not torch.equal(checkpoint, task.initial)
+    assert all(torch.equal(p, held) for p in reps.params)
