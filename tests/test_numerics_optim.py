@@ -19,8 +19,9 @@ from sim.numerics.optim import FlatOptimizer, learning_rate  # noqa: E402
         {"name": "sgd", "lr": 0.1, "momentum": 0.9, "weight_decay": 0.01},
         {"name": "sgd", "lr": 0.05, "momentum": 0.8, "nesterov": True},
         {"name": "adam", "lr": 0.01, "weight_decay": 0.001},
+        {"name": "adamw", "lr": 0.01, "weight_decay": 0.1},
     ],
-    ids=["sgd", "momentum-wd", "nesterov", "adam"],
+    ids=["sgd", "momentum-wd", "nesterov", "adam", "adamw"],
 )
 def test_stepping_two_ranges_separately_equals_torch_optim_on_the_whole(settings: dict) -> None:
     cfg = OptimizerConfig(**settings)
@@ -32,6 +33,8 @@ def test_stepping_two_ranges_separately_equals_torch_optim_on_the_whole(settings
         opt = torch.optim.SGD(
             [reference], lr=cfg.lr, momentum=cfg.momentum, nesterov=cfg.nesterov, weight_decay=cfg.weight_decay
         )
+    elif cfg.name == "adamw":
+        opt = torch.optim.AdamW([reference], lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, weight_decay=cfg.weight_decay)
     else:
         opt = torch.optim.Adam([reference], lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, weight_decay=cfg.weight_decay)
     params = torch.stack([torch.zeros(10), start.clone()])  # row 1 is the replica under test

@@ -62,11 +62,15 @@ def test_accuracy_rows_summary_and_files(tmp_path: Path) -> None:
         "iteration",
         "time_s",
         "model",
+        "scored",
         "worker",
         "train_loss",
         "loss",
         "accuracy",
     ]
+    consensus_rows = written[written["worker"] < 0]
+    assert dict(zip(consensus_rows["policy"], consensus_rows["scored"])) == {"ring": "mean", "asp": "servers"}
+    assert set(written[written["worker"] >= 0]["scored"]) == {"replica"}
     assert "time_to_target_s" in pd.read_csv(out / "summary.csv").columns
 
 

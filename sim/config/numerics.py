@@ -53,13 +53,19 @@ class SyntheticData(Strict):
 class OptimizerConfig(Strict):
     """The optimizer every replica (and every server shard) runs; `lr` is for the global batch."""
 
-    name: Literal["sgd", "adam"] = Field("sgd", description="sgd (with optional momentum) or adam")
+    name: Literal["sgd", "adam", "adamw"] = Field(
+        "sgd", description="sgd (with optional momentum), adam, or adamw (adam with decoupled weight decay)"
+    )
     lr: Rate = Field(0.1, description="learning rate of one update on the global batch's mean gradient")
     momentum: Annotated[float, Field(ge=0, lt=1)] = Field(0.9, description="sgd: heavy-ball momentum")
     nesterov: bool = Field(False, description="sgd: Nesterov momentum")
     betas: Annotated[tuple[Fraction, Fraction], AsTuple] = Field((0.9, 0.999), description="adam: moment decay rates")
     eps: Annotated[float, Field(gt=0, le=1)] = Field(1e-8, description="adam: denominator term")
-    weight_decay: Annotated[float, Field(ge=0, le=1e3)] = Field(0.0, description="L2 penalty added to the gradient")
+    weight_decay: Annotated[float, Field(ge=0, le=1e3)] = Field(
+        0.0,
+        description="sgd, adam: L2 penalty added to the gradient; adamw: decay lr x weight_decay of each "
+        "parameter per step, apart from the gradient (torch.optim.AdamW)",
+    )
 
     @model_validator(mode="after")
     def _nesterov_needs_momentum(self) -> OptimizerConfig:

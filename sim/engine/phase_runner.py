@@ -62,6 +62,7 @@ class PhaseRunner:
             if self.replicas is not None:
                 self.evaluator.begin_phase(phase.synchronous, progress.step)
                 self.replicas.serving = bool(phase.policy.servers())
+                self.replicas.global_tensor = phase.policy.global_tensor  # the model this phase evaluates
             budget = self._start(phase, progress)
             begin = env.now
             row = (progress.phases, phase.label, phase.synchronous, progress.step, begin, np.nan, 0, begin - switch)

@@ -67,7 +67,8 @@ class PolicyRun:
     sampler: Optional[LinkSampler] = None
     accuracy: list[tuple] = field(default_factory=list)  # see sim.numerics.evaluation.AccuracyRow
     parameters: Optional[np.ndarray] = None  # numerics: every replica's final flat parameters (workers x n)
-    consensus: Optional[np.ndarray] = None  # numerics: the servers' model, or the replicas' mean
+    consensus: Optional[np.ndarray] = None  # numerics: the servers' model, the global tensor, or the replicas' mean
+    scored: str = "mean"  # numerics: which model the consensus rows scored (sim.numerics.evaluation.Evaluator.scored)
     checkpoints: list[np.ndarray] = field(default_factory=list)  # numerics: the model at each switch
     devices: list[tuple] = field(default_factory=list)  # real runs: rows of real.device_use.RANK_FIELDS
 
@@ -169,10 +170,18 @@ def run_policy(
 
     replicas = evaluator = None
     if task is not None:
+        from sim.numerics.local_ops import phase_buffers
         from sim.numerics.session import attach  # torch is imported only when numerics is on
 
         replicas, evaluator = attach(
-            config, task, world, [b.nbytes for b in plan.buckets], entry.display, bool(policy.all_servers())
+            config,
+            task,
+            world,
+            [b.nbytes for b in plan.buckets],
+            entry.display,
+            bool(policy.all_servers()),
+            buffers=phase_buffers(policy.phase_policies()),
+            global_tensor=policy.global_tensor,
         )
     traffic = shared_traffic(plan.layouts, config.seed) if any(x.sparse for x in plan.layouts) else None
     runner = CollectiveRunner(
@@ -282,6 +291,7 @@ def run_policy(
         run.accuracy = evaluator.rows
         run.parameters = replicas.params.numpy().copy()
         run.consensus = replicas.consensus().numpy().copy()
+        run.scored = evaluator.scored
     run.wall_s = time.perf_counter() - wall
     sampler.finish()
     run.events, run.flows, run.recomputes = env.events_processed(), net.transfers_started, net.recomputes

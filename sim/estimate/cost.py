@@ -315,7 +315,7 @@ def _numerics_mb(config: Config, shape: Shape) -> float:
     if n.model not in MODEL_NAMES:
         return MB_TORCH
     params = _numerics_params(config)
-    slots = 2 if n.optimizer.name == "adam" else 1 if n.optimizer.momentum > 0 else 0
+    slots = 2 if n.optimizer.name in ("adam", "adamw") else 1 if n.optimizer.momentum > 0 else 0
     copies = shape.workers * (2 + slots) + 1 + slots
     return MB_TORCH + (params * copies * BYTES_PER_VALUE + n.zoo.samples * _sample_bytes(config)) / 1e6
 

@@ -1,5 +1,9 @@
 """When and what numerics mode evaluates: the consensus model (and each replica) on the held-out split.
 
+The consensus model is `Replicas.consensus`: the servers' model, else the policy's global model
+(`Policy.global_tensor`, DiLoCo's anchor: worker 0's copy, which every worker holds alike), else the mean
+of the replicas; `scored` names which (`accuracy.csv`'s `scored` column).
+
 An *iteration* here is `updates / workers`: all workers' completed iterations divided by the world
 size, the unit in which Sync-Switch equates ASP's per-worker updates with BSP steps. Evaluation runs
 at iteration 0, every `eval_every` iterations, and once more at the end.
@@ -13,6 +17,8 @@ reaches a multiple of `eval_every x workers`.
 """
 
 from __future__ import annotations
+
+from typing import Optional
 
 import torch
 
@@ -30,7 +36,8 @@ class Evaluator:
         self.evaluated_at = -1
         self.rows: list[AccuracyRow] = []
         self._done = [0] * self.world  # synchronous: iterations each worker finished
-        self._copies: dict[int, dict[int, tuple]] = {}  # iteration -> rank -> (params, losses)
+        self._copies: dict[int, dict[int, tuple]] = {}  # iteration -> rank -> (params, losses, global model)
+        self._scored: list[str] = []  # the models the consensus rows scored, in order, each once
 
     def begin_phase(self, synchronous: bool, start: int) -> None:
         """A phase starts at step `start` on every worker (policies.phases); its budget kind decides
@@ -50,12 +57,14 @@ class Evaluator:
         if k % self.every:
             return
         losses = self.replicas.losses[rank]
-        self._copies.setdefault(k, {})[rank] = (self.replicas.params[rank].clone(), list(losses))
+        held = self.replicas.global_model(rank) if rank == 0 else None
+        copy = (self.replicas.params[rank].clone(), list(losses), None if held is None else held.clone())
+        self._copies.setdefault(k, {})[rank] = copy
         losses.clear()
         if len(self._copies[k]) == self.world:  # the last worker finished iteration k
             copies = self._copies.pop(k)
             params = torch.stack([copies[r][0] for r in range(self.world)])
-            self._rows(k, now, params, [copies[r][1] for r in range(self.world)])
+            self._rows(k, now, params, [copies[r][1] for r in range(self.world)], copies[0][2])
             self.evaluated_at = self.completed
 
     def evaluate(self, now: float) -> None:
@@ -69,10 +78,26 @@ class Evaluator:
             worker.clear()
         self._rows(self.completed / self.world, now, reps.params, windows)
 
-    def _rows(self, iteration: float, now: float, params: torch.Tensor, windows: list[list[float]]) -> None:
-        """Rows for the replicas `params` (one row per worker) and their consensus."""
+    @property
+    def scored(self) -> str:
+        """Which model the consensus rows scored: `mean` (of the replicas), `servers`, or the policy's
+        global tensor (`anchor`); phases that scored different ones: `mean, then anchor`."""
+        return ", then ".join(self._scored) or self.replicas.scored
+
+    def _rows(
+        self,
+        iteration: float,
+        now: float,
+        params: torch.Tensor,
+        windows: list[list[float]],
+        global_model: Optional[torch.Tensor] = None,
+    ) -> None:
+        """Rows for the replicas `params` (one row per worker) and their consensus (`global_model`:
+        worker 0's copy of the policy's global model taken with `params`)."""
         task, reps = self.replicas.task, self.replicas
-        loss, accuracy = task.evaluate(reps.consensus(params))
+        if not self._scored or self._scored[-1] != reps.scored:
+            self._scored.append(reps.scored)
+        loss, accuracy = task.evaluate(reps.consensus(params, global_model))
         self.rows.append((iteration, now, -1, _mean([x for w in windows for x in w]), loss, accuracy))
         if self.workers:
             for r in range(self.world):

@@ -28,9 +28,25 @@ import torch
 
 from policies.ops import Combine, Encode, LocalOp, OptimizerStep
 from policies.tensors import GRADIENTS, PARAMETERS, Buffer, Codec, Fragment, Optimizer
+from sim.errors import PolicyError
 from sim.numerics.wire_cast import round_trip
 
 Range = tuple[int, int]
+
+
+def phase_buffers(policies: Sequence[object]) -> list[Buffer]:
+    """The buffers of every phase policy (`Policy.buffers`), each name once; a name two policies
+    declare with different initial values is a PolicyError."""
+    found: dict[str, Buffer] = {}
+    for policy in policies:
+        for buffer in policy.buffers():  # type: ignore[attr-defined]
+            seen = found.setdefault(buffer.name, buffer)
+            if seen != buffer:
+                raise PolicyError(
+                    f"buffer {buffer.name!r} is declared with initial {seen.initial!r} and {buffer.initial!r} "
+                    "by two phases' policies; give the buffers different names"
+                )
+    return list(found.values())
 
 
 def op_ranges(bucket_ranges: Sequence[Range], region: Range, fragment: Optional[Fragment]) -> list[Range]:

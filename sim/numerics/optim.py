@@ -1,4 +1,4 @@
-"""SGD with momentum and Adam on element ranges of flat parameter vectors, and the learning-rate schedule.
+"""SGD with momentum, Adam and AdamW on element ranges of flat parameter vectors, and the learning-rate schedule.
 
 torch.optim steps whole tensors; numerics mode must step one gradient bucket of one replica (or one
 parameter-server slice) at a time, so the same update rules are written here over `[row, a:b]`
@@ -40,7 +40,10 @@ class FlatOptimizer:
         cfg = self.cfg
         p = params[a:b]
         if cfg.weight_decay:
-            grad = grad + cfg.weight_decay * p
+            if cfg.name == "adamw":  # decoupled: the parameter decays, the moments never see it
+                p.mul_(1 - lr * cfg.weight_decay)
+            else:
+                grad = grad + cfg.weight_decay * p
         if cfg.name == "sgd":
             mu = cfg.momentum if momentum is None else momentum
             if self.buffer is None or mu == 0:

@@ -20,6 +20,8 @@ def optimizer_for(cfg: NumericsConfig, params: list[nn.Parameter]) -> torch.opti
     o = cfg.optimizer
     if o.name == "sgd":
         return torch.optim.SGD(params, lr=o.lr, momentum=o.momentum, nesterov=o.nesterov, weight_decay=o.weight_decay)
+    if o.name == "adamw":
+        return torch.optim.AdamW(params, lr=o.lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay)
     return torch.optim.Adam(params, lr=o.lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay)
 
 

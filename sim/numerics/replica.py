@@ -10,7 +10,7 @@ Rules (the same on both backends):
 - An op in an `on_forward` / `on_gradients` program acts on its bucket's range, narrowed to the
   slice the last unmatched ReduceScatter left (`push_slice` / `pop_slice`); a whole-model hook
   (bucket None) acts on the whole vector.
-- The local optimizer steps a bucket right before the worker enters a parameter collective on it,
+- The local optimizer steps a bucket right before the worker enters a collective on its parameters,
   or else after all bucket programs finish, unless the bucket's gradient was pushed to servers.
 - Dense gradient collectives of two or more members send values in `wire` (`workload.gradient_precision`):
   each member's values are rounded to it, summed in it, and averaged in fp32 (`through_wire`), as a DDP
@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from policies.ops import Collective, Payload, Pull, Push
+from policies.tensors import PARAMETERS
 from sim.config.numerics import NumericsConfig
 from sim.config.sparsity import SparsityConfig
 from sim.errors import PolicyError
@@ -171,8 +172,9 @@ class Replica:
 
     # ----------------------------------------------------------------------------- ops
     def arrive(self, op: Collective, bucket: Optional[int]) -> None:
-        """This worker reached `op`: a parameter collective first takes the local optimizer step."""
-        if op.payload is not Payload.PARAMETERS:
+        """This worker reached `op`: a collective on the parameters first takes the local optimizer step
+        (one on another parameter-space buffer, DiLoCo's pseudo-gradient, does not)."""
+        if op.buffer != PARAMETERS:
             return
         for b in range(len(self.ranges)) if bucket is None else (bucket,):
             if b not in self._settled:

@@ -2,15 +2,20 @@
 
 `params[r]` and `grads[r]` are worker r's flat parameters and gradient: rows of two shared tensors,
 viewed by one `Replica` per worker (`replica.py`: batches, the local optimizer step, which element
-range an op acts on). This module adds the cross-worker rules, applied when the simulator completes
-an op:
+range an op acts on) and held, with the policy's buffers (`Policy.buffers`), by one `TensorStore` per
+worker (`local_ops.py`: what local ops do). This module adds the cross-worker rules, applied when the
+simulator completes an op, to the op's buffer (`Collective.buffer`: `tensor`, else the parameters or
+gradients as its payload says), over its region narrowed to its `fragment`:
 
-- AllReduce: every member gets the group mean (of gradients or parameters, as the op's payload says).
+- AllReduce: every member gets the group mean. A fragment of several buckets is gathered end to end,
+  reduced as one tensor and written back (a dense AllReduce only).
 - ReduceScatter: member i gets the mean of the i-th 1/p slice, and its later ops on that bucket act
   on that slice until an AllGather gathers the slices back (so 2-D all-reduce nests correctly).
 - AllGather: every member gets every member's slice.
-- A dense gradient op of two or more members rounds what travels to `workload.gradient_precision`
+- A dense gradient op (payload GRADIENTS) of two or more members rounds what travels to
+  `workload.gradient_precision`
   (`replica.through_wire`): each member's values, and the sum the collective forms in that type.
+  Parameter-space buffers (payload PARAMETERS: the parameters, DiLoCo's pseudo-gradient) travel in fp32.
 - A dense op with a `wire` of two or more members reduces and gathers as `wire_cast` says (a ring
   in a native type, fp32 sums of decoded blocks for a scaled one); every member ends with the same
   values, the sender of an AllGather slice included.
@@ -32,11 +37,25 @@ from typing import Optional
 
 import torch
 
-from policies.ops import AllGather, AllReduce, AllToAll, Barrier, Collective, Payload, Pull, Push, ReduceScatter
+from policies.ops import (
+    AllGather,
+    AllReduce,
+    AllToAll,
+    Barrier,
+    Collective,
+    LocalOp,
+    Op,
+    Payload,
+    Pull,
+    Push,
+    ReduceScatter,
+)
+from policies.tensors import Buffer
 from sim.config.numerics import NumericsConfig
 from sim.config.sparsity import SparsityConfig
 from sim.errors import PolicyError
 from sim.numerics.batches import ShardSampler, per_worker_batch
+from sim.numerics.local_ops import TensorStore, op_ranges
 from sim.numerics.optim import FlatOptimizer
 from sim.numerics.replica import Range, Replica, bucket_ranges, partition, through_wire, wire_dtype
 from sim.numerics.servers import ServerTensors, Update
@@ -45,6 +64,8 @@ from sim.numerics.tasks import Task
 from sim.numerics.wire_cast import reduced_chunk, round_trip
 
 __all__ = ["Replicas", "Range", "bucket_ranges", "partition"]
+
+Rows = Sequence[torch.Tensor]  # one flat tensor per rank (indexed by rank), or gathered copies keyed by rank
 
 
 class Replicas:
@@ -60,9 +81,13 @@ class Replicas:
         servers: bool,
         sparsity: Optional[SparsityConfig] = None,
         gradient_precision: str = "fp32",
+        buffers: Sequence[Buffer] = (),
+        global_tensor: Optional[str] = None,
     ) -> None:
         """`sparsity`: the workload's (its `topk` sparsifies every worker's real gradient);
-        `gradient_precision`: the type dense gradient collectives send (`WorkloadConfig.wire_precision`)."""
+        `gradient_precision`: the type dense gradient collectives send (`WorkloadConfig.wire_precision`);
+        `buffers`: the policy's (`local_ops.phase_buffers`); `global_tensor`: the buffer evaluated as the model
+        (`Policy.global_tensor`; the phase runner sets it per phase), None: the replicas' mean."""
         self.cfg, self.task, self.world, self.iterations, self.policy = cfg, task, world, iterations, policy
         self.wire = wire_dtype(gradient_precision)
         n = task.size
@@ -90,6 +115,10 @@ class Replicas:
             )
             for r in range(world)
         ]
+        self.buffers = list(buffers)
+        self.stores = [TensorStore(self.params[r], self.grads[r], self.buffers) for r in range(world)]
+        self._rows = {name: [store.tensors[name] for store in self.stores] for name in self.stores[0].tensors}
+        self.global_tensor = global_tensor
         self._owned: dict[tuple[Optional[int], int], Pairs] = {}  # (bucket, owner rank) -> its reduced share
         self.server = ServerTensors(cfg, task.initial, world, iterations) if servers else None
         self.serving = servers  # the phase running now has servers (policies.phases)
@@ -114,9 +143,12 @@ class Replicas:
         """Carry out `op` on the members' tensors; `buckets` maps each member to its program's bucket."""
         if isinstance(op, Barrier) or op.payload is Payload.CONTROL:
             return
-        data = self.params if op.payload is Payload.PARAMETERS else self.grads
+        data = self.rows(op.buffer)
         ranks = op.group.ranks
         reps = self.replicas
+        if op.fragment is not None:
+            self._fragment(op, data, ranks, buckets)
+            return
         if op.coding is not None:
             self._sparse(op, data, ranks, buckets)
             return
@@ -130,15 +162,13 @@ class Replicas:
         p = len(ranks)
         self._same_sizes(op, ranges)
         if isinstance(op, AllReduce):
-            mean = self._mean(op, [data[r, a:b] for r, (a, b) in zip(ranks, ranges)])
-            for r, (a, b) in zip(ranks, ranges):
-                data[r, a:b] = mean
+            self._all_reduce(op, data, ranks, ranges)
         elif isinstance(op, ReduceScatter):
             parts = [partition(a, b, [1.0] * p) for a, b in ranges]
             for i, r in enumerate(ranks):
-                mean = self._mean(op, [data[q, parts[j][i][0] : parts[j][i][1]] for j, q in enumerate(ranks)])
+                mean = self._mean(op, [data[q][parts[j][i][0] : parts[j][i][1]] for j, q in enumerate(ranks)])
                 lo, hi = parts[i][i]
-                data[r, lo:hi] = mean
+                data[r][lo:hi] = mean
                 reps[r].push_slice(buckets[r], (lo, hi))
         else:
             raise PolicyError(
@@ -146,10 +176,42 @@ class Replicas:
                 "run this policy with numerics disabled"
             )
 
+    def _all_reduce(self, op: Collective, data: Rows, ranks: Sequence[int], ranges: Sequence[Range]) -> None:
+        mean = self._mean(op, [data[r][a:b] for r, (a, b) in zip(ranks, ranges)])
+        for r, (a, b) in zip(ranks, ranges):
+            data[r][a:b] = mean
+
+    def _fragment(self, op: Collective, data: Rows, ranks: Sequence[int], buckets: Mapping[int, Optional[int]]) -> None:
+        """A dense AllReduce narrowed to a fragment: its buckets' elements gathered end to end, reduced
+        as one tensor (a wire's blocks start at the first), written back."""
+        if not isinstance(op, AllReduce) or op.coding is not None:
+            raise PolicyError(
+                f"policy {self.policy!r}: numerics mode narrows only a dense AllReduce to a fragment, got {op!r}"
+            )
+        spans = [op_ranges(self.ranges, self._region(op, r, buckets[r]), op.fragment) for r in ranks]
+        gathered = {r: torch.cat([data[r][a:b] for a, b in span]) for r, span in zip(ranks, spans)}
+        ranges = [(0, gathered[r].numel()) for r in ranks]
+        self._same_sizes(op, ranges)
+        if op.wire is not None and len(ranks) > 1:
+            self._wired(op, gathered, ranks, buckets, ranges)  # type: ignore[arg-type]
+        else:
+            self._all_reduce(op, gathered, ranks, ranges)  # type: ignore[arg-type]
+        for r, span in zip(ranks, spans):
+            offset = 0
+            for a, b in span:
+                data[r][a:b] = gathered[r][offset : offset + b - a]
+                offset += b - a
+
     def _wired(
-        self, op: Collective, data: torch.Tensor, ranks: Sequence[int], buckets: Mapping[int, Optional[int]]
+        self,
+        op: Collective,
+        data: Rows,
+        ranks: Sequence[int],
+        buckets: Mapping[int, Optional[int]],
+        ranges: Optional[Sequence[Range]] = None,
     ) -> None:
-        """A dense op with a `wire`: the members' chunks reduced and gathered as `wire_cast` says."""
+        """A dense op with a `wire`: the members' chunks reduced and gathered as `wire_cast` says
+        (`ranges`: the members' ranges when the caller resolved them, a fragment's gathered copies)."""
         wire, block, reps, p = op.wire, op.block, self.replicas, len(ranks)
         assert wire is not None
         if isinstance(op, AllGather):
@@ -159,28 +221,29 @@ class Replicas:
                 whole.append(enclosing if enclosing is not None else reps[r].range(buckets[r]))
             self._same_sizes(op, whole)
             parts = [partition(a, b, [1.0] * p) for a, b in whole]
-            arrived = [round_trip(data[r, parts[i][i][0] : parts[i][i][1]], wire, block) for i, r in enumerate(ranks)]
+            arrived = [round_trip(data[r][parts[i][i][0] : parts[i][i][1]], wire, block) for i, r in enumerate(ranks)]
             for j, q in enumerate(ranks):  # every member, the sender too, holds what travelled
                 for i in range(p):
                     a, b = parts[j][i]
-                    data[q, a:b] = arrived[i]
+                    data[q][a:b] = arrived[i]
             return
         if not isinstance(op, (AllReduce, ReduceScatter)):
             raise PolicyError(f"policy {self.policy!r}: numerics mode has no rule for {op!r} with a wire")
-        ranges = [reps[r].range(buckets[r]) for r in ranks]
-        self._same_sizes(op, ranges)
+        if ranges is None:
+            ranges = [reps[r].range(buckets[r]) for r in ranks]
+            self._same_sizes(op, ranges)
         parts = [partition(a, b, [1.0] * p) for a, b in ranges]
         gather = isinstance(op, AllReduce)
-        chunks = [[data[q, parts[j][c][0] : parts[j][c][1]] for j, q in enumerate(ranks)] for c in range(p)]
+        chunks = [[data[q][parts[j][c][0] : parts[j][c][1]] for j, q in enumerate(ranks)] for c in range(p)]
         reduced = [reduced_chunk(chunks[c], c, wire, block, gather) / p for c in range(p)]
         for i, r in enumerate(ranks):
             if gather:
                 for c in range(p):
                     lo, hi = parts[i][c]
-                    data[r, lo:hi] = reduced[c]
+                    data[r][lo:hi] = reduced[c]
             else:
                 lo, hi = parts[i][i]
-                data[r, lo:hi] = reduced[i]
+                data[r][lo:hi] = reduced[i]
                 reps[r].push_slice(buckets[r], (lo, hi))
 
     def _on_wire(self, op: Collective) -> Optional[torch.dtype]:
@@ -196,7 +259,7 @@ class Replicas:
         return through_wire(total, wire) / len(values)
 
     def _all_gather(
-        self, op: Collective, data: torch.Tensor, ranks: Sequence[int], buckets: Mapping[int, Optional[int]]
+        self, op: Collective, data: Rows, ranks: Sequence[int], buckets: Mapping[int, Optional[int]]
     ) -> None:
         p = len(ranks)
         whole = []
@@ -208,15 +271,13 @@ class Replicas:
         parts = [partition(a, b, [1.0] * p) for a, b in whole]
         for i, r in enumerate(ranks):
             lo, hi = parts[i][i]
-            values = through_wire(data[r, lo:hi], self._on_wire(op)).clone()  # what the others receive
+            values = through_wire(data[r][lo:hi], self._on_wire(op)).clone()  # what the others receive
             for j, q in enumerate(ranks):
                 if q != r:
                     a, b = parts[j][i]
-                    data[q, a:b] = values
+                    data[q][a:b] = values
 
-    def _sparse(
-        self, op: Collective, data: torch.Tensor, ranks: Sequence[int], buckets: Mapping[int, Optional[int]]
-    ) -> None:
+    def _sparse(self, op: Collective, data: Rows, ranks: Sequence[int], buckets: Mapping[int, Optional[int]]) -> None:
         """Sparse AllToAll and AllGather on (index, value) pairs (`sim.numerics.sparse_rules`)."""
         coding = op.coding
         assert coding is not None
@@ -226,14 +287,14 @@ class Replicas:
         self._same_sizes(op, ranges)
         p, size, bucket = len(ranks), ranges[0][1] - ranges[0][0], buckets[ranks[0]]
         wire = self._on_wire(op)
-        pairs = [on_wire(Pairs.of(data[r, a:b]), wire) for r, (a, b) in zip(ranks, ranges)]
+        pairs = [on_wire(Pairs.of(data[r][a:b]), wire) for r, (a, b) in zip(ranks, ranges)]
         if isinstance(op, AllToAll):
             sent = [split_by_owner(mine, coding, p, size) for mine in pairs]
             for j in range(p):
                 self._owned[(bucket, ranks[j])] = reduce_pairs([sent[i][j] for i in range(p)], size, p)
             return
         if coding.partition == "none":
-            result = scatter([reduce_pairs(pairs, size, p)], size, data.dtype)
+            result = scatter([reduce_pairs(pairs, size, p)], size, data[0].dtype)
         else:
             missing = [r for r in ranks if (bucket, r) not in self._owned]
             if missing:
@@ -241,9 +302,32 @@ class Replicas:
                     f"policy {self.policy!r}: {op!r} gathers owners' shares, but no sparse AllToAll on "
                     f"bucket {bucket} reduced them first"
                 )
-            result = scatter([on_wire(self._owned.pop((bucket, r)), wire) for r in ranks], size, data.dtype)
+            result = scatter([on_wire(self._owned.pop((bucket, r)), wire) for r in ranks], size, data[0].dtype)
         for r, (a, b) in zip(ranks, ranges):
-            data[r, a:b] = result
+            data[r][a:b] = result
+
+    def rows(self, buffer: str) -> list[torch.Tensor]:
+        """Every worker's flat tensor `buffer`, indexed by rank (views: writing them writes the replicas)."""
+        found = self._rows.get(buffer)
+        if found is None:
+            names = ", ".join(sorted(self._rows))
+            raise PolicyError(f"policy {self.policy!r}: no buffer {buffer!r} in numerics mode; buffers: {names}")
+        return found
+
+    def _region(self, op: Op, rank: int, bucket: Optional[int]) -> Range:
+        """Where `op` acts on worker `rank`: its bucket's (or slice's) range, the whole vector in a
+        whole-model hook; a fragment belongs to whole-model hooks only."""
+        if getattr(op, "fragment", None) is not None and bucket is not None:
+            raise PolicyError(
+                f"policy {self.policy!r}: {op!r} names a fragment in a bucket's program (bucket {bucket}); "
+                "fragments narrow whole-model hooks (begin_step, end_step)"
+            )
+        return self.replicas[rank].range(bucket)
+
+    # ----------------------------------------------------------------------------- local ops
+    def local(self, rank: int, op: LocalOp, bucket: Optional[int]) -> None:
+        """Worker `rank` issues local op `op` in bucket `bucket`'s program (None: a whole-model hook)."""
+        self.stores[rank].apply(op, op_ranges(self.ranges, self._region(op, rank, bucket), op.fragment))  # type: ignore[attr-defined]
 
     def _same_sizes(self, op: Collective, ranges: Sequence[Range]) -> None:
         if len({b - a for a, b in ranges}) != 1:
@@ -275,16 +359,38 @@ class Replicas:
         the servers from it; `updates` worker-iterations are done (the servers' schedules go on).
         Returns the checkpoint."""
         servers = from_servers and self.server is not None
-        checkpoint = self.server.params.clone() if servers else self.params.mean(dim=0)  # type: ignore[union-attr]
+        checkpoint = self.server.params.clone() if servers else self.consensus().clone()  # type: ignore[union-attr]
         self.params[:] = checkpoint
+        for store in self.stores:  # the buffers restart too: from the checkpoint, or zeros; no optimizer state
+            for buffer in self.buffers:
+                tensor = store.tensors[buffer.name]
+                tensor.copy_(checkpoint) if buffer.initial == "parameters" else tensor.zero_()
+            store.states.clear()
         if self.server is not None:
             self.server.begin_phase(checkpoint, updates)
         return checkpoint
 
     # ----------------------------------------------------------------------------- models
-    def consensus(self, replicas: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """The servers' model while a phase with servers runs, else the mean of the replicas
+    def global_model(self, rank: int) -> Optional[torch.Tensor]:
+        """Worker `rank`'s copy of the policy's global model (`global_tensor`), None when it names none."""
+        return None if self.global_tensor is None else self.stores[rank].tensors[self.global_tensor]
+
+    @property
+    def scored(self) -> str:
+        """Which model `consensus` is: `servers`, the global tensor's name, or `mean` of the replicas."""
+        if self.server is not None and self.serving:
+            return "servers"
+        return self.global_tensor or "mean"
+
+    def consensus(
+        self, replicas: Optional[torch.Tensor] = None, global_model: Optional[torch.Tensor] = None
+    ) -> torch.Tensor:
+        """The servers' model while a phase with servers runs; else the policy's global model
+        (`global_model`: worker 0's copy taken earlier; default: worker 0's now: every worker holds the
+        same one, having applied the same ops to the same reduced values); else the mean of the replicas
         (`replicas`: copies taken earlier, one row per worker; default: the replicas now)."""
         if self.server is not None and self.serving:
             return self.server.params
+        if self.global_tensor is not None:
+            return global_model if global_model is not None else self.stores[0].tensors[self.global_tensor]
         return (self.params if replicas is None else replicas).mean(dim=0)

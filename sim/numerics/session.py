@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from typing import Optional
 
 import torch
 
+from policies.tensors import Buffer
 from sim.config import Config
 from sim.numerics.evaluation import Evaluator
 from sim.numerics.replicas import Replicas
@@ -30,9 +32,12 @@ def attach(
     bucket_bytes: Sequence[float],
     policy: str,
     servers: bool,
+    buffers: Sequence[Buffer] = (),
+    global_tensor: Optional[str] = None,
 ) -> tuple[Replicas, Evaluator]:
-    """`servers`: some phase of the policy runs parameter-server shards. The evaluator learns each
-    phase's budget kind from `Evaluator.begin_phase`."""
+    """`servers`: some phase of the policy runs parameter-server shards; `buffers`: every phase policy's
+    (`local_ops.phase_buffers`); `global_tensor`: the first phase's global model (`Policy.global_tensor`).
+    The evaluator learns each phase's budget kind from `Evaluator.begin_phase`."""
     cfg = config.numerics
     assert cfg is not None
     workload = config.workload
@@ -47,6 +52,8 @@ def attach(
         servers,
         workload.sparsity,
         gradient_precision=workload.wire_precision,
+        buffers=buffers,
+        global_tensor=global_tensor,
     )
     evaluator = Evaluator(replicas, cfg.eval_every, cfg.eval_workers, synchronous=True)
     evaluator.evaluate(0.0)

@@ -9,7 +9,8 @@ links: one row per network link per policy; utilization: link utilisation over t
 staleness: histogram of the staleness of updates applied by asynchronous shards, in updates (others'
 updates to the bucket since the pusher read it; not steps: SSP's bound counts steps).
 accuracy (numerics mode): held-out loss and accuracy of the consensus model (worker -1) and of each
-replica over iterations and simulated time.
+replica over iterations and simulated time; `scored` says what the consensus is (`mean` of the replicas,
+`servers`, or the policy's global tensor such as DiLoCo's `anchor`; sim.numerics.evaluation).
 """
 
 from __future__ import annotations
@@ -165,7 +166,9 @@ def staleness_frame(runs: list[PolicyRun]) -> pd.DataFrame:
 
 def accuracy_frame(runs: list[PolicyRun]) -> pd.DataFrame:
     df = _per_policy(runs, lambda run: run.accuracy, ACCURACY_FIELDS)
+    scored = df["policy"].map({run.label: run.scored for run in runs})
     df.insert(3, "model", np.where(df["worker"] < 0, "consensus", "worker"))
+    df.insert(4, "scored", np.where(df["worker"] < 0, scored, "replica"))
     return df
 
 
