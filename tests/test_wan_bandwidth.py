@@ -68,7 +68,7 @@ def test_a_target_above_the_curve_is_unreachable() -> None:
 # ----------------------------------------------------------------------------- closed form
 
 
-def two_datacenters(rtt_s: float = RTT) -> dict:
+def two_datacenters(rtt_s: float = RTT, **wan: Any) -> dict:
     """2 datacenters x 2 hosts x 1 GPU, star, ideal network; Local SGD with one replica per datacenter."""
     cluster = {
         "topology": "multi_datacenter",
@@ -79,7 +79,7 @@ def two_datacenters(rtt_s: float = RTT) -> dict:
             {"name": "east", "topology": "star", "hosts": 2},
             {"name": "west", "topology": "star", "hosts": 2},
         ],
-        "wan": {"bandwidth_gbps": 1, "rtt_ms": rtt_s * 1e3},
+        "wan": {"bandwidth_gbps": 1, "rtt_ms": rtt_s * 1e3, **wan},
     }
     policy = {"name": "local_sgd", "replica": "datacenter", "period": 1}  # period: set per H by the sweep
     config = synthetic(cluster, [policy], N / MB, compute_ms=C * 1e3)
@@ -91,18 +91,19 @@ ALPHA_LAN = (2 * INTRA_US + 2 * NIC_US) * US  # GPU -> host -> switch -> host ->
 B_LAN = NIC_GBPS * GBPS
 
 
-def period_seconds(bandwidth: float, rtt_s: float = RTT) -> tuple[float, float]:
+def period_seconds(bandwidth: float, rtt_s: float = RTT, flow_cap: float = math.inf) -> tuple[float, float]:
     """One period's compute H c and its other time, bandwidth B (bytes/s) on the WAN link.
 
     Each step all-reduces the gradient inside the replica (g = 2 ranks, one bucket ready at the end of
     backward): 2(g-1) alpha + 2(g-1)/g n / B_lan. After H steps the 2-D average: a reduce-scatter inside
     ((g-1) alpha + (g-1)/g n / B_lan), then each rank's n/g share all-reduced with its peer in the other
     datacenter, 2(2-1)(alpha_wan + n/g/2 / min(B/g, B_nic)) (the g rings' flows share the WAN link, one
-    each per direction, and each has a NIC of its own), then an all-gather inside, as the reduce-scatter."""
+    each per direction, and each has a NIC of its own; `flow_cap`: a flow's window ceiling), then an
+    all-gather inside, as the reduce-scatter."""
     g = 2
     step = C + 2 * (g - 1) * ALPHA_LAN + 2 * (g - 1) / g * N / B_LAN
     inside = 2 * ((g - 1) * ALPHA_LAN + (g - 1) / g * N / B_LAN)
-    across = 2 * (2 - 1) * (ALPHA_LAN + rtt_s / 2 + N / g / 2 / min(bandwidth / g, B_LAN))
+    across = 2 * (2 - 1) * (ALPHA_LAN + rtt_s / 2 + N / g / 2 / min(bandwidth / g, B_LAN, flow_cap))
     return H * C, H * step - H * C + inside + across
 
 
@@ -139,6 +140,19 @@ def test_a_target_past_the_round_trip_floor_is_unreachable_and_says_why() -> Non
     status = table["status"].iloc[0]
     assert status.startswith("unreachable") and "round trip" in status, status
     assert math.isnan(table["gbps"].iloc[0])
+    assert table["utilization"].iloc[0] == pytest.approx(ceiling, rel=1e-3)
+
+
+def test_a_target_past_the_window_ceiling_is_unreachable_and_names_it() -> None:
+    # 1 MB per 10 ms round trip: 100 MB/s (0.8 Gb/s) per flow whatever the link, so the WAN's two flows
+    # move what 1.6 Gb/s would, short of the bandwidth a 50% utilization needs
+    window = 1 * MB / RTT
+    compute, floor = period_seconds(math.inf, flow_cap=window)
+    ceiling = compute / (compute + floor)
+    assert ceiling < 0.5 < compute / (compute + period_seconds(math.inf)[1])
+    table = bandwidth_sweep(two_datacenters(connection_window_mb=1), [0.5], [H], TOL)
+    status = table["status"].iloc[0]
+    assert status.startswith("unreachable") and "window ceiling" in status and "0.8 Gb/s" in status, status
     assert table["utilization"].iloc[0] == pytest.approx(ceiling, rel=1e-3)
 
 

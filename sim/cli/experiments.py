@@ -287,10 +287,10 @@ def _cmd_bandwidth(args: argparse.Namespace) -> int:
     )
     with pd.option_context("display.width", 200, "display.max_rows", None):
         print(shown(table).to_string(index=False))
-    notes = table[table["status"] != "ok"].drop_duplicates(["policy", "period", "status"])
-    for _, row in notes.iterrows():
-        h = f" H={row['period']}" if pd.notna(row["period"]) else ""
-        print(f"  {row['policy']}{h}, {row['target']:.0%}: {row['status']}")
+    notes = table[table["status"] != "ok"].astype({"period": object})
+    for (policy, period, status), rows in notes.groupby(["policy", "period", "status"], dropna=False, sort=False):
+        h = f" H={int(period)}" if pd.notna(period) else ""
+        print(f"  {policy}{h}, {', '.join(f'{t:.0%}' for t in rows['target'])}: {status}")
     runs = int(table.groupby(["policy", "period"], dropna=False)["simulations"].max().sum())
     print(f"{runs} simulations; {out}/bandwidth.csv")
     return 0
