@@ -211,3 +211,19 @@ def test_the_command_prints_the_table_and_writes_bandwidth_csv(
     found = table["gbps"].iloc[0]
     assert f"{found:.3g}" in capsys.readouterr().out
     assert closed_form_gbps(0.5) <= found * (1 + 1e-6) <= closed_form_gbps(0.5) * (1 + TOL) * (1 + 1e-6)
+
+
+def test_a_case_that_cannot_run_fails_alone_and_the_command_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # overlap_steps x fragments must stay below H: at H = 1 the streaming entry is refused, local_sgd runs
+    config = two_datacenters()
+    config["policies"].append({"name": "streaming_diloco", "fragments": 1, "overlap_steps": 1})
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(config))
+    out = tmp_path / "out"
+    assert main(["bandwidth", str(path), "--targets", "0.2", "--periods", "1", "--out", str(out)]) == 1
+    table = pd.read_csv(out / "bandwidth.csv").set_index("policy")
+    assert table.loc["local_sgd", "status"] == "ok"
+    assert table.loc["streaming_diloco", "status"].startswith("failed: policies[1].overlap_steps: must be below H/P")
+    assert "streaming_diloco H=1, 20%: failed: policies[1].overlap_steps" in capsys.readouterr().out

@@ -246,7 +246,7 @@ def add_bandwidth(sub: Subparsers) -> None:
     )  # fmt: skip
     bandwidth.add_argument("--out", help="output folder for bandwidth.csv (default: results/<config name>-bandwidth)")
     add_set(bandwidth)
-    bandwidth.set_defaults(func=_cmd_bandwidth)
+    bandwidth.set_defaults(func=_cmd_bandwidth)  # exit 1 when a case could not run (its rows say why)
 
 
 def _utilization(text: str) -> float:
@@ -293,4 +293,4 @@ def _cmd_bandwidth(args: argparse.Namespace) -> int:
         print(f"  {policy}{h}, {', '.join(f'{t:.0%}' for t in rows['target'])}: {status}")
     runs = int(table.groupby(["policy", "period"], dropna=False)["simulations"].max().sum())
     print(f"{runs} simulations; {out}/bandwidth.csv")
-    return 0
+    return 1 if table["status"].str.startswith("failed").any() else 0

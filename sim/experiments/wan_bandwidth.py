@@ -34,6 +34,7 @@ class Case:
 
     label: str
     name: str
+    index: int  # the entry's place in the config's policies (each run holds it alone, as policies[0])
     period: Optional[int]
     entry: dict[str, Any]
     iterations: int
@@ -58,8 +59,8 @@ class Probe:
         if wan and key in self.other:
             return self.other[key]
         config = case_config(self.data, self.case, gbps, **wan)
-        utilization, wan_bytes, compute_s = simulate_case(config)
         self.runs += 1
+        utilization, wan_bytes, compute_s = simulate_case(config)
         if not wan:
             self.seen[gbps] = utilization
             # the link moves wan_bytes within the run, which lasts compute_s / u when u is reached, so
@@ -119,12 +120,12 @@ def cases(data: Mapping[str, Any], periods: Iterable[int]) -> list[Case]:
     from policies.registry import create, resolve
 
     out = []
-    for raw in data["policies"]:
+    for index, raw in enumerate(data["policies"]):
         entry = dict(raw)
         label, name = entry.get("label") or entry["name"], entry["name"]
         settings = {k: v for k, v in entry.items() if k not in ("name", "label")}
         if "period" not in resolve(name).Settings.model_fields:
-            out.append(Case(label, name, None, entry, int(data.get("iterations", 1)), _config_warmup(data)))
+            out.append(Case(label, name, index, None, entry, int(data.get("iterations", 1)), _config_warmup(data)))
             continue
         for h in periods:
             made = create(name, {**settings, "period": h}).settings
@@ -133,7 +134,7 @@ def cases(data: Mapping[str, Any], periods: Iterable[int]) -> list[Case]:
             # launch of the periods summarised and its wait inside it
             shift = int(getattr(made, "overlap_steps", 0))
             steps = warmup + PERIODS_PER_RUN * h + shift
-            out.append(Case(label, name, h, {**entry, "period": h}, steps, warmup + shift))
+            out.append(Case(label, name, index, h, {**entry, "period": h}, steps, warmup + shift))
     return out
 
 
@@ -169,7 +170,7 @@ def simulate_case(config: Any) -> tuple[float, float, float]:
     result = simulate(config)
     row = result.summary.iloc[0]
     if row["status"] != "ok":
-        raise RunFailed(str(row["status"]))
+        raise RunFailed(str(row["status"]).removeprefix("failed: "))
     links = [i for cable in build_cluster(config.cluster, config.seed).wan for i in cable.links]
     carried = result.runs[0].link_bytes
     wan_bytes = float(max(carried[i] for i in links)) if carried is not None and links else 0.0
@@ -282,7 +283,7 @@ def bandwidth_sweep(
                 gbps = needed(probe, target, tolerance, lowest, highest, probe.bracket, probe.below)
                 status = "ok" if gbps is not None else floor_reason(probe, wan, highest, target)
             except (RunFailed, ConfigError) as exc:
-                failed = " ".join(str(exc).split())
+                failed = " ".join(str(exc).split()).replace("policies[0]", f"policies[{case.index}]")
                 status = f"failed: {failed}"
             lo, _ = probe.bracket(target)
             u = probe.seen.get(gbps, math.nan) if gbps is not None else probe.seen.get(highest, math.nan)
