@@ -1,5 +1,5 @@
-"""`syncsim sweep`, `search` and `plot`: many simulations of one config, and figures redrawn from
-saved tables."""
+"""`syncsim sweep`, `search`, `bandwidth` and `plot`: many simulations of one config, and figures redrawn
+from saved tables."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from sim.cli.common import Subparsers, add_set, exit_code, hold, progress
+from sim.cli.common import Subparsers, add_set, exit_code, hold, progress, writing
 from sim.errors import ConfigError, UsageError
 from sim.flags import count, number
 
@@ -221,3 +221,76 @@ def _cmd_fidelity(args: argparse.Namespace) -> int:
             f"perfect scaling (null): median {null.median():.1%}, worst {null.max():.1%}"
         )
     return 0
+
+
+def add_bandwidth(sub: Subparsers) -> None:
+    """`syncsim bandwidth CONFIG`: the WAN bandwidth each policy (and H) needs for each utilization target."""
+    from sim.experiments.wan_bandwidth import PERIODS, TARGETS, TOLERANCE
+
+    bandwidth = sub.add_parser(
+        "bandwidth",
+        help="the smallest WAN bandwidth at which each policy (and each H) reaches each compute utilization "
+        "(docs/wan.md)",
+    )
+    bandwidth.add_argument("config", help="YAML config of a multi_datacenter cluster (with a wan: section)")
+    bandwidth.add_argument(
+        "--targets", type=_utilization, nargs="+", default=list(TARGETS), help="compute utilizations, each in (0, 1)"
+    )
+    bandwidth.add_argument(
+        "--periods", type=count(1, "a period"), nargs="+", default=list(PERIODS),
+        help="H of every policy with a period setting (others run once, as configured)",
+    )  # fmt: skip
+    bandwidth.add_argument(
+        "--tolerance", type=number(0, above=True, what="a relative tolerance"), default=TOLERANCE,
+        help="relative width of the bracket each answer is the top of",
+    )  # fmt: skip
+    bandwidth.add_argument("--out", help="output folder for bandwidth.csv (default: results/<config name>-bandwidth)")
+    add_set(bandwidth)
+    bandwidth.set_defaults(func=_cmd_bandwidth)  # exit 1 when a case could not run (its rows say why)
+
+
+def _utilization(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"expected a utilization strictly between 0 and 1, got {text}")
+    return value
+
+
+def _cmd_bandwidth(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from policies.registry import add_search_folder
+    from sim.config import read_config
+    from sim.experiments.wan_bandwidth import bandwidth_sweep, check_arguments, shown
+    from sim.files import atomic_write
+
+    check_arguments(args.targets, args.periods, args.tolerance)
+    data = read_config(args.config, args.set)
+    add_search_folder(Path(args.config).parent)
+    name = data.get("name", Path(args.config).stem) if isinstance(data, dict) else Path(args.config).stem
+    out = hold(args, Path(args.out) if args.out else Path("results") / f"{name}-bandwidth")
+
+    def started(case) -> None:  # type: ignore[no-untyped-def]
+        h = f" H={case.period}" if case.period is not None else ""
+        print(f"  {case.label}{h}: {case.iterations} iterations per run", file=sys.stderr, flush=True)
+
+    table = bandwidth_sweep(data, args.targets, args.periods, args.tolerance, on_case=started)
+    with writing(out, "cannot write bandwidth.csv"):
+        atomic_write(out / "bandwidth.csv", table.to_csv(index=False))
+    wan = data["cluster"]["wan"]
+    print(
+        f"WAN bandwidth (Gb/s, each direction, cluster.wan.bandwidth_gbps with every link scaled alike) "
+        f"for each compute utilization; RTT {wan['rtt_ms']:g} ms; within {args.tolerance:.0%}:"
+    )
+    with pd.option_context("display.width", 200, "display.max_rows", None):
+        print(shown(table).to_string(index=False))
+    notes = table[table["status"] != "ok"].astype({"period": object})
+    for (policy, period, status), rows in notes.groupby(["policy", "period", "status"], dropna=False, sort=False):
+        h = f" H={int(period)}" if pd.notna(period) else ""
+        print(f"  {policy}{h}, {', '.join(f'{t:.0%}' for t in rows['target'])}: {status}")
+    runs = int(table.groupby(["policy", "period"], dropna=False)["simulations"].max().sum())
+    print(f"{runs} simulations; {out}/bandwidth.csv")
+    return 1 if table["status"].str.startswith("failed").any() else 0

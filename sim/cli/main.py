@@ -19,7 +19,7 @@ from contextlib import ExitStack
 from typing import Optional
 
 from sim.cli.common import Parser, exit_code, version
-from sim.cli.experiments import add_fidelity, add_plot, add_search, add_sweep
+from sim.cli.experiments import add_bandwidth, add_fidelity, add_plot, add_search, add_sweep
 from sim.cli.hardware import add_calibrate, add_profile, add_real, add_validate
 from sim.cli.simulation import add_check, add_list, add_run
 from sim.errors import ConfigError, OutputBusy, SyncsimError, Terminated, UsageError, signal_name
@@ -42,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
         add_fidelity,
         add_check,
         add_sweep,
+        add_bandwidth,
         add_plot,
         add_profile,
         add_list,
