@@ -132,8 +132,6 @@ def simulated(s: Setting) -> tuple[WallClock, float, float]:
     """Compute, intra- and inter-datacenter all-reduce time of the run; its utilization and wall-clock time."""
     result = simulate(s.config())
     row = result.summary.iloc[0]
-    if "no buffer" in str(row["status"]):
-        pytest.skip("the simulator does not hold policy buffers yet (Policy.buffers; the engine's part of issue 46)")
     assert row["status"] == "ok", row["status"]
     compute = result.iterations.groupby("rank")["compute_s"].sum()
     assert compute.min() == pytest.approx(compute.max(), rel=1e-12)  # every GPU alike
@@ -179,8 +177,6 @@ def test_built_in_datacenter_replicas_meet_the_appendix_inside_and_halve_its_wan
     )
     result = simulate(s.config())
     row = result.summary.iloc[0]
-    if "no buffer" in str(row["status"]):
-        pytest.skip("the simulator does not hold policy buffers yet (Policy.buffers; the engine's part of issue 46)")
     assert row["status"] == "ok", row["status"]
     intra, inter = s.networks()
     n, g, m = s.parameters * BYTES_PER_VALUE, s.per_dc, s.dcs
@@ -236,8 +232,6 @@ def streaming_config(s: Setting) -> dict[str, Any]:
 
 def run_streaming(s: Setting) -> float:
     row = simulate(streaming_config(s)).summary.iloc[0]
-    if "no buffer" in str(row["status"]):
-        pytest.skip("the simulator does not hold policy buffers yet (Policy.buffers; the engine's part of issue 46)")
     assert row["status"] == "ok", row["status"]
     return float(row["sim_time_s"])
 

@@ -7,7 +7,6 @@ same policies through the engine."""
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Optional
@@ -254,25 +253,12 @@ def test_int8_error_feedback_keeps_what_the_wire_lost(task: Task) -> None:
 # ----------------------------------------------------------------------------- through the engine
 
 
-def _engine_runs_local_ops() -> bool:
-    """Whether sim/engine carries out local ops in numerics mode (branch i46-engine)."""
-    import sim.engine.executor as executor
-
-    source = inspect.getsource(executor)
-    launches = Path(executor.__file__).with_name("launches.py")
-    return ".local(" in source or (launches.exists() and ".local(" in launches.read_text())
-
-
-needs_engine = pytest.mark.skipif(not _engine_runs_local_ops(), reason="the executor does not run local ops yet")
-
-
 def numerics_run(policies: list[dict[str, Any]], iterations: int = 9) -> dict[str, Any]:
     config = synthetic(star(WORLD), policies, 1.0, compute_ms=5, iterations=iterations)
     config["numerics"] = {"model": "logreg", "global_batch": 16, "eval_every": 3}
     return config
 
 
-@needs_engine
 def test_simulated_diloco_with_outer_lr_1_ends_on_local_sgds_parameters() -> None:
     """(b) through simulate(): the outer step's local ops run at their issue points."""
     diloco = {"name": "diloco", "period": 3, "outer_lr": 1.0, "outer_momentum": 0.0, "nesterov": False}
@@ -288,7 +274,6 @@ def test_simulated_diloco_with_outer_lr_1_ends_on_local_sgds_parameters() -> Non
     )
 
 
-@needs_engine
 def test_simulated_streaming_diloco_with_overlap_moves_the_anchor_it_scores() -> None:
     """Launched fragment all-reduces (tau 1) and their Waits through the engine: the run completes, the
     consensus rows score the anchor, which the outer steps moved (its accuracy changed from the initial
@@ -303,7 +288,6 @@ def test_simulated_streaming_diloco_with_overlap_moves_the_anchor_it_scores() ->
     assert len({tuple(p) for p in run.parameters.round(7)}) == WORLD
 
 
-@needs_engine
 def test_diloco_reaches_the_digits_target_in_less_wall_time_than_ring_across_a_wan() -> None:
     """configs/diloco_digits_wan.yaml, cut to 200 iterations and a 0.9 target: ring all-reduces ResNet-50's
     gradients over the 1 Gb/s, 50 ms WAN every step, DiLoCo (H 50) its pseudo-gradient once per 50 steps,

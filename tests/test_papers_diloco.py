@@ -46,16 +46,10 @@ SLOWEST_STEP = {
 
 def run(name: str) -> tuple[float, float, float]:
     """The config's outer all-reduce time (s), its compute utilization (%) and its compute time (s) of one
-    outer round. Until the simulator holds policy buffers (issue 46's engine part), `diloco` runs as
-    `local_sgd` with its period and wire, which times alike (tests/test_diloco_closed_form.py)."""
+    outer round."""
     config: dict[str, Any] = yaml.safe_load((PAPERS / f"{name}.yaml").read_text())
     config["simulation"]["trace"] = False
     result = simulate(config)
-    if "no buffer" in str(result.summary.iloc[0]["status"]):
-        policy = config["policies"][0]
-        config["policies"] = [{k: v for k, v in policy.items() if k in ("period", "wire", "block")}]
-        config["policies"][0]["name"] = "local_sgd"
-        result = simulate(config)
     row = result.summary.iloc[0]
     assert row["status"] == "ok", row["status"]
     (seconds,) = (result.ops["finished_s"] - result.ops["launched_s"])[result.ops["rank"] == -1]
