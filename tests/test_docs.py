@@ -77,3 +77,9 @@ def test_readme_validation_figures_are_the_stored_runs() -> None:
     assert f"[{stored}]({stored}): every synchronous scheme within {sync:.1f}%" in readme
     assert f"ASP's throughput within {table['asp']:.1f}%" in readme
     assert "`syncsim validate configs/validate_2x2.yaml --out results/validate_2x2` measures it again" in readme
+
+
+def test_the_plug_in_variant_on_the_policies_page_is_the_example_file() -> None:
+    """docs/policies.md shows examples/outer_adam_diloco.py whole; the two must not drift apart."""
+    shown = PYTHON.findall((ROOT / "docs" / "policies.md").read_text())
+    assert (ROOT / "examples" / "outer_adam_diloco.py").read_text() in shown
