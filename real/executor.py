@@ -14,6 +14,16 @@ collective on a CUDA stream of its own (`transport.complete`), never on the stre
 computes on and after which NCCL orders every later collective, and it synchronizes that stream
 alone, not the device.
 
+Tensor-side ops (`policies.tensors`, `real/buffers.py`): local ops (`Combine`, `OptimizerStep`,
+`Encode`) run on the main thread when their program item starts, in program order, on the rank's
+`RankTensors` (on a GPU, queued on the current stream like the training's kernels); they are recorded
+nowhere. A collective acts on its `buffer` over its hook's region, or on a fragment's ranges laid end
+to end. A collective with a `handle` is launched: its item ends as soon as the item starts, the call
+still goes out in its group's order (the queues outlive one `run`, so a launch may go out during a
+later step's programs), and `Wait(handle)` ends once the call has completed and its result is written
+back. A rank's time inside a Wait counts as blocked time. `drain` finishes the launches nobody waited
+for (a phase's last steps) before the phase ends.
+
 Timing: every collective records (step, group, sequence number, issue and finish time) for the
 wait/comm split computed after the run (`real/accounting.py`); pulls and clock waits report the
 seconds the server held them, which is time blocked on other workers.
@@ -41,14 +51,16 @@ from typing import Any, Optional
 
 import torch
 
-from policies.ops import Collective, Op, Pull, Push, WaitForClock, step_ops
+from policies.ops import Collective, LocalOp, Op, Pull, Push, Wait, WaitForClock, step_ops
 from real import protocol as wire
 from real import transport
+from real.buffers import Narrowed, RankTensors
 from real.collectives import Started, start
 from real.groups import ProcessGroups
 from real.sparse_collectives import Shares
 from real.waiters import Waiters
 from sim.engine.op_checks import OpValidator
+from sim.errors import PolicyError
 from sim.numerics.replica import Replica, through_wire
 
 # (step, rank, group key, sequence on the group, op kind, nbytes, issued, finished, bytes received:
@@ -72,7 +84,11 @@ class _Slot:
     bucket: Optional[int]
     issued: float = -1.0
     seq: int = -1  # collectives: position among this rank's calls on the group
-    done: bool = False
+    done: bool = False  # its item may end (a launched collective: once its item started)
+    step: int = -1  # the step whose program yielded it (-1: the step `_complete` is given)
+    ready: bool = False  # its item has started: a collective may go out when its group is free
+    completed: bool = False  # a collective: finished, its result in place
+    launched: Optional[_Slot] = None  # a Wait: the launched collective it waits for
 
 
 @dataclass
@@ -119,11 +135,15 @@ class RankExecutor:
     _done: deque = field(default_factory=deque)
     _cv: threading.Condition = field(default_factory=threading.Condition)
     _waiters: Waiters = field(default_factory=lambda: Waiters("syncsim-wait"))
+    tensors: Optional[RankTensors] = None  # the policy's buffers beside the replica's (made on first use)
+    # per group, collectives whose turn has not come, in program order (launched ones outlive a `run`)
+    _queues: dict[tuple[int, ...], deque[_Slot]] = field(default_factory=dict)
+    _launched: dict[str, _Slot] = field(default_factory=dict)  # handle -> its collective, until its Wait
+    _in_flight: int = 0  # calls and messages launched and not yet completed
 
     def run(self, step: int, programs: Sequence[tuple[Iterable[Any], Optional[int]]], chained: bool = False) -> None:
         """Run `(program, bucket)` pairs to completion (concurrently, or one after another)."""
         staged: list[_Program] = []
-        queues: dict[tuple[int, ...], deque[_Slot]] = {}
         for p, (program, bucket) in enumerate(programs):
             items = []
             for i, item in enumerate(program):
@@ -131,70 +151,150 @@ class RankExecutor:
                 slots = []
                 for op in ops:
                     self.validator.check(self.rank, step, op)
-                    slot = _Slot(op, p, i, bucket)
+                    slot = _Slot(op, p, i, bucket, step=step)
                     slots.append(slot)
                     if isinstance(op, Collective):
-                        queues.setdefault(tuple(sorted(op.group.ranks)), deque()).append(slot)
+                        self._queues.setdefault(tuple(sorted(op.group.ranks)), deque()).append(slot)
                 items.append(slots)
             if items:
                 staged.append(_Program(items, bucket))
-        if not staged:
-            return
-        in_flight = 0
+        self._poll()  # launched calls that finished, or whose group is free, since the last run
         while True:
+            for prog in staged:
+                while not prog.finished and all(s.done for s in prog.items[prog.at]):
+                    prog.at += 1
+                    prog.started = False
             active = [prog for prog in staged if not prog.finished]
             if not active:
                 return
             if chained:
                 active = active[:1]
-            in_flight += self._issue(step, active, queues)
-            if in_flight == 0:
-                raise RuntimeError(f"rank {self.rank}: programs of {self.policy!r} cannot proceed (a bug)")
-            for flight in self._wait():
-                in_flight -= 1
-                self._complete(step, flight)
-            for prog in staged:
-                while not prog.finished and all(s.done for s in prog.items[prog.at]):
-                    prog.at += 1
-                    prog.started = False
+            if self._issue(step, active):
+                continue  # local ops and finished waits may have ended items without a message
+            self._await_one()
+
+    def drain(self) -> None:
+        """Finish every launched collective (those no Wait came for: a phase's last launches), so
+        that every member has completed them before the phase's groups are used again or freed."""
+        while self._queues or self._in_flight:
+            if not self._issue_collectives():
+                self._await_one()
+        self._launched.clear()
+
+    def _poll(self) -> None:
+        """Complete what has finished and issue what may go out, without blocking."""
+        with self._cv:
+            done = list(self._done)
+            self._done.clear()
+        for flight in done:
+            self._complete(flight.slot.step, flight)
+        self._issue_collectives()
+
+    def _await_one(self) -> None:
+        """Block until at least one call or message completes, and complete them."""
+        if self._in_flight == 0:
+            raise RuntimeError(f"rank {self.rank}: programs of {self.policy!r} cannot proceed (a bug)")
+        for flight in self._wait():
+            self._complete(flight.slot.step, flight)
 
     # ----------------------------------------------------------------------------- issuing
-    def _issue(self, step: int, active: list[_Program], queues: dict[tuple[int, ...], deque[_Slot]]) -> int:
-        issued = 0
-        progress = True
-        while progress:
-            progress = False
-            for prog in active:
-                if prog.finished:
-                    continue
-                slots = prog.items[prog.at]
-                if not prog.started:
-                    prog.started = True
-                    issued += self._issue_p2p(step, prog.bucket, slots)
-                    progress = True
-                for slot in slots:
-                    if slot.issued >= 0 or not isinstance(slot.op, Collective):
-                        continue
-                    key = tuple(sorted(slot.op.group.ranks))
-                    if queues[key][0] is slot and key not in self._busy:
-                        queues[key].popleft()
-                        self._issue_collective(step, slot, key)
-                        issued += 1
-                        progress = True
+    def _issue(self, step: int, active: list[_Program]) -> bool:
+        """Start the active programs' current items and issue what may go out; whether anything did."""
+        progress = False
+        for prog in active:
+            if prog.finished:
+                continue
+            slots = prog.items[prog.at]
+            if not prog.started:
+                prog.started = True
+                progress = True
+                self._start_item(step, prog.bucket, slots)
+            for slot in slots:
+                if isinstance(slot.op, Wait) and not slot.done and slot.launched is not None:
+                    if slot.launched.completed:
+                        slot.done, progress = True, True
+                        self._blocked_for(step, slot.issued)  # the rank sat in the Wait since then
+        return self._issue_collectives() or progress
+
+    def _start_item(self, step: int, bucket: Optional[int], slots: list[_Slot]) -> None:
+        """An item starts: its local ops run (in order), its collectives may go out (a launched one's
+        slot is done at once), its Waits find their launch, its messages go out."""
+        for slot in slots:
+            op = slot.op
+            if isinstance(op, LocalOp):
+                try:
+                    self._tensors().apply(op, bucket)
+                except (KeyError, ValueError) as exc:
+                    raise self._fail(step, op, _message(exc)) from exc
+                slot.done = True
+            elif isinstance(op, Collective):
+                slot.ready = True
+                if op.handle is not None:
+                    self._launch_handle(step, slot, op.handle)
+            elif isinstance(op, Wait):
+                launched = self._launched.pop(op.handle, None)
+                if launched is None:
+                    raise self._fail(
+                        step, op, f"no collective launched with handle {op.handle!r} awaits a Wait on this rank"
+                    )
+                slot.launched, slot.issued = launched, time.perf_counter()
+                slot.done = launched.completed
+        self._issue_p2p(step, bucket, slots)
+
+    def _launch_handle(self, step: int, slot: _Slot, handle: str) -> None:
+        earlier = self._launched.get(handle)
+        if earlier is not None:
+            raise self._fail(
+                step, slot.op, f"handle {handle!r} was launched at step {earlier.step} and not waited for; Wait for "
+                "it before launching it again",
+            )  # fmt: skip
+        self._launched[handle] = slot
+        slot.done = True
+        if isinstance(slot.op, Collective):  # the worker reached the op: a parameter op steps the optimizer now
+            self.replica.arrive(slot.op, slot.bucket)
+
+    def _issue_collectives(self) -> bool:
+        """Issue each group's next collective if its item has started and the group is free."""
+        issued = False
+        for key in list(self._queues):
+            queue = self._queues[key]
+            if key in self._busy or not queue[0].ready:
+                continue
+            slot = queue.popleft()
+            if not queue:
+                del self._queues[key]
+            self._issue_collective(slot, key)
+            issued = True
         return issued
 
-    def _issue_collective(self, step: int, slot: _Slot, key: tuple[int, ...]) -> None:
+    def _issue_collective(self, slot: _Slot, key: tuple[int, ...]) -> None:
         op = slot.op
         assert isinstance(op, Collective)
-        self.replica.arrive(op, slot.bucket)
+        if op.handle is None:  # a launched op took its optimizer step when the worker reached it
+            self.replica.arrive(op, slot.bucket)
+        try:
+            target = self._tensors().target(op, slot.bucket) if op.tensor or op.fragment else self.replica
+        except (KeyError, ValueError) as exc:
+            raise self._fail(slot.step, op, _message(exc)) from exc
         slot.seq = self._sequence.get(key, 0)
         self._sequence[key] = slot.seq + 1
         slot.issued = time.perf_counter()
         self._busy.add(key)
         pg = self.groups.get(op.group) if op.group.size > 1 else None
-        started: Started = start(op, self.replica, slot.bucket, pg, self.shares)
+        started: Started = start(op, target, slot.bucket, pg, self.shares)
         works = [started.work] if started.work is not None else []
-        self._launch(_Flight(slot, works, started.finish, started.nbytes, received=started.received))
+        finish = started.finish
+        if isinstance(target, Narrowed):
+            finish = _then(finish, target.write_back)
+        self._launch(_Flight(slot, works, finish, started.nbytes, received=started.received))
+
+    def _tensors(self) -> RankTensors:
+        if self.tensors is None:
+            self.tensors = RankTensors(self.replica)
+        return self.tensors
+
+    def _fail(self, step: int, op: Op, why: str) -> PolicyError:
+        return PolicyError(f"policy {self.policy!r} yielded {op!r} on rank {self.rank} at step {step}: {why}")
 
     def _issue_p2p(self, step: int, bucket: Optional[int], slots: list[_Slot]) -> int:
         replica, now = self.replica, time.perf_counter()
@@ -285,6 +385,7 @@ class RankExecutor:
 
     # ----------------------------------------------------------------------------- completion
     def _launch(self, flight: _Flight) -> None:
+        self._in_flight += 1
         if not flight.works:
             flight.finished = time.perf_counter()
             with self._cv:
@@ -322,10 +423,12 @@ class RankExecutor:
             raise flight.error
         if flight.event is not None:  # the results were written on other streams: read them after those
             torch.cuda.current_stream(flight.device).wait_event(flight.event)
+        self._in_flight -= 1
         if flight.finish is not None:
             flight.finish()
         slot = flight.slot
-        slot.done = True
+        slot.done = slot.completed = True
+        step = slot.step if slot.step >= 0 else step
         op = slot.op
         if isinstance(op, Collective):
             key = tuple(sorted(op.group.ranks))
@@ -338,3 +441,17 @@ class RankExecutor:
             kind = {Push: "push", Pull: "pull", WaitForClock: "wait_clock"}[type(op)]
             shard = getattr(op, "shard", -1)
             self.p2p.append((step, self.rank, kind, shard, 1, flight.nbytes, slot.issued, flight.finished))
+
+
+def _then(first: Optional[Callable[[], None]], second: Callable[[], None]) -> Callable[[], None]:
+    def both() -> None:
+        if first is not None:
+            first()
+        second()
+
+    return both
+
+
+def _message(exc: Exception) -> str:
+    """A KeyError's or ValueError's own text (str() of a KeyError quotes it)."""
+    return str(exc.args[0]) if exc.args else type(exc).__name__

@@ -34,6 +34,7 @@ from policies.phases import Progress
 from real import device_use, partial, transport
 from real.accounting import RankReport
 from real.backends import backend_for, training_device, workers_per_node
+from real.buffers import RankTensors, policy_buffers
 from real.executor import RankExecutor
 from real.groups import ProcessGroups, planned_groups
 from real.layout import Placement, placement
@@ -286,6 +287,8 @@ class _RankRun:
         self.executor = RankExecutor(
             rank, self.entry.display, self.groups, self.replica, [], None, self.timeout_s, OpValidator("", workers, 0)
         )
+        # every phase's buffers, on the replica's device; they live as long as the replica
+        self.executor.tensors = RankTensors(self.replica, policy_buffers(self.policy))
 
     def shard_setup(self, spec: Any) -> None:
         self.spec = spec
@@ -327,7 +330,10 @@ class _RankRun:
         if self.executor is not None:
             ex = self.executor
             ex.shard_ranks, ex.clock_rank = shard_ranks, clock_rank
-            ex.validator = OpValidator(self.entry.display, workers, len(specs))
+            buffers = [b.name for b in phase.policy.buffers()]
+            ex.validator = OpValidator(
+                self.entry.display, workers, len(specs), buffers=buffers, buckets=len(self.buckets)
+            )
             decisions = None
             if phase.adaptive and phase.synchronous:
                 decisions = Decisions(self.policy, self.decision_group, workers)

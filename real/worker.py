@@ -106,6 +106,7 @@ def train(setup: WorkerSetup, report: RankReport) -> int:
         step += 1
         if claims is None and s.eval_every and step % s.eval_every == 0 and step < s.run_iterations:
             snapshot(report, step, end - t, replica.params, len(replica.losses))
+    ex.drain()  # launched collectives nobody waited for, before the phase's groups serve another
     if s.decisions is not None:
         s.decisions.close()
     for shard in s.shard_ranks:

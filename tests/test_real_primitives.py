@@ -1,0 +1,364 @@
+"""The real backend's tensor-side primitives (real/buffers.py, real/executor.py): buffers, local ops,
+fragments and launched collectives with their Waits.
+
+In-process, without processes: local ops run in program order on the rank's buffers, over the hook's
+region or a fragment's buckets; a collective on a fragment runs on the fragment's ranges laid end to
+end and its result lands back in exactly those ranges; a launched collective ends its item at once and
+its Wait blocks until it has completed; bad handles and fragments are refused naming the policy, rank,
+step and handle; the validator refuses an undeclared buffer.
+
+On gloo processes (slow: one launch of 4 workers): DiLoCo (wire unset, and int8 with error feedback)
+and Streaming DiLoCo (2 fragments of 2 buckets each, overlap 1) end with the parameters of an
+in-process reference: numerics mode's replicas (`sim.numerics.replicas.Replicas`: batches, gradients,
+local steps, gradient all-reduces) with the policy's local ops applied by `TensorStore` and the
+all-reduces of buffers computed by hand, as the rules of policies/ops.py and local_ops.py say."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, Optional
+
+import numpy as np
+import pytest
+import yaml
+
+torch = pytest.importorskip("torch")
+
+from policies.ops import AllReduce, Combine, Encode, Group, Payload, ReduceScatter, Wait  # noqa: E402
+from policies.tensors import Buffer, Codec, Fragment  # noqa: E402
+from real import executor as ex  # noqa: E402
+from real.buffers import RankTensors, policy_buffers  # noqa: E402
+from real.collectives import Started  # noqa: E402
+from sim.engine.op_checks import OpValidator  # noqa: E402
+from sim.errors import PolicyError  # noqa: E402
+
+N = 12
+RANGES = [(9, 12), (6, 9), (3, 6), (0, 3)]  # bucket 0 at the end of the vector (replica.bucket_ranges)
+
+
+class FakeReplica:
+    """What the executor and RankTensors use of a `Replica`: tensors, bucket ranges, `arrive`."""
+
+    def __init__(self) -> None:
+        self.rank, self.policy, self.wire = 0, "test", None
+        self.params = torch.arange(N, dtype=torch.float32)
+        self.grads = torch.zeros(N)
+        self.ranges = list(RANGES)
+        self.arrived: list[Any] = []
+
+    def range(self, bucket: Optional[int]) -> tuple[int, int]:
+        return (0, N) if bucket is None else self.ranges[bucket]
+
+    def arrive(self, op: Any, bucket: Optional[int]) -> None:
+        self.arrived.append(op)
+
+    def pop_slice(self, bucket: Optional[int]) -> None:
+        return None
+
+
+class HeldWork:
+    def __init__(self, hold: Optional[threading.Event]) -> None:
+        self.hold = hold
+
+    def wait(self) -> bool:
+        if self.hold is not None:
+            assert self.hold.wait(10)
+        return True
+
+
+def executor(monkeypatch: pytest.MonkeyPatch, hold: Optional[threading.Event] = None) -> tuple[Any, list]:
+    """A rank whose collectives (on a group of two) multiply the values they act on by 10, once their
+    work, which `hold` keeps from finishing until it is set, has finished; `seen` lists what each saw."""
+    replica = FakeReplica()
+    seen: list[Any] = []
+
+    def fake_start(op: Any, target: Any, bucket: Any, pg: Any, shares: Any) -> Started:
+        a, b = target.range(bucket)
+        data = target.data(op)
+        seen.append((op, data[a:b].clone()))
+        return Started(HeldWork(hold), lambda: data[a:b].mul_(10), 4 * (b - a))
+
+    monkeypatch.setattr(ex, "start", fake_start)
+    groups = SimpleNamespace(get=lambda group: "pg")
+    validator = OpValidator("test", 2, 0, buffers=["anchor", "delta"], buckets=len(RANGES))
+    rank = ex.RankExecutor(0, "test", groups, replica, [], None, 10.0, validator)  # type: ignore[arg-type]
+    rank.tensors = RankTensors(replica, [Buffer("anchor", initial="parameters"), Buffer("delta")])  # type: ignore[arg-type]
+    return rank, seen
+
+
+PAIR = Group((0, 1))
+HALF = Fragment(1, 2)  # buckets 1 and 3: elements 6..9 and 0..3
+
+
+def test_local_ops_run_in_program_order_on_the_region_or_the_fragment(monkeypatch: pytest.MonkeyPatch) -> None:
+    rank, _ = executor(monkeypatch)
+    params = rank.replica.params.clone()
+    rank.run(
+        0,
+        [
+            (
+                [
+                    Combine("parameters", ((2.0, "parameters"),)),  # whole model
+                    Combine("delta", ((1.0, "anchor"), (-1.0, "parameters")), fragment=HALF),  # reads the doubled
+                ],
+                None,
+            ),
+        ],
+    )
+    expected = torch.zeros(N)
+    for a, b in ((6, 9), (0, 3)):
+        expected[a:b] = params[a:b] - 2 * params[a:b]
+    assert torch.equal(rank.tensors.store.tensor("delta"), expected)
+    assert torch.equal(rank.replica.params, 2 * params)
+
+
+def test_a_bucket_hooks_local_op_acts_on_its_bucket(monkeypatch: pytest.MonkeyPatch) -> None:
+    rank, _ = executor(monkeypatch)
+    rank.run(0, [([Combine("delta", ((1.0, "parameters"),))], 2)])
+    delta = rank.tensors.store.tensor("delta")
+    assert torch.equal(delta[3:6], torch.tensor([3.0, 4.0, 5.0])) and int((delta != 0).sum()) == 3
+
+
+def test_a_collective_on_a_fragment_runs_on_its_ranges_end_to_end_and_writes_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    rank, seen = executor(monkeypatch)
+    rank.run(0, [([AllReduce(PAIR, 24.0, payload=Payload.PARAMETERS, tensor="anchor", fragment=HALF)], None)])
+    ((op, values),) = seen
+    assert values.tolist() == [6.0, 7.0, 8.0, 0.0, 1.0, 2.0]  # bucket 1, then bucket 3
+    anchor = rank.tensors.store.tensor("anchor")
+    assert anchor.tolist() == [0.0, 10.0, 20.0, 3, 4, 5, 60.0, 70.0, 80.0, 9, 10, 11]
+    assert torch.equal(rank.replica.params, torch.arange(N, dtype=torch.float32))  # another buffer
+
+
+def test_a_collective_on_a_buffer_acts_on_the_hooks_region(monkeypatch: pytest.MonkeyPatch) -> None:
+    rank, seen = executor(monkeypatch)
+    rank.run(0, [([AllReduce(PAIR, 12.0, tensor="anchor")], 1)])
+    assert seen[0][1].tolist() == [6.0, 7.0, 8.0]
+    assert rank.tensors.store.tensor("anchor")[6:9].tolist() == [60.0, 70.0, 80.0]
+    assert torch.equal(rank.replica.grads, torch.zeros(N))
+
+
+def test_a_launched_collective_ends_its_item_and_its_wait_blocks_until_it_completed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    hold = threading.Event()
+    rank, seen = executor(monkeypatch, hold)
+    launch = AllReduce(PAIR, 24.0, tensor="delta", fragment=HALF, handle="h")
+    # the launch's item ends at once: the local op after it runs while the all-reduce is held
+    rank.run(0, [([Combine("delta", ((1.0, "parameters"),)), launch, Combine("anchor", ((0.0, "anchor"),))], None)])
+    assert len(seen) == 1 and rank.tensors.store.tensor("anchor").abs().sum() == 0
+    assert rank.tensors.store.tensor("delta")[6:9].tolist() == [6.0, 7.0, 8.0]  # not yet written back
+    threading.Timer(0.3, hold.set).start()
+    begun = time.perf_counter()
+    rank.run(1, [([Wait("h"), Combine("parameters", ((1.0, "delta"),), fragment=HALF)], None)])
+    assert time.perf_counter() - begun >= 0.25
+    assert rank.replica.params.tolist()[6:9] == [60.0, 70.0, 80.0] and rank.replica.params.tolist()[0:3] == [0, 10, 20]
+    ((step, start, end),) = rank.blocked  # the Wait counts as blocked time of its step
+    assert step == 1 and end - start >= 0.25
+    (record,) = rank.collectives
+    assert record[0] == 0  # recorded at the step that launched it
+
+
+def test_drain_finishes_a_launch_nobody_waited_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    hold = threading.Event()
+    rank, _ = executor(monkeypatch, hold)
+    rank.run(0, [([AllReduce(PAIR, 12.0, tensor="delta", handle="h")], None)])
+    threading.Timer(0.2, hold.set).start()
+    rank.drain()
+    assert len(rank.collectives) == 1 and rank.tensors.store.tensor("delta").tolist()[0] == 0.0
+    rank.run(1, [([AllReduce(PAIR, 12.0, tensor="delta", handle="h")], None)])  # the handle is free again
+
+
+def test_launched_ops_keep_their_groups_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A launch still waiting for its group goes out before a later op of the group, in a later run."""
+    hold = threading.Event()
+    rank, seen = executor(monkeypatch, hold)
+    first = AllReduce(PAIR, 12.0, tensor="delta", handle="a")
+    second = AllReduce(PAIR, 12.0, tensor="anchor", handle="b")
+    rank.run(0, [([first, second], None)])
+    assert [op for op, _ in seen] == [first]  # the group runs one at a time
+    hold.set()
+    rank.run(1, [([Wait("b"), Wait("a")], None)])
+    assert [op for op, _ in seen] == [first, second]
+
+
+@pytest.mark.parametrize(
+    ("programs", "message"),
+    [
+        ([([Wait("h")], None)], r"Wait\(handle='h'\) on rank 0 at step 3: no collective launched with handle 'h'"),
+        (
+            [([AllReduce(PAIR, 12.0, handle="h")], None), ([AllReduce(PAIR, 12.0, handle="h")], None)],
+            r"handle='h', algorithm='ring'\) on rank 0 at step 3: handle 'h' was launched at step 3 and not waited for",
+        ),
+        (
+            [([Combine("delta", ((1.0, "parameters"),), fragment=HALF)], 1)],
+            r"on rank 0 at step 3: a fragment narrows ops of whole-model hooks .* bucket 1's hook",
+        ),
+        (
+            [([ReduceScatter(PAIR, 12.0, fragment=HALF)], None)],
+            r"on rank 0 at step 3: ReduceScatter on a fragment; the real backend runs dense AllReduce and AllGather",
+        ),
+        (
+            [([Encode("nothing", Codec(wire="int8"))], None)],
+            r"Encode\(source='nothing'.* at step 3: no buffer 'nothing'",
+        ),
+    ],
+)
+def test_bad_handles_fragments_and_buffers_are_refused_by_name(
+    monkeypatch: pytest.MonkeyPatch, programs: list, message: str
+) -> None:
+    rank, _ = executor(monkeypatch, threading.Event())
+    with pytest.raises(PolicyError, match=r"^policy 'test' yielded .*" + message):
+        rank.run(3, programs)
+
+
+def test_buffers_are_made_on_the_replicas_device_from_every_phase() -> None:
+    replica = FakeReplica()
+    replica.params = replica.params.to(torch.float64)  # stands in for another device: what like-copies keep
+    tensors = RankTensors(replica, [Buffer("anchor", initial="parameters"), Buffer("delta")])  # type: ignore[arg-type]
+    assert (
+        tensors.store.tensor("anchor").dtype == torch.float64 and tensors.store.tensor("delta").dtype == torch.float64
+    )
+    assert tensors.store.tensor("parameters") is replica.params
+
+    class Phased:
+        name = "switching"
+
+        def phase_policies(self) -> list:
+            return [
+                SimpleNamespace(buffers=lambda: (Buffer("a"),)),
+                SimpleNamespace(buffers=lambda: (Buffer("a"), Buffer("b"))),
+            ]
+
+    assert [b.name for b in policy_buffers(Phased())] == ["a", "b"]  # type: ignore[arg-type]
+    Phased.phase_policies = lambda self: [SimpleNamespace(buffers=lambda: (Buffer("a"), Buffer("a", "parameters")))]  # type: ignore[method-assign]
+    with pytest.raises(
+        PolicyError, match="buffer 'a': phases of policy 'switching' declare it with initial 'zeros' and 'parameters'"
+    ):
+        policy_buffers(Phased())  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------------------------ on gloo processes
+POLICIES = [
+    {"name": "diloco", "period": 3, "warmup_steps": 2, "outer_lr": 0.7, "outer_momentum": 0.9},
+    {"name": "diloco", "label": "diloco_int8", "period": 3, "warmup_steps": 2, "wire": "int8", "error_feedback": True},
+    # P = 2 fragments of the model's 4 buckets (two ranges each), H = 4, tau = 1, alpha = 0.5
+    {"name": "streaming_diloco", "period": 4, "warmup_steps": 1, "fragments": 2, "overlap_steps": 1},
+]
+ITERATIONS = 13  # diloco: outer steps after steps 4, 7, 10; streaming: fragment 1 after 2, 6, 10, fragment 0 after 4, 8, 12 (never waited for)
+
+
+def config_path(tmp_path: Path) -> Path:
+    from test_real_backend import write_config
+
+    path = write_config(tmp_path, POLICIES, iterations=ITERATIONS)
+    data = yaml.safe_load(path.read_text())
+    data["workload"]["bucket_mb"] = 0.25  # 4 buckets of one layer each
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def buffer_mean(op: AllReduce, values: list[Any]) -> Any:
+    """What every member holds after `op` on the members' `values` (a region laid end to end): the fp32
+    mean, or with a wire the chunks reduced as wire_cast says (policies/ops.py, docs/policies.md)."""
+    p = len(values)
+    if op.wire is None:
+        return torch.stack(values).mean(dim=0)
+    from sim.numerics.replica import partition
+    from sim.numerics.wire_cast import reduced_chunk
+
+    parts = partition(0, values[0].numel(), [1.0] * p)
+    return torch.cat(
+        [reduced_chunk([v[a:b] for v in values], c, op.wire, op.block, True) / p for c, (a, b) in enumerate(parts)]
+    )
+
+
+def reference(path: Path, label: str) -> Any:
+    """Every worker's final parameters, run in one process: numerics mode's replicas for batches,
+    gradients, local steps and the gradient all-reduces; the policy's local ops by `TensorStore`; an
+    all-reduce of a buffer as `buffer_mean` on the values when the policy reaches it (a launch: its
+    Wait comes later, and the policy touches neither tensor before it)."""
+    from policies.base import Bucket
+    from policies.ops import Collective, LocalOp
+    from sim.api import _prepare
+    from sim.config import load_config
+    from sim.engine.run import bind_policy
+    from sim.numerics.local_ops import TensorStore, op_ranges
+    from sim.numerics.replicas import Replicas
+
+    config = load_config(path)
+    index = [entry.display for entry in config.policies].index(label)
+    entry = config.policies[index]
+    cluster, plan, task = _prepare(config)
+    policy = bind_policy(entry, index, cluster, plan, config.workload.wire_precision)
+    world, cfg = cluster.world_size, config.numerics
+    reps = Replicas(cfg, task, world, [b.nbytes for b in plan.buckets], config.iterations, config.seed, label, False)
+    stores = [TensorStore(reps.params[r], reps.grads[r], policy_buffers(policy)) for r in range(world)]
+    buckets = [Bucket(b, bucket.nbytes, len(plan.buckets)) for b, bucket in enumerate(plan.buckets)]
+
+    def run(programs: list[Any], bucket: Optional[int]) -> None:
+        """The ranks' programs of one hook, op by op in lockstep (every rank yields the same ops)."""
+        ops = [[op for item in program for op in ex.step_ops(item)] for program in programs]
+        assert all(len(o) == len(ops[0]) for o in ops)
+        for column in zip(*ops):
+            op = column[0]
+            if isinstance(op, LocalOp):
+                for r in range(world):
+                    stores[r].apply(op, op_ranges(reps.ranges, reps.replicas[r].range(bucket), op.fragment))
+            elif isinstance(op, Collective) and op.tensor is None:
+                for r in range(world):
+                    reps.arrive(r, op, bucket)
+                reps.collective_done(op, {r: bucket for r in range(world)})
+            elif isinstance(op, Collective):
+                ranges = op_ranges(reps.ranges, (0, task.size), op.fragment)
+                values = [torch.cat([stores[r].tensor(op.buffer)[a:b] for a, b in ranges]) for r in range(world)]
+                mean = buffer_mean(op, values)
+                for r in range(world):
+                    at = 0
+                    for a, b in ranges:
+                        stores[r].tensor(op.buffer)[a:b] = mean[at : at + b - a]
+                        at += b - a
+
+    for step in range(config.iterations):
+        run([policy.begin_step(r, step) for r in range(world)], None)
+        for r in range(world):
+            reps.forward_done(r, step)
+        for b in buckets:
+            run([policy.on_gradients(r, step, b) for r in range(world)], b.index)
+        for r in range(world):
+            reps.step_done(r, step)
+        run([policy.end_step(r, step) for r in range(world)], None)
+    return reps.params.numpy().copy()
+
+
+def numerics_runs_local_ops() -> bool:
+    """Whether numerics mode executes local ops (branches i46-engine and i46-numerics)."""
+    from sim.numerics.replicas import Replicas
+
+    return hasattr(Replicas, "local")
+
+
+@pytest.mark.slow
+def test_diloco_and_streaming_diloco_on_gloo_end_with_the_references_parameters(tmp_path: Path) -> None:
+    pytest.importorskip("sklearn")
+    from real.launch import launch
+
+    path = config_path(tmp_path)
+    outcome = launch(path, tmp_path / "out", nproc=4, timeout_s=60)
+    assert outcome.ok, outcome.failed
+    real = np.load(tmp_path / "out" / "parameters.npz")
+    simulated = None
+    if numerics_runs_local_ops():
+        from sim.api import simulate
+
+        simulated = {run.label: run.parameters for run in simulate(path).runs}
+    for label in ("diloco", "diloco_int8", "streaming_diloco"):
+        workers = real[f"{label}/workers"]
+        expected = reference(path, label)
+        np.testing.assert_allclose(workers, expected, rtol=1e-5, atol=1e-6, err_msg=label)
+        if simulated is not None:
+            np.testing.assert_allclose(workers, simulated[label], rtol=1e-5, atol=1e-6, err_msg=label)
