@@ -1,7 +1,9 @@
 """From every rank's raw timings to the simulator's result rows (sim/results/tables.py), on rank 0.
 
 Wait vs comm follows the simulator's definition: *wait* is time a rank was blocked on other workers,
-i.e. from its own issue of a collective until the last member issued it, plus the time servers held
+i.e. from its own issue of a collective until the last member issued it (a launched collective: from
+the rank's Wait for it, if that began before the last member issued it; from its launch, never), plus
+the time servers held
 its pulls and clock waits; *comm* is the rest of the non-compute time. Ranks report times relative
 to their own start of the policy, taken right after a barrier, so on one machine (or with
 synchronized clocks) member issue times compare directly.
@@ -68,8 +70,10 @@ def account(reports: Sequence[RankReport]) -> tuple[list[IterationRow], list[tup
     ops: list[tuple] = []
     for (key, _seq), members in sorted(calls.items(), key=lambda kv: min(r[6] for r in kv[1])):
         last = max(r[6] for r in members)
-        for record in members:
-            blocked.add(record[1], record[0], record[6], last)
+        for record in members:  # blocked from its issue (a launched call: its Wait, if any) to the last issue
+            step, since = (record[9], record[10]) if len(record) > 10 else (record[0], record[6])
+            if step >= 0:
+                blocked.add(record[1], step, since, last)
         first = min(members, key=lambda r: r[6])
         gid = groups.setdefault(key, len(groups))
         ops.append(

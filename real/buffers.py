@@ -14,8 +14,8 @@ runs on that buffer over the hook's region (ReduceScatter slices nest on the rep
 fragment its buckets' ranges are laid end to end in one contiguous tensor (in bucket order; a wire
 type's blocks start at the first value), the collective runs on that tensor, and the result is
 written back into the ranges once it has finished (`Narrowed.write_back`); a single range is used in
-place. ReduceScatter and sparse ops on a fragment are refused: their slices and index sets would
-have to outlive the contiguous copy.
+place. Only a dense AllReduce takes a fragment, as in numerics mode (sim/numerics/replicas.py): a
+ReduceScatter's slice, an AllGather's and a sparse op's index sets would have to outlive the copy.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Any, Optional
 import torch
 
 from policies.base import Policy
-from policies.ops import AllGather, AllReduce, Barrier, Collective, LocalOp, Payload
+from policies.ops import AllReduce, Barrier, Collective, LocalOp, Payload
 from policies.tensors import Buffer
 from sim.errors import PolicyError
 from sim.numerics.local_ops import Range, TensorStore, op_ranges
@@ -52,8 +52,19 @@ class RankTensors:
     """The replica's parameters and gradient with the policy's buffers, and the ranges ops act on."""
 
     def __init__(self, replica: Replica, buffers: Sequence[Buffer] = ()) -> None:
-        self.replica = replica
+        self.replica, self.buffers = replica, list(buffers)
         self.store = TensorStore(replica.params, replica.grads, buffers)
+
+    def restart(self, model: torch.Tensor) -> None:
+        """A phase switch restarts every replica from `model`: so do the buffers (a copy of it, or
+        zeros, as declared), and the policy's optimizers lose their state, as in numerics mode."""
+        for buffer in self.buffers:
+            tensor = self.store.tensor(buffer.name)
+            if buffer.initial == "parameters":
+                tensor.copy_(model)
+            else:
+                tensor.zero_()
+        self.store.states.clear()
 
     def ranges(self, op: Any, bucket: Optional[int]) -> list[Range]:
         """The element ranges `op` (a local op or a collective) acts on in a hook of `bucket`
@@ -79,10 +90,10 @@ class RankTensors:
             if op.tensor is None:
                 return self.replica
             return BufferView(self.replica, self.store.tensor(op.buffer))
-        if op.coding is not None or not isinstance(op, (AllReduce, AllGather)):
+        if op.coding is not None or not isinstance(op, AllReduce):
             raise ValueError(
-                f"{type(op).__name__}{' (sparse)' if op.coding is not None else ''} on a fragment; the real "
-                "backend runs dense AllReduce and AllGather on fragments"
+                f"{type(op).__name__}{' (sparse)' if op.coding is not None else ''} on a fragment; a fragment "
+                "narrows a dense AllReduce only (as in numerics mode)"
             )
         return Narrowed(self.replica, self.store.tensor(op.buffer), self.ranges(op, bucket))
 

@@ -21,7 +21,10 @@ nowhere. A collective acts on its `buffer` over its hook's region, or on a fragm
 to end. A collective with a `handle` is launched: its item ends as soon as the item starts, the call
 still goes out in its group's order (the queues outlive one `run`, so a launch may go out during a
 later step's programs), and `Wait(handle)` ends once the call has completed and its result is written
-back. A rank's time inside a Wait counts as blocked time. `drain` finishes the launches nobody waited
+back. As in the simulator (sim/engine/communicators.py), a launched call is not waited for from its
+launch: its record carries the step and time its Wait began (before the call completed), and the
+time from then until its last member issued it is blocked time (`real/accounting.py`); the rest of
+the Wait is communication. `drain` finishes the launches nobody waited
 for (a phase's last steps) before the phase ends.
 
 Timing: every collective records (step, group, sequence number, issue and finish time) for the
@@ -64,8 +67,9 @@ from sim.errors import PolicyError
 from sim.numerics.replica import Replica, through_wire
 
 # (step, rank, group key, sequence on the group, op kind, nbytes, issued, finished, bytes received:
-# sparse ops only, else -1)
-CollectiveRecord = tuple[int, int, tuple[int, ...], int, str, int, float, float, int]
+# sparse ops only, else -1, and since when and in which step the rank waited for it: its issue and step,
+# a launched one's Wait if that began before the call completed, else step -1: it never waited)
+CollectiveRecord = tuple[int, int, tuple[int, ...], int, str, int, float, float, int, int, float]
 # (step, rank, kind, shard, count, nbytes, issued, finished)
 P2PRecord = tuple[int, int, str, int, int, int, float, float]
 
@@ -89,6 +93,7 @@ class _Slot:
     ready: bool = False  # its item has started: a collective may go out when its group is free
     completed: bool = False  # a collective: finished, its result in place
     launched: Optional[_Slot] = None  # a Wait: the launched collective it waits for
+    waited: tuple[int, float] = (-1, 0.0)  # a launched collective: (step, time) its Wait began, if it did
 
 
 @dataclass
@@ -213,7 +218,6 @@ class RankExecutor:
                 if isinstance(slot.op, Wait) and not slot.done and slot.launched is not None:
                     if slot.launched.completed:
                         slot.done, progress = True, True
-                        self._blocked_for(step, slot.issued)  # the rank sat in the Wait since then
         return self._issue_collectives() or progress
 
     def _start_item(self, step: int, bucket: Optional[int], slots: list[_Slot]) -> None:
@@ -237,8 +241,9 @@ class RankExecutor:
                     raise self._fail(
                         step, op, f"no collective launched with handle {op.handle!r} awaits a Wait on this rank"
                     )
-                slot.launched, slot.issued = launched, time.perf_counter()
-                slot.done = launched.completed
+                slot.launched, slot.done = launched, launched.completed
+                if not launched.completed:  # blocked time until its last member issues it (`account`)
+                    launched.waited = (step, time.perf_counter())
         self._issue_p2p(step, bucket, slots)
 
     def _launch_handle(self, step: int, slot: _Slot, handle: str) -> None:
@@ -435,7 +440,19 @@ class RankExecutor:
             self._busy.discard(key)
             kind = type(op).__name__
             received = flight.received() if flight.received is not None else -1
-            record = (step, self.rank, key, slot.seq, kind, flight.nbytes, slot.issued, flight.finished, received)
+            since = slot.waited if isinstance(op, Collective) and op.handle is not None else (step, slot.issued)
+            record = (
+                step,
+                self.rank,
+                key,
+                slot.seq,
+                kind,
+                flight.nbytes,
+                slot.issued,
+                flight.finished,
+                received,
+                *since,
+            )
             self.collectives.append(record)
         else:
             kind = {Push: "push", Pull: "pull", WaitForClock: "wait_clock"}[type(op)]

@@ -366,6 +366,8 @@ class _RankRun:
         model = restart(self.task.size, self.workers, from_servers, params, shard)  # type: ignore[arg-type]
         if self.replica is not None:
             self.replica.params.copy_(model)
+            if self.executor is not None and self.executor.tensors is not None:
+                self.executor.tensors.restart(self.replica.params)
             self.report.checkpoints.append(model.clone())
         if self.tensors is not None:
             self.tensors.begin_phase(model, updates)
@@ -384,7 +386,7 @@ class _RankRun:
         scale = self.task.loss_scale
         report.loss_scale = scale.scale if scale is not None else float("nan")
         report.blocked = [(s, a - t0, b - t0) for s, a, b in ex.blocked]
-        report.collectives = [(*r[:6], r[6] - t0, r[7] - t0, *r[8:]) for r in ex.collectives]
+        report.collectives = [(*r[:6], r[6] - t0, r[7] - t0, r[8], r[9], r[10] - t0) for r in ex.collectives]
         report.p2p = [(*r[:6], r[6] - t0, r[7] - t0) for r in ex.p2p]
         report.losses = self.replica.losses
         report.parameters = on_host(self.replica.params)
