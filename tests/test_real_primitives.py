@@ -271,6 +271,8 @@ def test_buffers_are_made_on_the_replicas_device_from_every_phase() -> None:
 POLICIES = [
     {"name": "diloco", "period": 3, "warmup_steps": 2, "outer_lr": 0.7, "outer_momentum": 0.9},
     {"name": "diloco", "label": "diloco_int8", "period": 3, "warmup_steps": 2, "wire": "int8", "error_feedback": True},
+    # a replica per host of 2 ranks: the pseudo-gradient's 2-D average (reduce-scatter, all-reduce, all-gather)
+    {"name": "diloco", "label": "diloco_hosts", "period": 3, "warmup_steps": 2, "replica": "host"},
     # P = 2 fragments of the model's 4 buckets (two ranges each), H = 4, tau = 1, alpha = 0.5
     {"name": "streaming_diloco", "period": 4, "warmup_steps": 1, "fragments": 2, "overlap_steps": 1},
 ]
@@ -295,20 +297,60 @@ def buffer_mean(op: AllReduce, values: list[Any]) -> Any:
     p = len(values)
     if op.wire is None:
         return torch.stack(values).mean(dim=0)
-    from sim.numerics.replica import partition
     from sim.numerics.wire_cast import reduced_chunk
 
     parts = partition(0, values[0].numel(), [1.0] * p)
-    return torch.cat(
-        [reduced_chunk([v[a:b] for v in values], c, op.wire, op.block, True) / p for c, (a, b) in enumerate(parts)]
-    )
+    reduced = [
+        reduced_chunk([v[a:b] for v in values], c, op.wire, op.block, True) / p for c, (a, b) in enumerate(parts)
+    ]
+    return torch.cat(reduced)
+
+
+def partition(a: int, b: int, weights: list[float]) -> list[tuple[int, int]]:
+    from sim.numerics.replica import partition as split
+
+    return split(a, b, weights)
+
+
+def buffer_collective(op: Any, rows: dict[int, Any], regions: dict[int, Any], replicas: dict[int, Any]) -> None:
+    """`op` on the members' buffer `rows` (rank -> flat tensor) over their `regions` (rank -> ranges): an
+    AllReduce of the ranges laid end to end, and in fp32 a ReduceScatter (member i keeps the mean of the
+    i-th 1/p of its range, and later ops of the hook act on it: the replica's slice) and an AllGather
+    (the slices gathered back into the enclosing range)."""
+    members = op.group.ranks
+    p = len(members)
+    if isinstance(op, AllReduce):
+        values = [torch.cat([rows[r][a:b] for a, b in regions[r]]) for r in members]
+        mean = buffer_mean(op, values)
+        for r in members:
+            at = 0
+            for a, b in regions[r]:
+                rows[r][a:b] = mean[at : at + b - a]
+                at += b - a
+        return
+    assert op.wire is None and all(len(regions[r]) == 1 for r in members)
+    if isinstance(op, ReduceScatter):
+        parts = {r: partition(*regions[r][0], [1.0] * p) for r in members}
+        means = [torch.stack([rows[q][slice(*parts[q][i])] for q in members]).mean(dim=0) for i in range(p)]
+        for i, r in enumerate(members):
+            rows[r][slice(*parts[r][i])] = means[i]
+            replicas[r].push_slice(None, parts[r][i])
+        return
+    parts = {}
+    for r in members:
+        enclosing = replicas[r].pop_slice(None)
+        parts[r] = partition(*enclosing, [1.0] * p)
+    held = [rows[r][slice(*parts[r][i])].clone() for i, r in enumerate(members)]
+    for r in members:
+        for i in range(p):
+            rows[r][slice(*parts[r][i])] = held[i]
 
 
 def reference(path: Path, label: str) -> Any:
     """Every worker's final parameters, run in one process: numerics mode's replicas for batches,
-    gradients, local steps and the gradient all-reduces; the policy's local ops by `TensorStore`; an
-    all-reduce of a buffer as `buffer_mean` on the values when the policy reaches it (a launch: its
-    Wait comes later, and the policy touches neither tensor before it)."""
+    gradients, local steps and the gradient collectives; the policy's local ops by `TensorStore`; a
+    collective on a buffer as `buffer_collective` says, on the values when the policy reaches it (a
+    launch: its Wait comes later, and the policy touches neither tensor before it)."""
     from policies.base import Bucket
     from policies.ops import Collective, LocalOp
     from sim.api import _prepare
@@ -328,27 +370,28 @@ def reference(path: Path, label: str) -> Any:
     buckets = [Bucket(b, bucket.nbytes, len(plan.buckets)) for b, bucket in enumerate(plan.buckets)]
 
     def run(programs: list[Any], bucket: Optional[int]) -> None:
-        """The ranks' programs of one hook, op by op in lockstep (every rank yields the same ops)."""
+        """The ranks' programs of one hook, op by op in lockstep (every rank yields as many ops, in the
+        same order; a collective's members are in the same column)."""
         ops = [[op for item in program for op in ex.step_ops(item)] for program in programs]
         assert all(len(o) == len(ops[0]) for o in ops)
         for column in zip(*ops):
-            op = column[0]
-            if isinstance(op, LocalOp):
-                for r in range(world):
+            if isinstance(column[0], LocalOp):
+                for r, op in enumerate(column):
                     stores[r].apply(op, op_ranges(reps.ranges, reps.replicas[r].range(bucket), op.fragment))
-            elif isinstance(op, Collective) and op.tensor is None:
-                for r in range(world):
-                    reps.arrive(r, op, bucket)
-                reps.collective_done(op, {r: bucket for r in range(world)})
-            elif isinstance(op, Collective):
-                ranges = op_ranges(reps.ranges, (0, task.size), op.fragment)
-                values = [torch.cat([stores[r].tensor(op.buffer)[a:b] for a, b in ranges]) for r in range(world)]
-                mean = buffer_mean(op, values)
-                for r in range(world):
-                    at = 0
-                    for a, b in ranges:
-                        stores[r].tensor(op.buffer)[a:b] = mean[at : at + b - a]
-                        at += b - a
+                continue
+            if isinstance(column[0], Wait):  # the launched op was carried out when the policy reached it
+                continue
+            assert all(isinstance(op, Collective) for op in column)
+            for op in {op.group: op for op in column}.values():  # one op per group
+                members = op.group.ranks
+                if op.tensor is None:
+                    for r in members:
+                        reps.arrive(r, op, bucket)
+                    reps.collective_done(op, {r: bucket for r in members})
+                else:
+                    rows = {r: stores[r].tensor(op.buffer) for r in members}
+                    region = {r: op_ranges(reps.ranges, reps.replicas[r].range(bucket), op.fragment) for r in members}
+                    buffer_collective(op, rows, region, {r: reps.replicas[r] for r in members})
 
     for step in range(config.iterations):
         run([policy.begin_step(r, step) for r in range(world)], None)
@@ -383,7 +426,7 @@ def test_diloco_and_streaming_diloco_on_gloo_end_with_the_references_parameters(
         from sim.api import simulate
 
         simulated = {run.label: run.parameters for run in simulate(path).runs}
-    for label in ("diloco", "diloco_int8", "streaming_diloco"):
+    for label in ("diloco", "diloco_int8", "diloco_hosts", "streaming_diloco"):
         workers = real[f"{label}/workers"]
         expected = reference(path, label)
         np.testing.assert_allclose(workers, expected, rtol=1e-5, atol=1e-6, err_msg=label)
