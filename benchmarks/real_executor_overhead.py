@@ -42,8 +42,8 @@ def _rank(rank: int, world: int, port: int, nbytes: int, calls: int, out: dict) 
             dist.all_reduce(tensor)
 
         def through_executor() -> None:
-            slot = ex._Slot(op, 0, 0, None, issued=time.perf_counter())
-            executor._launch(ex._Flight(slot, [dist.all_reduce(tensor, async_op=True)], None, nbytes))
+            slot = ex.Slot(op, 0, 0, None, issued=time.perf_counter())
+            executor._launch(ex.Flight(slot, [dist.all_reduce(tensor, async_op=True)], None, nbytes))
             for flight in executor._wait():
                 executor._complete(0, flight)
 

@@ -31,16 +31,13 @@ Timing: every collective records (step, group, sequence number, issue and finish
 wait/comm split computed after the run (`real/accounting.py`); pulls and clock waits report the
 seconds the server held them, which is time blocked on other workers.
 
-Sparse pushes and pulls (a `coding`) carry (index, value) pairs (`real/protocol.py`): a push the
-non-zero elements of its range, a pull the elements the shard's round updated (with the plain sgd
-`Replica.pull_ranges` requires, the only ones that changed since this rank's last pull).
+Pushes, pulls and clock waits to parameter-server shards are built by `real/messages.py`.
 
 Devices: the replica may live on a GPU. Frames and replies are host tensors (real/protocol.py), so
-pushes, pulls and clock waits are waited for on the host without any CUDA call; a pull's reply lands
-in pinned memory and is copied onto the replica's device as it completes, queued on the current
-stream without waiting for it. A collective counts as finished when the device has finished it, not
-when the host has enqueued it; before its results are used (`finish`), the current stream waits on
-the event the waiter recorded after it (`Stream.wait_event`: no host or device-wide sync).
+pushes, pulls and clock waits are waited for on the host without any CUDA call. A collective counts
+as finished when the device has finished it, not when the host has enqueued it; before its results
+are used (`finish`), the current stream waits on the event the waiter recorded after it
+(`Stream.wait_event`: no host or device-wide sync).
 """
 
 from __future__ import annotations
@@ -55,70 +52,21 @@ from typing import Any, Optional
 import torch
 
 from policies.ops import Collective, LocalOp, Op, Pull, Push, Wait, WaitForClock, step_ops
-from real import protocol as wire
 from real import transport
 from real.buffers import Narrowed, RankTensors
 from real.collectives import Started, start
 from real.groups import ProcessGroups
+from real.messages import item_messages
+from real.slots import CollectiveRecord, Flight, P2PRecord, Slot, Staged
 from real.sparse_collectives import Shares
 from real.waiters import Waiters
 from sim.engine.op_checks import OpValidator
 from sim.errors import PolicyError
-from sim.numerics.replica import Replica, through_wire
-
-# (step, rank, group key, sequence on the group, op kind, nbytes, issued, finished, bytes received:
-# sparse ops only, else -1, and since when and in which step the rank waited for it: its issue and step,
-# a launched one's Wait if that began before the call completed, else step -1: it never waited)
-CollectiveRecord = tuple[int, int, tuple[int, ...], int, str, int, float, float, int, int, float]
-# (step, rank, kind, shard, count, nbytes, issued, finished)
-P2PRecord = tuple[int, int, str, int, int, int, float, float]
+from sim.numerics.replica import Replica
 
 
 class RankTimeout(RuntimeError):
     """No communication of this rank completed within the configured timeout."""
-
-
-@dataclass
-class _Slot:
-    """One op of one program item on this rank."""
-
-    op: Op
-    program: int
-    item: int
-    bucket: Optional[int]
-    issued: float = -1.0
-    seq: int = -1  # collectives: position among this rank's calls on the group
-    done: bool = False  # its item may end (a launched collective: once its item started)
-    step: int = -1  # the step whose program yielded it (-1: the step `_complete` is given)
-    ready: bool = False  # its item has started: a collective may go out when its group is free
-    completed: bool = False  # a collective: finished, its result in place
-    launched: Optional[_Slot] = None  # a Wait: the launched collective it waits for
-    waited: tuple[int, float] = (-1, 0.0)  # a launched collective: (step, time) its Wait began, if it did
-
-
-@dataclass
-class _Program:
-    items: list[list[_Slot]]
-    bucket: Optional[int]
-    at: int = 0  # the item running
-    started: bool = False  # the current item's point-to-point ops are issued
-
-    @property
-    def finished(self) -> bool:
-        return self.at >= len(self.items)
-
-
-@dataclass
-class _Flight:
-    slot: _Slot
-    works: list[Any]
-    finish: Optional[Callable[[], None]]
-    nbytes: int
-    error: Optional[BaseException] = None
-    finished: float = 0.0
-    received: Optional[Callable[[], int]] = None
-    device: Optional[torch.device] = None  # a collective's: the device its tensors are on
-    event: Optional[Any] = None  # CUDA: recorded once the works finished (`transport.complete`)
 
 
 @dataclass
@@ -142,13 +90,13 @@ class RankExecutor:
     _waiters: Waiters = field(default_factory=lambda: Waiters("syncsim-wait"))
     tensors: Optional[RankTensors] = None  # the policy's buffers beside the replica's (made on first use)
     # per group, collectives whose turn has not come, in program order (launched ones outlive a `run`)
-    _queues: dict[tuple[int, ...], deque[_Slot]] = field(default_factory=dict)
-    _launched: dict[str, _Slot] = field(default_factory=dict)  # handle -> its collective, until its Wait
+    _queues: dict[tuple[int, ...], deque[Slot]] = field(default_factory=dict)
+    _launched: dict[str, Slot] = field(default_factory=dict)  # handle -> its collective, until its Wait
     _in_flight: int = 0  # calls and messages launched and not yet completed
 
     def run(self, step: int, programs: Sequence[tuple[Iterable[Any], Optional[int]]], chained: bool = False) -> None:
         """Run `(program, bucket)` pairs to completion (concurrently, or one after another)."""
-        staged: list[_Program] = []
+        staged: list[Staged] = []
         for p, (program, bucket) in enumerate(programs):
             items = []
             for i, item in enumerate(program):
@@ -156,13 +104,13 @@ class RankExecutor:
                 slots = []
                 for op in ops:
                     self.validator.check(self.rank, step, op)
-                    slot = _Slot(op, p, i, bucket, step=step)
+                    slot = Slot(op, p, i, bucket, step=step)
                     slots.append(slot)
                     if isinstance(op, Collective):
                         self._queues.setdefault(tuple(sorted(op.group.ranks)), deque()).append(slot)
                 items.append(slots)
             if items:
-                staged.append(_Program(items, bucket))
+                staged.append(Staged(items, bucket))
         self._poll()  # launched calls that finished, or whose group is free, since the last run
         while True:
             for prog in staged:
@@ -203,7 +151,7 @@ class RankExecutor:
             self._complete(flight.slot.step, flight)
 
     # ----------------------------------------------------------------------------- issuing
-    def _issue(self, step: int, active: list[_Program]) -> bool:
+    def _issue(self, step: int, active: list[Staged]) -> bool:
         """Start the active programs' current items and issue what may go out; whether anything did."""
         progress = False
         for prog in active:
@@ -220,7 +168,7 @@ class RankExecutor:
                         slot.done, progress = True, True
         return self._issue_collectives() or progress
 
-    def _start_item(self, step: int, bucket: Optional[int], slots: list[_Slot]) -> None:
+    def _start_item(self, step: int, bucket: Optional[int], slots: list[Slot]) -> None:
         """An item starts: its local ops run (in order), its collectives may go out (a launched one's
         slot is done at once), its Waits find their launch, its messages go out."""
         for slot in slots:
@@ -244,9 +192,13 @@ class RankExecutor:
                 slot.launched, slot.done = launched, launched.completed
                 if not launched.completed:  # blocked time until its last member issues it (`account`)
                     launched.waited = (step, time.perf_counter())
-        self._issue_p2p(step, bucket, slots)
+        messages = item_messages(
+            step, bucket, slots, self.replica, self.shard_ranks, self.clock_rank, self.policy, self.blocked
+        )
+        for flight in messages:
+            self._launch(flight)
 
-    def _launch_handle(self, step: int, slot: _Slot, handle: str) -> None:
+    def _launch_handle(self, step: int, slot: Slot, handle: str) -> None:
         earlier = self._launched.get(handle)
         if earlier is not None:
             raise self._fail(
@@ -272,7 +224,7 @@ class RankExecutor:
             issued = True
         return issued
 
-    def _issue_collective(self, slot: _Slot, key: tuple[int, ...]) -> None:
+    def _issue_collective(self, slot: Slot, key: tuple[int, ...]) -> None:
         op = slot.op
         assert isinstance(op, Collective)
         if op.handle is None:  # a launched op took its optimizer step when the worker reached it
@@ -291,7 +243,7 @@ class RankExecutor:
         finish = started.finish
         if isinstance(target, Narrowed):
             finish = _then(finish, target.write_back)
-        self._launch(_Flight(slot, works, finish, started.nbytes, received=started.received))
+        self._launch(Flight(slot, works, finish, started.nbytes, received=started.received))
 
     def _tensors(self) -> RankTensors:
         if self.tensors is None:
@@ -301,95 +253,8 @@ class RankExecutor:
     def _fail(self, step: int, op: Op, why: str) -> PolicyError:
         return PolicyError(f"policy {self.policy!r} yielded {op!r} on rank {self.rank} at step {step}: {why}")
 
-    def _issue_p2p(self, step: int, bucket: Optional[int], slots: list[_Slot]) -> int:
-        replica, now = self.replica, time.perf_counter()
-        pushes = [s for s in slots if isinstance(s.op, Push)]
-        pulls = [s for s in slots if isinstance(s.op, Pull)]
-        clocks = [s for s in slots if isinstance(s.op, WaitForClock)]
-        if pushes:
-            updates = replica.push_updates(bucket, [s.op for s in pushes], servers=bool(self.shard_ranks))
-            for slot, update in zip(pushes, updates):
-                op = slot.op
-                assert isinstance(op, Push)
-                if op.coding is None:
-                    message = wire.push(op.key, update.a, update.b, update.values, replica.wire)
-                else:  # a shard's posted receive holds a whole model's values
-                    room = replica.params.numel()
-                    index_bytes = op.coding.index_bytes
-                    message = wire.sparse_push(
-                        op.key, update.a, update.b, update.values, index_bytes, room, replica.wire
-                    )
-                slot.issued = now
-                sent = wire.push_bytes(message)
-                self._launch(_Flight(slot, [wire.send(message, self.shard_ranks[op.shard])], None, sent))
-        if pulls:
-            ranges = replica.pull_ranges(bucket, [s.op for s in pulls])
-            for slot, (a, b) in zip(pulls, ranges):
-                op = slot.op
-                assert isinstance(op, Pull)
-                src = self.shard_ranks[op.shard]
-                index_bytes = op.coding.index_bytes if op.coding is not None else 0
-                on_wire = replica.wire
-                if index_bytes:
-                    size = wire.pull_reply_floats(a, b, index_bytes, on_wire)
-                else:
-                    size = wire.dense_reply_floats(b - a, on_wire)
-                reply = torch.empty(size, pin_memory=replica.params.is_cuda)  # pinned: copied in without a sync
-                works = [  # the reply's receive first, so the shard's answer finds it posted
-                    wire.expect(reply, src, wire.REPLY_BASE + op.key),
-                    wire.send(wire.frame(wire.Kind.PULL, op.key, a, b, value=index_bytes, wire=on_wire), src),
-                ]
-                slot.issued = now
-                flight = _Flight(slot, works, None, wire.value_bytes(b - a, on_wire))
-                flight.finish = self._pulled(step, slot, a, b, reply, flight if index_bytes else None)
-                self._launch(flight)
-        for slot in clocks:
-            if self.clock_rank is None:
-                raise RuntimeError(
-                    f"policy {self.policy!r}: WaitForClock needs parameter-server shards on the real backend "
-                    "(shard 0 keeps the clocks)"
-                )
-            held = torch.empty(1)
-            op = slot.op
-            assert isinstance(op, WaitForClock)
-            works = [
-                wire.expect(held, self.clock_rank, wire.CLOCK_REPLY),
-                wire.send(wire.frame(wire.Kind.WAIT_CLOCK, value=op.min_clock), self.clock_rank),
-            ]
-            slot.issued = now
-            self._launch(_Flight(slot, works, lambda s=slot: self._blocked_for(step, s.issued), 0))
-        return len(pushes) + len(pulls) + len(clocks)
-
-    def _pulled(
-        self, step: int, slot: _Slot, a: int, b: int, reply: torch.Tensor, sparse: Optional[_Flight] = None
-    ) -> Callable[[], None]:
-        """Copy the reply into place; `sparse`: the flight of a sparse pull, whose bytes the reply sets."""
-
-        def finish() -> None:
-            params = self.replica.params  # copies onto a GPU are queued on the current stream, not waited for
-            if sparse is None:
-                values, held = wire.read_dense_reply(reply, b - a, self.replica.wire)
-                params[a:b].copy_(values, non_blocking=True)
-            else:
-                got = wire.read_pull_reply(reply)
-                if got.index is None:
-                    params[a:b].copy_(got.values, non_blocking=True)
-                else:  # the rows the round changed; the others hold what earlier pulls (rounded) left
-                    if got.wire is not None:  # rounded too, as numerics mode leaves the whole range
-                        params[a:b] = through_wire(params[a:b], got.wire)
-                    index = got.index.to(params.device, non_blocking=True)
-                    params[a + index] = got.values.to(params.device, non_blocking=True)
-                held, sparse.nbytes = got.held, got.nbytes
-            if held > 0:
-                self.blocked.append((step, slot.issued, slot.issued + held))
-
-        return finish
-
-    def _blocked_for(self, step: int, since: float) -> None:
-        self.blocked.append((step, since, time.perf_counter()))
-
     # ----------------------------------------------------------------------------- completion
-    def _launch(self, flight: _Flight) -> None:
+    def _launch(self, flight: Flight) -> None:
         self._in_flight += 1
         if not flight.works:
             flight.finished = time.perf_counter()
@@ -400,7 +265,7 @@ class RankExecutor:
             flight.device = self.replica.params.device
         self._waiters.submit(lambda: self._await(flight), lambda: self._report(flight))
 
-    def _await(self, flight: _Flight) -> None:
+    def _await(self, flight: Flight) -> None:
         """On a waiter thread: wait until the flight's works finished (on the device, for a collective)."""
         try:
             flight.event = transport.complete(flight.works, flight.device)
@@ -408,12 +273,12 @@ class RankExecutor:
             flight.error = exc
         flight.finished = time.perf_counter()
 
-    def _report(self, flight: _Flight) -> None:
+    def _report(self, flight: Flight) -> None:
         with self._cv:
             self._done.append(flight)
             self._cv.notify()
 
-    def _wait(self) -> list[_Flight]:
+    def _wait(self) -> list[Flight]:
         with self._cv:
             if not self._cv.wait_for(lambda: bool(self._done), timeout=self.timeout_s):
                 raise RankTimeout(
@@ -423,7 +288,7 @@ class RankExecutor:
             self._done.clear()
         return out
 
-    def _complete(self, step: int, flight: _Flight) -> None:
+    def _complete(self, step: int, flight: Flight) -> None:
         if flight.error is not None:
             raise flight.error
         if flight.event is not None:  # the results were written on other streams: read them after those

@@ -107,11 +107,11 @@ def _executor(device: torch.device = GPU) -> ex.RankExecutor:
     return ex.RankExecutor(0, "test", None, replica, [1], None, 10.0, None)  # type: ignore[arg-type]
 
 
-def _collective(ranks: tuple[int, ...] = (0, 1)) -> ex._Slot:
-    return ex._Slot(AllReduce(group=Group(ranks), nbytes=4.0), 0, 0, None, issued=0.0)
+def _collective(ranks: tuple[int, ...] = (0, 1)) -> ex.Slot:
+    return ex.Slot(AllReduce(group=Group(ranks), nbytes=4.0), 0, 0, None, issued=0.0)
 
 
-def _run(executor: ex.RankExecutor, flight: ex._Flight) -> None:
+def _run(executor: ex.RankExecutor, flight: ex.Flight) -> None:
     executor._launch(flight)
     (done,) = executor._wait()
     executor._complete(0, done)
@@ -124,7 +124,7 @@ def test_a_collective_is_waited_for_off_the_compute_stream(monkeypatch: pytest.M
     work, order = Work(cuda), []
     executor = _executor()
     finish = lambda: order.append(list(cuda.default.waited))  # noqa: E731 - what the reader waited on
-    _run(executor, ex._Flight(_collective(), [work], finish, 4))
+    _run(executor, ex.Flight(_collective(), [work], finish, 4))
     (stream,) = work.streams
     assert stream is not cuda.default and stream in cuda.made
     assert cuda.default.syncs == 0 and cuda.device_syncs == 0  # no drain of the compute stream or device
@@ -139,7 +139,7 @@ def test_each_waiter_keeps_one_stream(monkeypatch: pytest.MonkeyPatch) -> None:
     cuda = FakeCuda().install(monkeypatch)
     executor, works = _executor(), [Work(cuda) for _ in range(5)]
     for work in works:
-        _run(executor, ex._Flight(_collective(), [work], None, 4))
+        _run(executor, ex.Flight(_collective(), [work], None, 4))
     assert len({id(w.streams[0]) for w in works}) == 1 and len(cuda.made) == 1
 
 
@@ -155,15 +155,15 @@ def test_sequential_collectives_reuse_one_waiter_thread(monkeypatch: pytest.Monk
     monkeypatch.setattr(threading.Thread, "start", start)
     executor = _executor(torch.device("cpu"))
     for _ in range(20):
-        _run(executor, ex._Flight(_collective(), [Work()], None, 4))
+        _run(executor, ex.Flight(_collective(), [Work()], None, 4))
     assert len(started) == 1
 
 
 def test_a_held_collective_does_not_hold_back_another() -> None:
     executor, hold = _executor(torch.device("cpu")), threading.Event()
     slow, fast = _collective((0, 1)), _collective((0, 2))
-    executor._launch(ex._Flight(slow, [Work(hold=hold)], None, 4))
-    executor._launch(ex._Flight(fast, [Work()], None, 4))
+    executor._launch(ex.Flight(slow, [Work(hold=hold)], None, 4))
+    executor._launch(ex.Flight(fast, [Work()], None, 4))
     (first,) = executor._wait()
     assert first.slot is fast
     hold.set()
@@ -178,8 +178,8 @@ def test_host_only_messages_make_no_cuda_call(monkeypatch: pytest.MonkeyPatch) -
     for name in ("current_stream", "stream", "Stream", "Event", "device", "synchronize"):
         monkeypatch.setattr(torch.cuda, name, lambda *a, _n=name, **k: calls.append(_n) or mock.MagicMock())
     executor = _executor()  # the replica is on a GPU
-    slot = ex._Slot(Push(shard=0, nbytes=4.0), 0, 0, None, issued=0.0)
-    _run(executor, ex._Flight(slot, [Work()], None, 4))
+    slot = ex.Slot(Push(shard=0, nbytes=4.0), 0, 0, None, issued=0.0)
+    _run(executor, ex.Flight(slot, [Work()], None, 4))
     assert calls == []
     assert transport.complete([Work()], None) is None and calls == []
 

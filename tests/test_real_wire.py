@@ -23,6 +23,7 @@ from real import protocol as wire  # noqa: E402
 from real.collectives import start  # noqa: E402
 from real.hooks import FlatReplica  # noqa: E402
 from real.launch import free_port  # noqa: E402
+from real.messages import item_messages  # noqa: E402
 from real.server import ShardServer  # noqa: E402
 from sim.catalog.gpus import get_gpu  # noqa: E402
 from sim.compute.workload import compute_plan  # noqa: E402
@@ -140,7 +141,7 @@ def test_a_push_and_a_pull_carry_16_bit_values_as_the_simulator_prices_and_numer
         r.server.params.copy_(_values(1, n))  # type: ignore[union-attr]
     replica = reps.replicas[0]
     sent: list[Any] = []
-    monkeypatch.setattr(ex.wire, "send", lambda message, shard: sent.append(message) or _Done())
+    monkeypatch.setattr(wire, "send", lambda message, shard: sent.append(message) or _Done())
 
     def shard_answers(buffer: Any, src: int, tag: int) -> _Done:  # the reply arrives as the shard sends it
         server = ShardServer(ServerSpec(0, "h0"), 2, numerics.server, coordinator=False, claims=None)
@@ -150,18 +151,26 @@ def test_a_push_and_a_pull_carry_16_bit_values_as_the_simulator_prices_and_numer
         buffer[: replies[0].numel()] = replies[0]
         return _Done()
 
-    monkeypatch.setattr(ex.wire, "expect", shard_answers)
+    monkeypatch.setattr(wire, "expect", shard_answers)
     executor = ex.RankExecutor(0, "ps", None, replica, [1], None, 10.0, None)  # type: ignore[arg-type]
-    push = ex._Slot(Push(shard=0, nbytes=2.0 * n), 0, 0, 0)
-    assert executor._issue_p2p(0, 0, [push]) == 1
+
+    def issue(slot: Any) -> int:
+        """Send the slot's message as the executor does when the slot's item starts."""
+        flights = item_messages(0, 0, [slot], replica, executor.shard_ranks, None, "ps", executor.blocked)
+        for flight in flights:
+            executor._launch(flight)
+        return len(flights)
+
+    push = ex.Slot(Push(shard=0, nbytes=2.0 * n), 0, 0, 0)
+    assert issue(push) == 1
     (message,) = sent
     assert message.numel() == wire.HEADER_FLOATS + (n + 1) // 2
     (update,) = numerics.push_updates(0, 0, [Push(shard=0, nbytes=2.0 * n)])
     assert torch.equal(wire.payload_of(message, 0, n), update.values)  # what numerics mode's shard gets
     assert not torch.equal(update.values, _values(0, n))  # rounded: 1 + 1e-3 offsets show it
 
-    pull = ex._Slot(Pull(shard=0, nbytes=2.0 * n), 0, 1, 0)
-    assert executor._issue_p2p(0, 0, [pull]) == 1
+    pull = ex.Slot(Pull(shard=0, nbytes=2.0 * n), 0, 1, 0)
+    assert issue(pull) == 1
     done: list[Any] = []
     while len(done) < 2:  # the push's and the pull's flights
         done += executor._wait()
