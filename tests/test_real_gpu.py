@@ -6,6 +6,9 @@ across 2 and 4 workers for ring, hierarchical, DS-Sync and Zen (step 0's collect
 beside the later ones); one group's late collective not holding back another's; `syncsim profile` and
 calibration's measurements on a CUDA device.
 
+DiLoCo (int8 with error feedback) and Streaming DiLoCo run their buffers, local ops, a fragment's
+gathered all-reduce and launched all-reduces on CUDA tensors over gloo, two workers sharing GPU 0.
+
 NCCL refuses two ranks of one host on one GPU. With fewer GPUs than workers the multi-rank NCCL
 tests make each rank a node of its own on GPU 0 (`nodes_of_one`: NCCL_HOSTID), so every NCCL code
 path runs on a single GPU too, over NCCL's socket transport instead of NVLink."""
@@ -418,3 +421,37 @@ def test_a_late_group_does_not_hold_back_another_groups_collective(tmp_path: Pat
     port = free_port()
     mp.spawn(_overlap_worker, args=(f"tcp://127.0.0.1:{port}", str(tmp_path)), nprocs=3)
     assert (tmp_path / "rank1-saw.txt").read_text() == "slow still waiting"
+
+
+def test_diloco_buffers_and_launches_run_on_cuda_tensors_over_gloo(tmp_path: Path) -> None:
+    """Two workers share GPU 0 over gloo (`--backend gloo`: a process group of CUDA tensors): DiLoCo in
+    fp32 and in int8 with error feedback, and Streaming DiLoCo (2 fragments of 2 buckets, an all-reduce
+    launched and waited for a step later) keep their buffers on the GPU and end with the parameters of
+    test_real_primitives' in-process reference on the CPU, to the CPU's and GPU's float32 rounding."""
+    from test_real_primitives import ITERATIONS, config_path, reference
+
+    from real.launch import launch
+
+    policies = [
+        {"name": "diloco", "period": 3, "warmup_steps": 2},
+        {
+            "name": "diloco",
+            "label": "diloco_int8",
+            "period": 3,
+            "warmup_steps": 2,
+            "wire": "int8",
+            "error_feedback": True,
+        },
+        {"name": "streaming_diloco", "period": 4, "warmup_steps": 1, "fragments": 2, "overlap_steps": 1},
+    ]
+    path = config_path(tmp_path, policies, gpus=2)
+    outcome = launch(path, tmp_path / "out", nproc=2, timeout_s=120, backend="gloo")
+    assert outcome.ok, outcome.failed
+    ranks = _ranks(tmp_path / "out")
+    assert ranks[ranks.role == "worker"].device.str.startswith("cuda").all() and ITERATIONS > 8
+    real = np.load(tmp_path / "out" / "parameters.npz")
+    for entry in policies:
+        label = entry.get("label", entry["name"])
+        expected = reference(path, label)
+        print(label, "max |real - reference|", float(np.abs(real[f"{label}/workers"] - expected).max()))
+        np.testing.assert_allclose(real[f"{label}/workers"], expected, rtol=1e-3, atol=1e-5, err_msg=label)

@@ -281,12 +281,16 @@ POLICIES = [
 ITERATIONS = 13
 
 
-def config_path(tmp_path: Path) -> Path:
+def config_path(tmp_path: Path, policies: Optional[list[dict[str, Any]]] = None, gpus: Optional[int] = None) -> Path:
+    """test_real_backend's config (4 workers: 2 racks of a host of 2 GPUs) with 4 buckets of one layer
+    each; `gpus`: one host of that many GPUs instead."""
     from test_real_backend import write_config
 
-    path = write_config(tmp_path, POLICIES, iterations=ITERATIONS)
+    path = write_config(tmp_path, POLICIES if policies is None else policies, iterations=ITERATIONS)
     data = yaml.safe_load(path.read_text())
-    data["workload"]["bucket_mb"] = 0.25  # 4 buckets of one layer each
+    data["workload"]["bucket_mb"] = 0.25
+    if gpus is not None:
+        data["cluster"] = {"topology": "star", "hosts": 1, "gpus_per_host": gpus, "nic_gbps": 0.2}
     path.write_text(yaml.safe_dump(data))
     return path
 
