@@ -92,8 +92,17 @@ def item_messages(
             wire.send(wire.frame(wire.Kind.WAIT_CLOCK, value=op.min_clock), clock_rank),
         ]
         slot.issued = now
-        flights.append(Flight(slot, works, lambda s=slot: blocked.append((step, s.issued, time.perf_counter())), 0))
+        flights.append(Flight(slot, works, _held(blocked, step, slot), 0))
     return flights
+
+
+def _held(blocked: Blocked, step: int, slot: Slot) -> Callable[[], None]:
+    """A clock wait's finish: the rank was blocked on the others from its issue until now."""
+
+    def finish() -> None:
+        blocked.append((step, slot.issued, time.perf_counter()))
+
+    return finish
 
 
 def _pulled(
