@@ -1,7 +1,8 @@
 """One worker's named tensors on the real backend, and what a collective on a buffer or a fragment acts on.
 
-A worker keeps the policy's buffers (`Policy.buffers`, every phase policy's) beside its replica's
-parameters and gradient in a `sim.numerics.local_ops.TensorStore`, the store numerics mode keeps per
+A worker keeps the policy's buffers (`Policy.buffers`, every phase policy's: `local_ops.phase_buffers`)
+beside its replica's parameters and gradient in a `sim.numerics.local_ops.TensorStore`, the store
+numerics mode keeps per
 simulated worker, so local ops (`Combine`, `OptimizerStep`, `Encode`) leave the same bits on both
 backends. The store's `parameters` and `gradients` are the replica's own tensors, not copies, and
 every buffer is made on the replica's device (`zeros_like`, `clone`), so a worker on a GPU keeps its
@@ -25,27 +26,10 @@ from typing import Any, Optional
 
 import torch
 
-from policies.base import Policy
 from policies.ops import AllReduce, Barrier, Collective, LocalOp, Payload
 from policies.tensors import Buffer
-from sim.errors import PolicyError
 from sim.numerics.local_ops import Range, TensorStore, op_ranges
 from sim.numerics.replica import Replica
-
-
-def policy_buffers(policy: Policy) -> tuple[Buffer, ...]:
-    """Every buffer the policy's phases declare, each name once (a name two phases declare with two
-    initial values is refused)."""
-    found: dict[str, Buffer] = {}
-    for member in policy.phase_policies():
-        for buffer in member.buffers():
-            seen = found.setdefault(buffer.name, buffer)
-            if seen.initial != buffer.initial:
-                raise PolicyError(
-                    f"buffer {buffer.name!r}: phases of policy {policy.name!r} declare it with initial "
-                    f"{seen.initial!r} and {buffer.initial!r}; allowed: one initial value per name"
-                )
-    return tuple(found.values())
 
 
 class RankTensors:

@@ -34,7 +34,7 @@ from policies.phases import Progress
 from real import device_use, partial, transport
 from real.accounting import RankReport
 from real.backends import backend_for, training_device, workers_per_node
-from real.buffers import RankTensors, policy_buffers
+from real.buffers import RankTensors
 from real.executor import RankExecutor
 from real.groups import ProcessGroups, planned_groups
 from real.layout import Placement, placement
@@ -51,6 +51,7 @@ from sim.engine.phase_budget import SharedClaims
 from sim.engine.run import bind_policy
 from sim.errors import ConfigError
 from sim.numerics.batches import ShardSampler, per_worker_batch
+from sim.numerics.local_ops import phase_buffers
 from sim.numerics.optim import FlatOptimizer
 from sim.numerics.replica import Replica, bucket_ranges
 from sim.numerics.servers import ServerTensors
@@ -288,7 +289,7 @@ class _RankRun:
             rank, self.entry.display, self.groups, self.replica, [], None, self.timeout_s, OpValidator("", workers, 0)
         )
         # every phase's buffers, on the replica's device; they live as long as the replica
-        self.executor.tensors = RankTensors(self.replica, policy_buffers(self.policy))
+        self.executor.tensors = RankTensors(self.replica, phase_buffers(self.policy.phase_policies()))
 
     def shard_setup(self, spec: Any) -> None:
         self.spec = spec

@@ -7,11 +7,12 @@ end and its result lands back in exactly those ranges; a launched collective end
 its Wait blocks until it has completed; bad handles and fragments are refused naming the policy, rank,
 step and handle; the validator refuses an undeclared buffer.
 
-On gloo processes (slow: one launch of 4 workers): DiLoCo (wire unset, and int8 with error feedback)
-and Streaming DiLoCo (2 fragments of 2 buckets each, overlap 1) end with the parameters of an
-in-process reference: numerics mode's replicas (`sim.numerics.replicas.Replicas`: batches, gradients,
-local steps, gradient all-reduces) with the policy's local ops applied by `TensorStore` and the
-all-reduces of buffers computed by hand, as the rules of policies/ops.py and local_ops.py say."""
+On gloo processes (slow: one launch of 4 workers): DiLoCo (wire unset, int8 with error feedback, and a
+replica per host) and Streaming DiLoCo (2 fragments of 2 buckets each, overlap 1) end with numerics
+mode's parameters (`simulate`), and with those of an in-process reference that uses numerics mode's
+replicas only for batches, gradients, local steps and gradient collectives (`Replicas`), applies the
+policy's local ops by `TensorStore` and computes the collectives on buffers by hand, as the rules of
+policies/ops.py and local_ops.py say."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ torch = pytest.importorskip("torch")
 from policies.ops import AllReduce, Combine, Encode, Group, Payload, ReduceScatter, Wait  # noqa: E402
 from policies.tensors import Buffer, Codec, Fragment  # noqa: E402
 from real import executor as ex  # noqa: E402
-from real.buffers import RankTensors, policy_buffers  # noqa: E402
+from real.buffers import RankTensors  # noqa: E402
 from real.collectives import Started  # noqa: E402
 from sim.engine.op_checks import OpValidator  # noqa: E402
 from sim.errors import PolicyError  # noqa: E402
@@ -241,7 +242,7 @@ def test_bad_handles_fragments_and_buffers_are_refused_by_name(
         rank.run(3, programs)
 
 
-def test_buffers_are_made_on_the_replicas_device_from_every_phase() -> None:
+def test_buffers_are_made_like_the_replicas_parameters() -> None:
     replica = FakeReplica()
     replica.params = replica.params.to(torch.float64)  # stands in for another device: what like-copies keep
     tensors = RankTensors(replica, [Buffer("anchor", initial="parameters"), Buffer("delta")])  # type: ignore[arg-type]
@@ -249,22 +250,6 @@ def test_buffers_are_made_on_the_replicas_device_from_every_phase() -> None:
         tensors.store.tensor("anchor").dtype == torch.float64 and tensors.store.tensor("delta").dtype == torch.float64
     )
     assert tensors.store.tensor("parameters") is replica.params
-
-    class Phased:
-        name = "switching"
-
-        def phase_policies(self) -> list:
-            return [
-                SimpleNamespace(buffers=lambda: (Buffer("a"),)),
-                SimpleNamespace(buffers=lambda: (Buffer("a"), Buffer("b"))),
-            ]
-
-    assert [b.name for b in policy_buffers(Phased())] == ["a", "b"]  # type: ignore[arg-type]
-    Phased.phase_policies = lambda self: [SimpleNamespace(buffers=lambda: (Buffer("a"), Buffer("a", "parameters")))]  # type: ignore[method-assign]
-    with pytest.raises(
-        PolicyError, match="buffer 'a': phases of policy 'switching' declare it with initial 'zeros' and 'parameters'"
-    ):
-        policy_buffers(Phased())  # type: ignore[arg-type]
 
 
 # ------------------------------------------------------------------------------------ on gloo processes
@@ -360,7 +345,7 @@ def reference(path: Path, label: str) -> Any:
     from sim.api import _prepare
     from sim.config import load_config
     from sim.engine.run import bind_policy
-    from sim.numerics.local_ops import TensorStore, op_ranges
+    from sim.numerics.local_ops import TensorStore, op_ranges, phase_buffers
     from sim.numerics.replicas import Replicas
 
     config = load_config(path)
@@ -370,7 +355,8 @@ def reference(path: Path, label: str) -> Any:
     policy = bind_policy(entry, index, cluster, plan, config.workload.wire_precision)
     world, cfg = cluster.world_size, config.numerics
     reps = Replicas(cfg, task, world, [b.nbytes for b in plan.buckets], config.iterations, config.seed, label, False)
-    stores = [TensorStore(reps.params[r], reps.grads[r], policy_buffers(policy)) for r in range(world)]
+    buffers = phase_buffers(policy.phase_policies())
+    stores = [TensorStore(reps.params[r], reps.grads[r], buffers) for r in range(world)]
     buckets = [Bucket(b, bucket.nbytes, len(plan.buckets)) for b, bucket in enumerate(plan.buckets)]
 
     def run(programs: list[Any], bucket: Optional[int]) -> None:
@@ -409,33 +395,22 @@ def reference(path: Path, label: str) -> Any:
     return reps.params.numpy().copy()
 
 
-def numerics_runs_local_ops() -> bool:
-    """Whether numerics mode executes local ops (branches i46-engine and i46-numerics)."""
-    from sim.numerics.replicas import Replicas
-
-    return hasattr(Replicas, "local")
-
-
 @pytest.mark.slow
 def test_diloco_and_streaming_diloco_on_gloo_end_with_the_references_parameters(tmp_path: Path) -> None:
     pytest.importorskip("sklearn")
     from real.launch import launch
+    from sim.api import simulate
 
     path = config_path(tmp_path)
     outcome = launch(path, tmp_path / "out", nproc=4, timeout_s=60)
     assert outcome.ok, outcome.failed
     real = np.load(tmp_path / "out" / "parameters.npz")
-    simulated = None
-    if numerics_runs_local_ops():
-        from sim.api import simulate
-
-        simulated = {run.label: run.parameters for run in simulate(path).runs}
+    simulated = {run.label: run.parameters for run in simulate(path).runs}
     for label in ("diloco", "diloco_int8", "diloco_hosts", "streaming_diloco"):
         workers = real[f"{label}/workers"]
-        expected = reference(path, label)
-        np.testing.assert_allclose(workers, expected, rtol=1e-5, atol=1e-6, err_msg=label)
-        if simulated is not None:
-            np.testing.assert_allclose(workers, simulated[label], rtol=1e-5, atol=1e-6, err_msg=label)
+        np.testing.assert_allclose(workers, reference(path, label), rtol=1e-5, atol=1e-6, err_msg=label)
+        np.testing.assert_allclose(workers, simulated[label], rtol=1e-5, atol=1e-6, err_msg=label)
+        assert not np.allclose(workers[0], workers[2])  # local steps since the last outer step
 
 
 def test_a_phase_switch_restarts_the_buffers_and_the_policys_optimizers() -> None:
