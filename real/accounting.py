@@ -32,12 +32,15 @@ class RankReport:
     p2p: list[tuple] = field(default_factory=list)  # real.executor.P2PRecord
     blocked: list[tuple[int, float, float]] = field(default_factory=list)
     losses: list[float] = field(default_factory=list)
-    # every `eval_every` iterations (synchronous budgets): (iteration, seconds, parameters, losses so far)
+    # every `eval_every` iterations (synchronous budgets): (iteration, seconds, parameters, losses so far,
+    # the policy's global model buffer or None)
     snapshots: list[tuple] = field(default_factory=list)
     phases: list[tuple] = field(default_factory=list)  # rows of sim.results.tables.PHASE_FIELDS (times from the start)
     checkpoints: list = field(default_factory=list)  # the model restarted from at each switch (tensors)
     serving: bool = True  # the last phase ran parameter-server shards
     parameters: object = None  # final flat parameters (a tensor)
+    global_tensor: str | None = None  # the last phase policy's global model buffer (Policy.global_tensor)
+    global_model: object = None  # that buffer at the end (a tensor), when the policy names one
     error: str | None = None
     device_use: DeviceUse | None = None  # where it trained (real/device_use.py)
     loss_scale: float = float("nan")  # fp16: the loss scale at the end

@@ -59,7 +59,13 @@ def assemble(
     params = torch.stack([w.parameters for w in workers])  # type: ignore[misc]
     run.parameters = params.numpy()
     serving = servers and first.serving  # the last phase ran servers
-    consensus = _servers_model(task.initial, servers, [s.params for s in servers]) if serving else params.mean(dim=0)
+    if serving:
+        consensus = _servers_model(task.initial, servers, [s.params for s in servers])
+    elif first.global_model is not None:  # the policy's global model: every worker holds the same (worker 0's)
+        consensus = first.global_model  # type: ignore[assignment]
+    else:
+        consensus = params.mean(dim=0)
+    run.scored = "servers" if serving else first.global_tensor or "mean"
     run.consensus = consensus.numpy()
     final = len(run.iterations) / max(1, len(workers))
     run.accuracy = _evaluate(task, workers, servers, params, consensus, final, run.sim_time_s, eval_workers)
@@ -80,7 +86,8 @@ def _evaluate(
     numerics mode reports them: at the start, at each snapshot, and at the end.
 
     The consensus at a snapshot is the shards' parameters (where every shard took one: phases with
-    servers) or else the replicas' mean (where every worker took one: synchronous budgets);
+    servers), or the policy's global model (worker 0's `global_tensor` buffer), or else the replicas'
+    mean (where every worker took one: synchronous budgets);
     replicas are evaluated where every worker took a snapshot. A row's train loss is the mean
     minibatch loss since the previous row."""
     rows: list[tuple] = []
@@ -98,6 +105,7 @@ def _evaluate(
     add(0.0, 0.0, initial, [initial] * len(workers), [[] for _ in workers])
     taken = [0] * len(workers)  # losses already reported, per worker
     by_worker = [{snap[0]: snap for snap in w.snapshots} for w in workers]
+    lead = min(range(len(workers)), key=lambda i: workers[i].rank)
     by_server = [{snap[0]: snap for snap in s.snapshots} for s in servers]
     at_servers = set.intersection(*(set(d) for d in by_server)) if servers else set()
     at_workers = set.intersection(*(set(d) for d in by_worker)) if workers else set()
@@ -106,7 +114,8 @@ def _evaluate(
             model = _servers_model(initial, servers, [snaps[it][2] for snaps in by_server])
             t = max(snaps[it][1] for snaps in by_server)
         else:
-            model = torch.stack([snaps[it][2] for snaps in by_worker]).mean(dim=0)
+            held = by_worker[lead][it][4]  # the policy's global model, as numerics mode scores it (worker 0's)
+            model = held if held is not None else torch.stack([snaps[it][2] for snaps in by_worker]).mean(dim=0)
             t = max(snaps[it][1] for snaps in by_worker)
         replicas = [snaps[it][2] for snaps in by_worker] if all(it in snaps for snaps in by_worker) else []
         windows = []

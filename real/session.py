@@ -321,6 +321,7 @@ class _RankRun:
         if isinstance(self.report, RankReport):
             self.report.phases = rows
             self.report.serving = ended is not None and bool(ended.policy.servers())
+            self.report.global_tensor = ended.policy.global_tensor if ended is not None else None
 
     def _run_phase(self, phase: Any, progress: Progress) -> int:
         """This process's part in one phase: the worker-iterations it knows were used."""
@@ -391,6 +392,8 @@ class _RankRun:
         report.p2p = [(*r[:6], r[6] - t0, r[7] - t0) for r in ex.p2p]
         report.losses = self.replica.losses
         report.parameters = on_host(self.replica.params)
+        if report.global_tensor is not None and ex.tensors is not None:
+            report.global_model = on_host(ex.tensors.store.tensor(report.global_tensor))
 
 
 def _first_sentence(exc: BaseException) -> str:

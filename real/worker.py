@@ -105,7 +105,9 @@ def train(setup: WorkerSetup, report: RankReport) -> int:
         last = Timing(rank, step, end - start, sum(b - a for st, a, b in blocked if st == step))
         step += 1
         if claims is None and s.eval_every and step % s.eval_every == 0 and step < s.run_iterations:
-            snapshot(report, step, end - t, replica.params, len(replica.losses))
+            held = policy.global_tensor
+            global_model = ex.tensors.store.tensor(held) if held is not None and ex.tensors is not None else None
+            snapshot(report, step, end - t, replica.params, len(replica.losses), global_model)
     ex.drain()  # launched collectives nobody waited for, before the phase's groups serve another
     if s.decisions is not None:
         s.decisions.close()
@@ -131,10 +133,14 @@ def room_for_snapshot(snapshots: Sequence[Any], params: torch.Tensor) -> bool:
     return (len(snapshots) + 1) * params.numel() * params.element_size() <= SNAPSHOT_BYTES
 
 
-def snapshot(report: Any, iteration: int, seconds: float, params: torch.Tensor, losses: int) -> None:
-    """Keep a copy of the replica (and how many minibatch losses it had) for evaluation after the run."""
+def snapshot(
+    report: Any, iteration: int, seconds: float, params: torch.Tensor, losses: int, global_model: Any = None
+) -> None:
+    """Keep a copy of the replica (and how many minibatch losses it had, and the policy's global model
+    when it keeps one) for evaluation after the run."""
     if room_for_snapshot(report.snapshots, params):
-        report.snapshots.append((iteration, seconds, host_copy(params), losses))
+        held = host_copy(global_model) if global_model is not None else None
+        report.snapshots.append((iteration, seconds, host_copy(params), losses, held))
 
 
 class _Claims:

@@ -83,3 +83,26 @@ def test_the_plug_in_variant_on_the_policies_page_is_the_example_file() -> None:
     """docs/policies.md shows examples/outer_adam_diloco.py whole; the two must not drift apart."""
     shown = PYTHON.findall((ROOT / "docs" / "policies.md").read_text())
     assert (ROOT / "examples" / "outer_adam_diloco.py").read_text() in shown
+
+
+@pytest.mark.slow
+def test_the_plug_in_variant_runs_on_gloo_and_ends_on_numerics_modes_parameters(tmp_path: Path) -> None:
+    """docs/policies.md: `syncsim real examples/outer_adam_diloco.yaml` (4 gloo processes, the plug-in file beside
+    the config) ends with numerics mode's parameters and global models, for the plug-in and the built-in."""
+    pytest.importorskip("sklearn")
+    import numpy as np
+
+    from real.launch import launch
+    from sim.api import simulate
+
+    config = ROOT / "examples" / "outer_adam_diloco.yaml"
+    outcome = launch(config, tmp_path / "out", nproc=4, timeout_s=90)
+    assert outcome.ok, outcome.failed
+    real = np.load(tmp_path / "out" / "parameters.npz")
+    runs = simulate(config).runs
+    assert [run.label for run in runs] == ["outer_adam_diloco:OuterAdamDiLoCo", "diloco"]
+    for run in runs:
+        np.testing.assert_allclose(real[f"{run.label}/workers"], run.parameters, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(real[f"{run.label}/consensus"], run.consensus, rtol=1e-5, atol=1e-6)
+    plug_in, built_in = (real[f"{run.label}/consensus"] for run in runs)
+    assert not np.allclose(plug_in, built_in, atol=1e-4)  # the outer optimizers differ

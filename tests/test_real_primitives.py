@@ -23,6 +23,7 @@ from types import SimpleNamespace
 from typing import Any, Optional
 
 import numpy as np
+import pandas as pd
 import pytest
 import yaml
 
@@ -405,12 +406,20 @@ def test_diloco_and_streaming_diloco_on_gloo_end_with_the_references_parameters(
     outcome = launch(path, tmp_path / "out", nproc=4, timeout_s=60)
     assert outcome.ok, outcome.failed
     real = np.load(tmp_path / "out" / "parameters.npz")
-    simulated = {run.label: run.parameters for run in simulate(path).runs}
+    runs = simulate(path).runs
+    simulated = {run.label: run.parameters for run in runs}
     for label in ("diloco", "diloco_int8", "diloco_hosts", "streaming_diloco"):
         workers = real[f"{label}/workers"]
         np.testing.assert_allclose(workers, reference(path, label), rtol=1e-5, atol=1e-6, err_msg=label)
         np.testing.assert_allclose(workers, simulated[label], rtol=1e-5, atol=1e-6, err_msg=label)
         assert not np.allclose(workers[0], workers[2])  # local steps since the last outer step
+    # the model scored is each policy's global one (its anchor), as numerics mode scores it
+    for run in runs:
+        consensus = real[f"{run.label}/consensus"]
+        np.testing.assert_allclose(consensus, run.consensus, rtol=1e-5, atol=1e-6, err_msg=run.label)
+        assert not np.allclose(consensus, real[f"{run.label}/workers"].mean(axis=0), atol=1e-6)
+    accuracy = pd.read_csv(tmp_path / "out" / "accuracy.csv")
+    assert set(accuracy.loc[accuracy["worker"] < 0, "scored"]) == {"anchor"}
 
 
 def test_a_phase_switch_restarts_the_buffers_and_the_policys_optimizers() -> None:
