@@ -529,6 +529,7 @@ OUT_COMMANDS = {
     "validate": ["validate", "configs/real_2x2_digits.yaml", "--out", "{out}"],
     "search": ["search", "configs/sync_switch_search_digits.yaml", "--out", "{out}"],
     "fidelity": ["fidelity", "--out", "{out}"],
+    "bandwidth": ["bandwidth", "configs/wan_bandwidth_sweep.yaml", "--out", "{out}"],
     "profile": ["profile", "resnet32", "--batch", "2", "--out", "{out}"],
 }
 

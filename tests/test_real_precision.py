@@ -181,7 +181,9 @@ def test_a_worker_records_the_steps_whose_gradient_it_recomputed() -> None:
             pass
 
     policy = SimpleNamespace(**{h: lambda *a: None for h in ("begin_step", "on_forward", "on_gradients", "end_step")})
-    executor = SimpleNamespace(replica=Replica(), blocked=[], timeout_s=5.0, run=lambda *a, **k: None)
+    executor = SimpleNamespace(
+        replica=Replica(), blocked=[], timeout_s=5.0, run=lambda *a, **k: None, drain=lambda: None, tensors=None
+    )
     report = RankReport(0)
     train(WorkerSetup(0, policy, executor, [], 3, [], None, 0.0), report)  # type: ignore[arg-type]
     assert len(report.rows) == 3 and report.overflows == [(1, 2)]
