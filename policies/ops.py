@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Optional, Union
 
-from policies.tensors import GRADIENTS, PARAMETERS, Codec, Fragment, Optimizer, check_name
+from policies.tensors import GRADIENTS, PARAMETERS, Codec, Fragment, Optimizer, check_fraction, check_name
 from policies.wire import DEFAULT_BLOCK, check_block, wire_elements, wire_nbytes, wire_type
 
 
@@ -77,6 +77,12 @@ class SparseCoding:
     are fixed blocks of k consecutive values of the bucket, and a block holding any non-zero moves
     whole with one id (OmniReduce). `dense_switch`: a message that would be larger as (id, value)
     pairs than its owner's whole share of values moves as those values, without ids (SparCML).
+
+    `topk`: None, a member's pairs are its non-zeros as they fall (in simulation, the workload's index
+    sets). A fraction in (0, 1] (with `partition: none`, list ids, no block or switch): every member sends
+    exactly `kept(topk, values)` (index, value) pairs of its region, whatever is zero among them (an `Encode`
+    with `Codec(topk=...)` left at most that many non-zeros), so every backend sizes the message from this
+    declaration: k pairs of a gradient value and an `index_bytes` id each (docs/sparse.md).
     """
 
     partition: str = "hash"
@@ -84,6 +90,7 @@ class SparseCoding:
     index_bytes: int = 4
     block: Optional[int] = None
     dense_switch: bool = False
+    topk: Optional[float] = None
 
     def __post_init__(self) -> None:
         if self.partition not in PARTITIONS:
@@ -98,6 +105,12 @@ class SparseCoding:
             raise ValueError(f"block {self.block!r}; allowed: None (the tensor's rows) or an int >= 1")
         if not isinstance(self.dense_switch, bool):
             raise ValueError(f"dense_switch {self.dense_switch!r}; allowed: True, False")
+        if self.topk is not None:
+            check_fraction(self.topk, "coding topk")
+            if (self.partition, self.index_format, self.block, self.dense_switch) != ("none", "list", None, False):
+                raise ValueError(
+                    "coding topk: declared pairs need partition none, index_format list, no block, no dense_switch"
+                )
 
 
 @dataclass(frozen=True)

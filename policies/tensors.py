@@ -129,7 +129,18 @@ class Codec:
         if self.wire is not None:
             wire_type(self.wire)
         check_block(self.block)
-        if self.topk is not None and (
-            isinstance(self.topk, bool) or not isinstance(self.topk, (int, float)) or not 0 < self.topk <= 1
-        ):
-            raise ValueError(f"codec topk {self.topk!r}; allowed: a fraction in (0, 1]")
+        if self.topk is not None:
+            check_fraction(self.topk, "codec topk")
+
+
+def check_fraction(value: object, field: str) -> float:
+    """A fraction in (0, 1] (a top-k's share of values kept)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+        raise ValueError(f"{field} {value!r}; allowed: a fraction in (0, 1]")
+    return float(value)
+
+
+def kept(topk: float, values: int) -> int:
+    """Values a top-k of share `topk` keeps of `values`: ceil(topk * values), at most all of them (the
+    count `Encode` keeps, and the pairs a coding's `topk` declares)."""
+    return min(values, math.ceil(topk * values))

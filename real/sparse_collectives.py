@@ -36,7 +36,7 @@ from real.groups import group_order
 from real.sparse_codec import Codec
 from sim.errors import PolicyError
 from sim.numerics.replica import Replica
-from sim.numerics.sparse_rules import Pairs, on_wire, reduce_pairs, scatter, split_by_owner
+from sim.numerics.sparse_rules import Pairs, on_wire, reduce_pairs, scatter, sent_pairs, split_by_owner
 
 Shares = MutableMapping[Optional[int], Pairs]  # bucket -> the share a sparse AllToAll left this rank
 
@@ -112,7 +112,7 @@ def start_sparse(
     outgoing: Sequence[Pairs]
     owner: Callable[[int, bool], Optional[int]]  # (member, sending) -> the share the message holds
     if isinstance(op, AllToAll):
-        outgoing = split_by_owner(on_wire(Pairs.of(data[a:b]), wire), coding, p, size)
+        outgoing = split_by_owner(on_wire(sent_pairs(data[a:b], coding), wire), coding, p, size)
 
         def owner(i: int, sending: bool) -> Optional[int]:
             return i if sending else me
@@ -121,7 +121,7 @@ def start_sparse(
             shares[bucket] = reduce_pairs(exchange.received, size, p)
 
     elif isinstance(op, AllGather) and coding.partition == "none":
-        outgoing = [on_wire(Pairs.of(data[a:b]), wire)] * p
+        outgoing = [on_wire(sent_pairs(data[a:b], coding), wire)] * p
 
         def owner(i: int, sending: bool) -> Optional[int]:
             return None

@@ -7,7 +7,8 @@ sizes: a message carries its rows' values plus their ids, as a list (`index_byte
 bitmap (one bit per row of the owner's share of the space), or whichever is smaller (`auto`).
 A coding with a `block` counts fixed blocks of values instead of rows (`sim.compute.sparse_blocks`);
 one with `dense_switch` caps a message at its owner's whole share of values, sent without ids.
-The closed forms in docs/sparse.md follow from these rules.
+A coding with a `topk` declares its pairs instead (`declared_bytes`): k = ceil(topk x values) pairs
+per member, whatever the workload's index sets. The closed forms in docs/sparse.md follow from these rules.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from functools import lru_cache
 import numpy as np
 
 from policies.ops import SparseCoding
+from policies.tensors import kept
 from sim.compute.sparse_blocks import block_count, block_mask, block_values
 from sim.compute.sparsity import BucketLayout, IndexSets
 
@@ -236,6 +238,13 @@ def gather_sizes(census: Census, coding: SparseCoding, dense: np.ndarray | None 
         whole = None if dense is None else dense.sum()
         return message_bytes(census.values.sum(axis=1), census.rows.sum(axis=1), census.share, coding, whole)
     return message_bytes(census.union_values, census.union_rows, census.share, coding, dense)
+
+
+def declared_bytes(coding: SparseCoding, values: int, value_bytes: float) -> float:
+    """Bytes one member's message of a coding with `topk` carries: exactly k = ceil(topk x values) pairs
+    of a `value_bytes` value and an `index_bytes` id, zeros among them included."""
+    assert coding.topk is not None
+    return kept(coding.topk, values) * (value_bytes + coding.index_bytes)
 
 
 def received_imbalance(received: np.ndarray) -> float:

@@ -22,7 +22,8 @@ all-gather one flow from every member to every other carrying the member's rows 
 direct sends, which reaches the receive-bandwidth bound however unequal the members are). In the
 pipelined model a member's copies to the others are one coupled transfer (the fine model, one flow
 each, is compared with it in tests). Under the NCCL model the flows are delivered after the NCCL
-latency of the dense all-to-all or all-gather that moves their largest member's bytes.
+latency of the dense all-to-all or all-gather that moves their largest member's bytes. A coding with a
+`topk` declares its members' pairs (`sparse_traffic.declared_bytes`), on any bucket, sparse layers or not.
 
 An op with a `wire` moves its declared `nbytes` like any other; the casts around it are priced by
 `cast_s` (sim/engine/wire_costs.py) and charged by the communicator before and after the flows.
@@ -38,8 +39,15 @@ import simpy
 from simpy.events import Event
 
 from policies.ops import AllGather, AllReduce, AllToAll, Barrier, Collective, Group, ReduceScatter
+from policies.wire import wire_type
 from sim.cluster.routing import Path, Router
-from sim.compute.sparse_traffic import SparseTraffic, exchange_matrix, gather_sizes, received_imbalance
+from sim.compute.sparse_traffic import (
+    SparseTraffic,
+    declared_bytes,
+    exchange_matrix,
+    gather_sizes,
+    received_imbalance,
+)
 from sim.engine.nccl_plans import NcclPlanner, Plan
 from sim.engine.wire_costs import cast_seconds
 from sim.errors import PolicyError
@@ -162,15 +170,21 @@ class CollectiveRunner:
 
     def _sparse(self, op: Collective, step: int, buckets: Mapping[int, Any]) -> Launched:
         ranks = op.group.ranks
+        coding = op.coding
+        assert coding is not None
+        p = len(ranks)
+        if coding.topk is not None:  # pairs the policy declares (an Encode's top-k), not the index sets
+            if not isinstance(op, AllGather):
+                raise PolicyError(f"{op!r}: a coding with topk declares an AllGather's pairs")
+            bits = wire_type(self.gradient_type, "gradient_type").bits
+            sent = np.full(p, declared_bytes(coding, round(op.nbytes * 8 / bits), bits / 8))
+            return self._gather(op, sent)
         bucket = buckets.get(ranks[0])
         if self.traffic is None or bucket is None:
             raise PolicyError(
                 f"{op!r}: a sparse collective acts on a gradient bucket (yield it from on_gradients) "
                 "of a workload with sparse layers"
             )
-        coding = op.coding
-        assert coding is not None
-        p = len(ranks)
         owners = 1 if coding.partition == "none" else p
         dense = (
             self.traffic.share_values(bucket, coding.partition, owners, coding.block) if coding.dense_switch else None
@@ -180,23 +194,33 @@ class CollectiveRunner:
             sizes = exchange_matrix(census, coding, dense)
         elif isinstance(op, AllGather):
             census = self.traffic.census(step, bucket, ranks, coding.partition, owners, coding.block)
-            sent = gather_sizes(census, coding, dense)
-            sizes = np.repeat(sent[:, None], p, axis=1)
-            np.fill_diagonal(sizes, 0.0)
-            if self.model == "pipelined":  # a member's copies to everyone as one coupled transfer
-                lat = self._sparse_latency(op, sizes)
-                return self._sparse_launch(
-                    [
-                        self.net.transfer(
-                            [self._path(ranks[i], ranks[j]) for j in range(p) if j != i], float(sent[i]), latency=lat
-                        )
-                        for i in range(p)
-                        if sent[i] > 0
-                    ],
-                    sizes,
-                )
+            return self._gather(op, gather_sizes(census, coding, dense))
         else:
             raise PolicyError(f"{op!r}: only AllToAll and AllGather have a sparse form")
+        return self._flows(op, sizes)
+
+    def _gather(self, op: Collective, sent: np.ndarray) -> Launched:
+        """A sparse all-gather: member i sends `sent[i]` bytes to every other member."""
+        ranks, p = op.group.ranks, len(op.group.ranks)
+        sizes = np.repeat(sent[:, None], p, axis=1)
+        np.fill_diagonal(sizes, 0.0)
+        if self.model != "pipelined":
+            return self._flows(op, sizes)
+        lat = self._sparse_latency(op, sizes)  # a member's copies to everyone as one coupled transfer
+        return self._sparse_launch(
+            [
+                self.net.transfer(
+                    [self._path(ranks[i], ranks[j]) for j in range(p) if j != i], float(sent[i]), latency=lat
+                )
+                for i in range(p)
+                if sent[i] > 0
+            ],
+            sizes,
+        )
+
+    def _flows(self, op: Collective, sizes: np.ndarray) -> Launched:
+        """One flow per ordered pair of members: member i sends `sizes[i, j]` bytes to member j."""
+        ranks, p = op.group.ranks, len(op.group.ranks)
         lat = self._sparse_latency(op, sizes)
         events = [
             self.net.transfer([self._path(ranks[i], ranks[j])], float(sizes[i, j]), latency=lat)

@@ -34,6 +34,7 @@ EVENTS: dict[str, tuple[float, float, float, float]] = {
     "ssp": (5.8, 0.0, 2.6, 2.0),
     "ds_sync": (4.5, 1.0, 0.3, 2.0),
     "sparse": (4.5, 1.0, 0.1, 2.0),
+    "topk": (4.5, 1.0, 0.1, 2.0),  # assumed as the sparse gather's, not fitted
 }
 READS_BEFORE_FORWARD = ("ps", "asp", "ssp", "sparse_ps")  # their forward waits on reads, slice by slice
 # Synchronous shards: one event per shard, bucket and round (the apply that pulls wait on); asynchronous
@@ -173,6 +174,14 @@ def policy_load(
         load = _load(name, _scale(run, 1.0 / max(iterations, 1.0)), shape, config, iterations, plan)
         timeouts = shape.workers * averages * PERIODIC[name] + (shape.workers * warm if name != "local_sgd" else 0.0)
         return replace(load, events=load.events + timeouts, work=load.work + timeouts)
+    if name == "topk":  # warm-up steps are ring's; then per bucket an Encode (a timeout per worker) and a gather
+        warm = min(float(policy.settings.warmup_steps), iterations)
+        per = len(plan.buckets) / max(iterations, 1.0)
+        ring, gather = _bucket("ring", None, shape, config, False, 0.0), _gather(shape, config, 0.0)
+        run = _add(_scale(ring, warm * per), _scale(gather, (iterations - warm) * per))
+        load = _load(name, run, shape, config, iterations, plan)
+        timeouts = shape.workers * (iterations - warm) * len(plan.buckets)
+        return replace(load, events=load.events + timeouts, work=load.work + timeouts)
     n_sparse, rows = sparse
     traffic = _scale(_bucket(name, policy.settings, shape, config, False, 0.0), len(plan.buckets) - n_sparse)
     if n_sparse:  # sparse buckets differ only in their rows, which count linearly
@@ -274,14 +283,21 @@ def _bucket(name: str, s: Any, shape: Shape, config: Config, sparse: bool, rows:
     if name == "ds_sync":
         return _ds_sync(s, shape, dense_stepwise)
     if sparse and name in ("zen", "sparse_allgather", "sparcml", "omnireduce"):  # the last two: zen's program
-        pairs = w * (w - 1)  # all-gather: each member's rows to every other (pipelined: one transfer each)
-        gather = Traffic(1.0, pairs if stepwise else w, pairs, entries=2 * w * w, node_routes=w * w,
-                         fabric_routes=shape.racks**2, op_rows=1.0, sparse_rows=rows)  # fmt: skip
+        pairs = w * (w - 1)
+        gather = _gather(shape, config, rows)
         if name == "sparse_allgather":
             return gather
         exchange = Traffic(1.0, pairs, pairs, entries=pairs * shape.path_links, op_rows=1.0)  # a flow per pair
         return _add(gather, exchange)
     return _ring(w, 2, dense_stepwise, shape, float(shape.links))  # ring, a plug-in, a sparse policy's dense bucket
+
+
+def _gather(shape: Shape, config: Config, rows: float) -> Traffic:
+    """A sparse all-gather of all ranks: each member's rows to every other (pipelined: one transfer each)."""
+    w, stepwise = float(shape.workers), config.simulation.collective_model == "stepwise"
+    pairs = w * (w - 1)
+    return Traffic(1.0, pairs if stepwise else w, pairs, entries=2 * w * w, node_routes=w * w,
+                   fabric_routes=shape.racks**2, op_rows=1.0, sparse_rows=rows)  # fmt: skip
 
 
 def _sharded(name: str, s: Any, shape: Shape, per_shard: bool, sparse: bool, rows: float) -> Traffic:

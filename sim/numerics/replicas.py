@@ -59,7 +59,7 @@ from sim.numerics.local_ops import TensorStore, op_ranges
 from sim.numerics.optim import FlatOptimizer
 from sim.numerics.replica import Range, Replica, bucket_ranges, partition, through_wire, wire_dtype
 from sim.numerics.servers import ServerTensors, Update
-from sim.numerics.sparse_rules import Pairs, on_wire, reduce_pairs, scatter, split_by_owner
+from sim.numerics.sparse_rules import Pairs, on_wire, reduce_pairs, scatter, sent_pairs, split_by_owner
 from sim.numerics.tasks import Task
 from sim.numerics.wire_cast import reduced_chunk, round_trip
 
@@ -287,7 +287,7 @@ class Replicas:
         self._same_sizes(op, ranges)
         p, size, bucket = len(ranks), ranges[0][1] - ranges[0][0], buckets[ranks[0]]
         wire = self._on_wire(op)
-        pairs = [on_wire(Pairs.of(data[r][a:b]), wire) for r, (a, b) in zip(ranks, ranges)]
+        pairs = [on_wire(sent_pairs(data[r][a:b], coding), wire) for r, (a, b) in zip(ranks, ranges)]
         if isinstance(op, AllToAll):
             sent = [split_by_owner(mine, coding, p, size) for mine in pairs]
             for j in range(p):

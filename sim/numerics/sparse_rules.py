@@ -12,6 +12,9 @@ out (`real/sparse_codec.py`), not what they sum to.
   (zero where nobody had a non-zero). Needs the AllToAll before it on the same bucket.
 - Sparse AllGather, `partition: none`: every member receives every member's pairs and keeps their
   sum divided by the group size.
+- A coding with a `topk` (declared pairs, `sent_pairs`): a member sends exactly k = ceil(topk x size)
+  pairs, its non-zeros and then its lowest zero positions, so a zero among the values an Encode kept
+  (or one its wire rounded away) does not shrink the message; more than k non-zeros is an error.
 
 The result equals a dense all-reduce mean of the same tensors up to the order of float additions.
 Between two or more members, pairs travel with their values in `workload.gradient_precision`
@@ -28,7 +31,9 @@ from typing import Optional
 import torch
 
 from policies.ops import SparseCoding
+from policies.tensors import kept
 from sim.compute.sparse_traffic import owner_of
+from sim.errors import PolicyError
 from sim.numerics.replica import through_wire
 
 
@@ -43,6 +48,27 @@ class Pairs:
     def of(cls, dense: torch.Tensor) -> Pairs:
         index = torch.nonzero(dense, as_tuple=True)[0]
         return cls(index, dense[index])
+
+
+def sent_pairs(dense: torch.Tensor, coding: SparseCoding) -> Pairs:
+    """The pairs a member sends of its region `dense`: its non-zeros, or with a coding's `topk` exactly
+    k of them (the non-zeros, padded with zero-valued pairs at the lowest zero positions: the k largest
+    magnitudes, ties to the lower position, as `Encode` picks them)."""
+    pairs = Pairs.of(dense)
+    if coding.topk is None:
+        return pairs
+    k = kept(coding.topk, dense.numel())
+    have = pairs.index.numel()
+    if have > k:
+        raise PolicyError(
+            f"a sparse op declaring {k} pairs per member (coding topk {coding.topk}) met {have} non-zeros in "
+            f"{dense.numel()} values: sparsify first (Encode with Codec(topk={coding.topk}))"
+        )
+    if have == k:
+        return pairs
+    pad = torch.nonzero(dense == 0, as_tuple=True)[0][: k - have]
+    index = torch.sort(torch.cat([pairs.index, pad])).values
+    return Pairs(index, dense[index])
 
 
 def on_wire(pairs: Pairs, wire: Optional[torch.dtype]) -> Pairs:
