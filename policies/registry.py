@@ -41,6 +41,7 @@ BUILTIN: dict[str, str] = {
     "local_sgd": "policies.local_sgd:LocalSGD",
     "diloco": "policies.diloco:DiLoCo",
     "streaming_diloco": "policies.streaming_diloco:StreamingDiLoCo",
+    "eager_diloco": "policies.eager_diloco:EagerDiLoCo",
 }
 
 
