@@ -42,6 +42,7 @@ BUILTIN: dict[str, str] = {
     "diloco": "policies.diloco:DiLoCo",
     "streaming_diloco": "policies.streaming_diloco:StreamingDiLoCo",
     "topk": "policies.topk:TopK",
+    "eager_diloco": "policies.eager_diloco:EagerDiLoCo",
 }
 
 

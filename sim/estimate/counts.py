@@ -196,7 +196,7 @@ def policy_load(
 
 # Policies that average the model every `period` steps after a ring warm-up, with the local ops (each a
 # timeout per worker, sim/engine/launches.py) of one averaging; diloco's warm-up steps end with one more.
-PERIODIC = {"local_sgd": 0, "diloco": 3, "streaming_diloco": 3}
+PERIODIC = {"local_sgd": 0, "diloco": 3, "streaming_diloco": 3, "eager_diloco": 4}  # eager_diloco: 3 delayed, 5 eager
 
 
 def replica_size(level: str, shape: Shape) -> float:
