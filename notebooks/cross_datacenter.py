@@ -124,7 +124,6 @@ plt.tight_layout()
 
 # %%
 # the claims above, checked
-at = points.set_index(["policy", "H", "gbps"])["utilization"]
 ring_u = points[points["policy"] == "ring"].set_index("gbps")["utilization"]
 assert ring_floor.startswith("unreachable") and "round trip" in ring_floor
 assert ring_u.max() < 0.6 and ring_u[np.isclose(ring_u.index, 1.0)].iloc[0] < 0.05
@@ -309,13 +308,13 @@ print(f"one held-out sample: 1/{held_out} = {1 / held_out:.4f}")
 final.round(4)
 
 # %% [markdown]
-# * **int8 costs nothing here**: its final accuracy is fp32's on every seed, and fp4's is within one held-out
-#   sample of it either way (the same mean, 0.933). Both finish the 200 iterations sooner: 11.2 and 10.6 s
-#   of simulated time against 14.0.
+# * **int8 and fp4 cost nothing measurable here**: int8's final accuracy is fp32's on every seed, fp4's
+#   within one held-out sample of it either way (the same mean, 0.9331). Both finish the 200 iterations
+#   sooner: 11.2 and 10.6 s of simulated time against 14.0.
 # * **Overlap costs accuracy on this task**: with τ = 1 a fragment's outer step uses the pseudo-gradient of
 #   one step earlier and keeps half of the step taken meanwhile (mixing 0.5). Streaming ends 1.9 points below
-#   τ = 0 (0.890 against 0.908 over the three seeds; 6 to 8 samples on each) and trails it through most of
-#   the run, for 7% less simulated time (14.1 s against 15.2).
+#   τ = 0 (0.8895 against 0.9081 over the three seeds; 6 to 8 samples on each) and trails it through most
+#   of the run, in less simulated time (14.1 s against 15.2).
 #
 # On a 359-sample test set these are a handful of digits; they say what the settings do to this small MLP
 # over four outer steps, not how they behave on a language model over thousands.
