@@ -316,6 +316,17 @@ NCCL_RUNS = [
     (4, [{"name": "ring"}, {"name": "hierarchical"}, {"name": "ds_sync"}], False),
     (2, [{"name": "zen"}], True),
     (4, [{"name": "zen"}], True),
+    # issue 46's policies: buffers, local ops, launched all-reduces (eager_diloco), a wire with error feedback,
+    # and declared top-k pairs, over NCCL across 4 ranks
+    (
+        4,
+        [
+            {"name": "diloco", "period": 2, "wire": "int8", "error_feedback": True},
+            {"name": "eager_diloco", "period": 2},
+            {"name": "topk", "ratio": 0.1},
+        ],
+        False,
+    ),
 ]
 
 
