@@ -10,21 +10,18 @@ from policies.base import Bucket, Policy, SettingError
 from policies.ops import AllGather, AllReduce, Collective, Group, Payload, Program, ReduceScatter
 from policies.tensors import Fragment
 from policies.view import ClusterView, ModelInfo
+from policies.warmup import WarmupSettings
 from policies.wire_settings import WireName, WireSettings
 
 MAX_PERIOD = 100_000  # past this no run of any config here averages at all; a typo, not a schedule
-MAX_WARMUP = 10_000_000
 PARAMETER_BYTES_PER_VALUE = 4  # parameters travel as fp32 master weights (policies.ops: the PARAMETERS default)
 
 
-class LocalSGDSettings(WireSettings):
+class LocalSGDSettings(WireSettings, WarmupSettings):
     wire: Optional[WireName] = Field(
         None, description="element type the parameter averaging travels in (docs/policies.md); unset: fp32"
     )
     period: int = Field(4, description=f"H: local steps between two parameter averagings (1 to {MAX_PERIOD})")
-    warmup_steps: int = Field(
-        0, description=f"steps of plain data parallelism (gradients all-reduced every step) first (0 to {MAX_WARMUP})"
-    )
     replica: Literal["rank", "host", "rack", "datacenter"] = Field(
         "rank",
         description="the ranks that train one replica, data parallel (gradients all-reduced every step among "
@@ -37,13 +34,6 @@ class LocalSGDSettings(WireSettings):
         if not 1 <= period <= MAX_PERIOD:
             raise ValueError(f"allowed: an integer from 1 to {MAX_PERIOD} (got {period})")
         return period
-
-    @field_validator("warmup_steps")
-    @classmethod
-    def _warmup_in_range(cls, warmup: int) -> int:
-        if not 0 <= warmup <= MAX_WARMUP:
-            raise ValueError(f"allowed: an integer from 0 to {MAX_WARMUP} (got {warmup})")
-        return warmup
 
 
 class LocalSGD(Policy):

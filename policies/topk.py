@@ -16,20 +16,17 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from policies.base import Bucket, Policy, PolicySettings
+from policies.base import Bucket, Policy
 from policies.ops import AllGather, AllReduce, Density, Encode, Group, Program, SparseCoding
 from policies.tensors import GRADIENTS, Buffer, Codec
 from policies.view import ClusterView, ModelInfo
+from policies.warmup import WarmupSettings
 
 RESIDUAL = "residual"
-MAX_WARMUP = 10_000_000
 
 
-class TopKSettings(PolicySettings):
+class TopKSettings(WarmupSettings):
     ratio: float = Field(0.01, description="share of each bucket's values every worker sends, in (0, 1]")
-    warmup_steps: int = Field(
-        0, description=f"steps of dense ring all-reduce of every bucket first (0 to {MAX_WARMUP})"
-    )
     index_bytes: Literal[4, 8] = Field(4, description="bytes of one position id on the wire")
 
     @field_validator("ratio")
@@ -38,13 +35,6 @@ class TopKSettings(PolicySettings):
         if not 0 < ratio <= 1:
             raise ValueError(f"allowed: a fraction in (0, 1] (got {ratio:g})")
         return ratio
-
-    @field_validator("warmup_steps")
-    @classmethod
-    def _warmup_in_range(cls, warmup: int) -> int:
-        if not 0 <= warmup <= MAX_WARMUP:
-            raise ValueError(f"allowed: an integer from 0 to {MAX_WARMUP} (got {warmup})")
-        return warmup
 
 
 class TopK(Policy):
