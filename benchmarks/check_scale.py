@@ -54,6 +54,9 @@ CHEAP: dict[str, Callable[[], Any]] = {
     "dssync_16to1_packed": bundled("dssync_16to1_packed.yaml"),
     "slow_worker_async": bundled("slow_worker_async.yaml"),
     "zen_deepfm_16": bundled("zen_deepfm_16.yaml"),
+    "wan_two_datacenters": bundled("wan_two_datacenters.yaml"),  # ring and hierarchical across a WAN
+    "wan_bandwidth_sweep": bundled("wan_bandwidth_sweep.yaml"),  # diloco (two replicas), streaming_diloco
+    "diloco_digits_wan": bundled("diloco_digits_wan.yaml"),  # numerics mode: DiLoCo's buffers and local ops
     **from_run_all("ring_1024", "compare_64", "bert_ring_1024", "resnet_ring_4096"),
     **from_run_all("zen_64", "sparse_allgather_64", "ring_256_stepwise"),
 }
