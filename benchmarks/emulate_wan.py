@@ -5,6 +5,7 @@
     syncsim calibrate configs/emulate_wan_2dc.yaml --emulate wan46 --out CAL/calibrated.yaml \
         --set 'policies=[{name: ring}]'      # the model's compute time and gradient size, a fitted network
     python benchmarks/emulate_wan.py configs/emulate_wan_2dc.yaml CAL/calibrated.yaml --tag wan46 --out DIR
+    (with `--set KEY=VALUE`, the same for all three commands, e.g. --set cluster.wan.bandwidth_gbps=0.02)
     syncsim emulate down --tag wan46
 
 Predictions, each from the calibrated workload (compute time and gradient size measured on this machine):
@@ -35,7 +36,7 @@ from real.emulate import Emulation
 from real.launch import launch
 from real.validate import warmup_setting
 from sim.api import simulate
-from sim.config import load_config
+from sim.config import Config, load_config
 from sim.results.result import read_table
 from sim.results.tables import steady_figures
 
@@ -53,9 +54,9 @@ def wan_rtt_ms(emu: Emulation, datacenters: dict[str, tuple[str, ...]]) -> tuple
     return across, inside, max(MIN_RTT_MS, across - inside)
 
 
-def configs(config_path: Path, calibrated_path: Path, rtt_ms: float, out: Path) -> dict[str, Path]:
+def configs(config: Config, calibrated_path: Path, rtt_ms: float, out: Path) -> dict[str, Path]:
     """Write the `wan`, `fit` and `null` configs (module docstring) into `out`."""
-    base = yaml.safe_load(config_path.read_text())
+    base = config.model_dump(mode="json")
     cal = yaml.safe_load(calibrated_path.read_text())
     workload = dict(cal["workload"])
     if "profile" in workload:  # relative to the calibrated config
@@ -63,8 +64,9 @@ def configs(config_path: Path, calibrated_path: Path, rtt_ms: float, out: Path) 
     wan = copy.deepcopy(base)
     wan["workload"], wan["simulation"] = workload, cal.get("simulation", {})
     for key in ("link_latency_us", "intra_host_latency_us"):
-        if key in cal["cluster"]:
-            wan["cluster"][key] = cal["cluster"][key]
+        if key in cal["cluster"]:  # the cluster's and every datacenter's (a dumped config repeats it in each)
+            for section in (wan["cluster"], *wan["cluster"]["datacenters"]):
+                section[key] = cal["cluster"][key]
     wan["cluster"]["wan"]["rtt_ms"] = rtt_ms
     fit = copy.deepcopy(cal)
     fit["workload"] = workload
@@ -91,10 +93,11 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--timeout", type=float, default=120.0)
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="as for `syncsim`")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     emu = Emulation.load(args.tag)
-    config = load_config(args.config)
+    config = load_config(args.config, args.set)
     from sim.cluster.topology import build_cluster
 
     across, inside, rtt = wan_rtt_ms(emu, build_cluster(config.cluster, config.seed).view.datacenters)
@@ -104,7 +107,7 @@ def main() -> None:
         f"emulated, the wan model uses rtt_ms {rtt:.3f}",
     ]
     print("\n".join(delay))
-    paths = configs(args.config, args.calibrated, rtt, args.out)
+    paths = configs(config, args.calibrated, rtt, args.out)
     warmup, same = warmup_setting(load_config(paths["wan"]), None)
     predicted: dict[str, dict[str, float]] = {}
     for name, path in paths.items():

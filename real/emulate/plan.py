@@ -61,7 +61,8 @@ class UplinkPlan:
 
 @dataclass(frozen=True)
 class WanPlan:
-    """One WAN link: a veth inside the fabric namespace between two datacenters' border bridges.
+    """One WAN link: a veth inside the fabric namespace between two datacenters' top bridges (a star's
+    switch, a two-tier datacenter's core; the simulator's border switch is not built: real.emulate.datacenters).
 
     No delay is added (this kernel has no netem): `rtt_ms` is the config's, kept to report beside
     the round trip the emulated link really has."""
