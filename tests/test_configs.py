@@ -25,9 +25,9 @@ def test_configs_exist() -> None:
 def test_bundled_config_is_valid(path: Path) -> None:
     cfg = load_config(path)
     cluster, plan = prepare(cfg)
-    # real_* and validate_* configs are sized for processes on one machine, dssync_v1_* is the paper's 4
+    # real_*, validate_* and emulate_* configs are sized for processes on one machine, dssync_v1_* is the paper's 4
     # workers, opendiloco_* its 4 workers; the rest are simulated clusters
-    small = path.stem.startswith(("real_", "validate_", "dssync_v1_", "opendiloco_"))
+    small = path.stem.startswith(("real_", "validate_", "emulate_", "dssync_v1_", "opendiloco_"))
     assert cluster.world_size >= (4 if small else 8) and plan.compute_s > 0
 
 

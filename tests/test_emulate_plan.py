@@ -133,7 +133,9 @@ def test_custom_topology_is_rejected_naming_the_supported_ones() -> None:
         "nodes": [{"name": "a", "kind": "host"}, {"name": "b", "kind": "host"}, {"name": "s", "kind": "switch"}],
         "links": [{"a": "a", "b": "s"}, {"a": "b", "b": "s"}],
     }
-    with pytest.raises(ConfigError, match=r"cluster.topology: emulation supports star and two_tier, got 'custom'"):
+    with pytest.raises(
+        ConfigError, match=r"cluster.topology: emulation supports star, two_tier and multi_datacenter, got 'custom'"
+    ):
         plan_config(config(custom))
 
 

@@ -117,7 +117,7 @@ def _cmd_up(args: argparse.Namespace) -> int:
     _print_emulation(emulation)
     for note in plan.notes():
         print(f"note: {note}")
-    print(f"run in a host: ip netns exec {namespace_prefix(plan.tag)}HOST CMD")
+    print(f"run in a host: ip netns exec NAMESPACE CMD (the namespace column: {namespace_prefix(plan.tag)}...)")
     print(f"take it down:  syncsim emulate down --tag {plan.tag}")
     return 0
 
@@ -170,6 +170,9 @@ def _print_emulation(emulation: Emulation) -> None:
     uplinks = [link for link in emulation.links if link.device.endswith("-up")]
     for link in uplinks:
         print(f"  uplink {link.direction}: {link.rate_bps / 1e6:,.1f} Mbit/s (and back)")
+    wan = [link for link in emulation.links if link.direction.startswith("wan ")][::2]  # one of each link's ends
+    for link in wan:
+        print(f"  {link.direction}: {link.rate_bps / 1e6:,.1f} Mbit/s (and back), no delay added (no netem)")
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import Optional
 
 from real.emulate.errors import EmulationError
-from real.emulate.plan import CORE_BRIDGE, EmulationPlan
+from real.emulate.plan import EmulationPlan
 from real.emulate.shaping import shaping_for
 
 TOOLS = ("ip", "tc")
@@ -97,7 +97,11 @@ def build(plan: EmulationPlan) -> None:
     for u in plan.uplinks:
         run(["ip", "-n", fab, "link", "add", u.rack_port, "type", "veth", "peer", "name", u.core_port])
         run(["ip", "-n", fab, "link", "set", u.rack_port, "master", u.bridge, "up"])
-        run(["ip", "-n", fab, "link", "set", u.core_port, "master", CORE_BRIDGE, "up"])
+        run(["ip", "-n", fab, "link", "set", u.core_port, "master", u.core, "up"])
+    for w in plan.wan:
+        run(["ip", "-n", fab, "link", "add", w.a_port, "type", "veth", "peer", "name", w.b_port])
+        run(["ip", "-n", fab, "link", "set", w.a_port, "master", w.a_bridge, "up"])
+        run(["ip", "-n", fab, "link", "set", w.b_port, "master", w.b_bridge, "up"])
     for link in plan.shaped():
         lines = shaping_for(link.rate_bps).lines(link.device, plan.queue)
         try:

@@ -5,7 +5,9 @@ The plan reads the cluster the simulator builds (sim.cluster.topology.build_clus
 NIC rates and rack uplinks (including the non-blocking default) are the simulator's by construction.
 
     host ns  h0:eth0 ==veth== fabric:h0-p -- [tor0] --tor0-up ==veth== core-tor0-- [core] -- ...
-    (star: every host port on one bridge `switch`, no uplinks)
+    (star: every host port on one bridge `switch`, no uplinks;
+     multi_datacenter: each datacenter so, prefixed `d<i>`, and WAN veths between their top bridges:
+     real.emulate.datacenters)
 
 `core_switches > 1` becomes one core bridge: the simulator splits a rack's uplink evenly over the
 cores, so the rack's total uplink (what one veth carries here) is the same.
@@ -20,7 +22,7 @@ from typing import Optional
 from real.emulate.names import FABRIC, check_interface, check_tag, namespace_name, tag_from_name
 from real.emulate.shaping import check_queue
 from sim.cluster.topology import build_cluster
-from sim.config import ClusterBase, Config, CustomCluster, StarCluster, TwoTierCluster
+from sim.config import ClusterBase, Config, CustomCluster, MultiDatacenterCluster, StarCluster, TwoTierCluster
 from sim.errors import ConfigError
 
 DEFAULT_SUBNET = "10.213.0.0/16"
@@ -54,6 +56,25 @@ class UplinkPlan:
     rack_port: str  # on `bridge`; its egress is the rack -> core direction
     core_port: str  # on the core bridge; its egress is core -> rack
     rate_bps: int
+    core: str = CORE_BRIDGE  # the core bridge (`d<i>core` in datacenter <i> of a multi_datacenter cluster)
+
+
+@dataclass(frozen=True)
+class WanPlan:
+    """One WAN link: a veth inside the fabric namespace between two datacenters' top bridges (a star's
+    switch, a two-tier datacenter's core; the simulator's border switch is not built: real.emulate.datacenters).
+
+    No delay is added (this kernel has no netem): `rtt_ms` is the config's, kept to report beside
+    the round trip the emulated link really has."""
+
+    a: str  # datacenter names, as in the config
+    b: str
+    a_bridge: str
+    b_bridge: str
+    a_port: str  # on `a_bridge`; its egress is a -> b
+    b_port: str  # on `b_bridge`; its egress is b -> a
+    rate_bps: int
+    rtt_ms: float
 
 
 @dataclass(frozen=True)
@@ -77,6 +98,7 @@ class EmulationPlan:
     hosts: tuple[HostPlan, ...]
     uplinks: tuple[UplinkPlan, ...]
     queue: str = "fair"  # the links' queueing discipline (real.emulate.shaping.QUEUES)
+    wan: tuple[WanPlan, ...] = ()  # multi_datacenter only
 
     @property
     def namespaces(self) -> tuple[str, ...]:
@@ -90,19 +112,32 @@ class EmulationPlan:
             links.append(ShapedLink(h.namespace, h.interface, h.rate_bps, f"{h.name} -> {h.bridge}"))
             links.append(ShapedLink(self.fabric, h.port, h.rate_bps, f"{h.bridge} -> {h.name}"))
         for u in self.uplinks:
-            links.append(ShapedLink(self.fabric, u.rack_port, u.rate_bps, f"{u.bridge} -> {CORE_BRIDGE}"))
-            links.append(ShapedLink(self.fabric, u.core_port, u.rate_bps, f"{CORE_BRIDGE} -> {u.bridge}"))
+            links.append(ShapedLink(self.fabric, u.rack_port, u.rate_bps, f"{u.bridge} -> {u.core}"))
+            links.append(ShapedLink(self.fabric, u.core_port, u.rate_bps, f"{u.core} -> {u.bridge}"))
+        for w in self.wan:
+            links.append(ShapedLink(self.fabric, w.a_port, w.rate_bps, f"wan {w.a} -> {w.b}"))
+            links.append(ShapedLink(self.fabric, w.b_port, w.rate_bps, f"wan {w.b} -> {w.a}"))
         return tuple(links)
 
     def notes(self) -> list[str]:
         """Warnings worth printing before the emulation is used."""
+        notes = [wan_delay_note(w) for w in self.wan]
         fast = max(link.rate_bps for link in self.shaped())
         if fast > FAST_BPS:
-            return [
+            notes.append(
                 f"links up to {fast / 1e6:,.0f} Mbit/s: gloo on a few CPU cores tops out near 1 Gbit/s, so "
                 "such links will not be the bottleneck; lower them with --scale"
-            ]
-        return []
+            )
+        return notes
+
+
+def wan_delay_note(w: WanPlan) -> str:
+    """What an emulated WAN link does not reproduce: its round trip, and so its window ceiling."""
+    return (
+        f"WAN {w.a} <-> {w.b}: shaped at {w.rate_bps / 1e6:,.1f} Mbit/s each way, but NO DELAY is added "
+        f"(rtt_ms {w.rtt_ms:g} in the config; this kernel has no netem): its round trip is the machine's own "
+        "(measure it with real.emulate.probe.ping), and the window / RTT ceiling of each connection is not emulated"
+    )
 
 
 def plan_config(
@@ -133,9 +168,10 @@ def plan_cluster(
         check_queue(queue)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    if isinstance(cluster, CustomCluster) or not isinstance(cluster, (StarCluster, TwoTierCluster)):
+    supported = isinstance(cluster, (StarCluster, TwoTierCluster, MultiDatacenterCluster))
+    if isinstance(cluster, CustomCluster) or not supported:
         topology = getattr(cluster, "topology", type(cluster).__name__)
-        raise ConfigError(f"cluster.topology: emulation supports star and two_tier, got {topology!r}")
+        raise ConfigError(f"cluster.topology: emulation supports star, two_tier and multi_datacenter, got {topology!r}")
     if not scale > 0:
         raise ConfigError(f"emulate.scale: must be > 0, got {scale}")
     view = build_cluster(cluster, seed).view
@@ -151,6 +187,11 @@ def plan_cluster(
         return rate
 
     fabric = namespace_name(tag, FABRIC)
+    if isinstance(cluster, MultiDatacenterCluster):
+        from real.emulate.datacenters import plan_datacenters  # it builds on this module's plans
+
+        bridges, hosts, uplinks, wan = plan_datacenters(cluster, view, tag, net, bps)
+        return EmulationPlan(tag, cluster.topology, scale, str(net), fabric, bridges, hosts, uplinks, queue, wan)
     tors = {rack: f"tor{i}" for i, rack in enumerate(view.racks)}
     hosts = []
     for i, (name, info) in enumerate(view.hosts.items()):
