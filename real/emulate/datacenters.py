@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 from policies.view import ClusterView
 from real.emulate.names import check_interface, namespace_name
-from real.emulate.plan import HOST_INTERFACE, HostPlan, UplinkPlan, WanPlan
+from real.emulate.parts import HOST_INTERFACE, HostPlan, UplinkPlan, WanPlan
 from sim.cluster.builder import GBPS
 from sim.config import MultiDatacenterCluster, StarCluster, TwoTierCluster
 from sim.errors import ConfigError

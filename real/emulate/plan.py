@@ -19,62 +19,17 @@ import ipaddress
 from dataclasses import dataclass
 from typing import Optional
 
+from real.emulate.datacenters import plan_datacenters
 from real.emulate.names import FABRIC, check_interface, check_tag, namespace_name, tag_from_name
+from real.emulate.parts import CORE_BRIDGE, HOST_INTERFACE, HostPlan, UplinkPlan, WanPlan
 from real.emulate.shaping import check_queue
 from sim.cluster.topology import build_cluster
 from sim.config import ClusterBase, Config, CustomCluster, MultiDatacenterCluster, StarCluster, TwoTierCluster
 from sim.errors import ConfigError
 
 DEFAULT_SUBNET = "10.213.0.0/16"
-HOST_INTERFACE = "eth0"
 STAR_BRIDGE = "switch"
-CORE_BRIDGE = "core"
 FAST_BPS = 1e9  # gloo on a couple of cores cannot fill links faster than about this
-
-
-@dataclass(frozen=True)
-class HostPlan:
-    """One emulated host: its namespace and address, and its NIC veth (host end, fabric end)."""
-
-    name: str
-    rack: Optional[str]
-    namespace: str
-    address: str
-    prefixlen: int
-    interface: str  # the host end, in `namespace`
-    port: str  # the fabric end, a port of `bridge`
-    bridge: str
-    rate_bps: int
-
-
-@dataclass(frozen=True)
-class UplinkPlan:
-    """One rack's uplink: a veth inside the fabric namespace from its ToR bridge to the core bridge."""
-
-    rack: str
-    bridge: str
-    rack_port: str  # on `bridge`; its egress is the rack -> core direction
-    core_port: str  # on the core bridge; its egress is core -> rack
-    rate_bps: int
-    core: str = CORE_BRIDGE  # the core bridge (`d<i>core` in datacenter <i> of a multi_datacenter cluster)
-
-
-@dataclass(frozen=True)
-class WanPlan:
-    """One WAN link: a veth inside the fabric namespace between two datacenters' top bridges (a star's
-    switch, a two-tier datacenter's core; the simulator's border switch is not built: real.emulate.datacenters).
-
-    No delay is added (this kernel has no netem): `rtt_ms` is the config's, kept to report beside
-    the round trip the emulated link really has."""
-
-    a: str  # datacenter names, as in the config
-    b: str
-    a_bridge: str
-    b_bridge: str
-    a_port: str  # on `a_bridge`; its egress is a -> b
-    b_port: str  # on `b_bridge`; its egress is b -> a
-    rate_bps: int
-    rtt_ms: float
 
 
 @dataclass(frozen=True)
@@ -188,8 +143,6 @@ def plan_cluster(
 
     fabric = namespace_name(tag, FABRIC)
     if isinstance(cluster, MultiDatacenterCluster):
-        from real.emulate.datacenters import plan_datacenters  # it builds on this module's plans
-
         bridges, hosts, uplinks, wan = plan_datacenters(cluster, view, tag, net, bps)
         return EmulationPlan(tag, cluster.topology, scale, str(net), fabric, bridges, hosts, uplinks, queue, wan)
     tors = {rack: f"tor{i}" for i, rack in enumerate(view.racks)}
