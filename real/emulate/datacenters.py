@@ -22,8 +22,8 @@ import ipaddress
 from collections.abc import Callable
 
 from policies.view import ClusterView
-from real.emulate.names import check_interface, namespace_name
-from real.emulate.parts import HOST_INTERFACE, HostPlan, UplinkPlan, WanPlan
+from real.emulate.names import check_interface
+from real.emulate.parts import HostPlan, UplinkPlan, WanPlan, host_plan
 from sim.cluster.builder import GBPS
 from sim.config import MultiDatacenterCluster, StarCluster, TwoTierCluster
 from sim.errors import ConfigError
@@ -79,19 +79,8 @@ def plan_datacenters(
         i = index[dc_name]
         local = host[len(dc_name) + 1 :]  # `east.h0` -> `h0`
         node = f"d{i}{local}"
-        hosts.append(
-            HostPlan(
-                name=host,
-                rack=info.rack,
-                namespace=namespace_name(tag, node),
-                address=str(net.network_address + 1 + k),
-                prefixlen=net.prefixlen,
-                interface=HOST_INTERFACE,
-                port=check_interface(f"{node}-p", f"cluster host {host!r}"),
-                bridge=tors.get(info.rack) or top_bridge(i, cluster.datacenters[i]),
-                rate_bps=bps(info.nic_bytes_per_s),
-            )
-        )
+        bridge = tors.get(info.rack) or top_bridge(i, cluster.datacenters[i])
+        hosts.append(host_plan(host, node, info.rack, tag, net, k, bridge, bps(info.nic_bytes_per_s)))
 
     uplinks = []
     for rack, tor in tors.items():

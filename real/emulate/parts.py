@@ -3,8 +3,11 @@ with its names and rate. Pure values, shared by the single-site plan and the dat
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass
 from typing import Optional
+
+from real.emulate.names import check_interface, namespace_name
 
 HOST_INTERFACE = "eth0"
 CORE_BRIDGE = "core"
@@ -53,3 +56,21 @@ class WanPlan:
     b_port: str  # on `b_bridge`; its egress is b -> a
     rate_bps: int
     rtt_ms: float
+
+
+def host_plan(
+    name: str, node: str, rack: Optional[str], tag: str, net: ipaddress.IPv4Network, k: int, bridge: str, rate_bps: int
+) -> HostPlan:
+    """Host `name` (the simulator's), emulated as `node`: namespace and fabric port named after `node`, the
+    k-th address of `net`, its NIC veth on `bridge` at `rate_bps`."""
+    return HostPlan(
+        name=name,
+        rack=rack,
+        namespace=namespace_name(tag, node),
+        address=str(net.network_address + 1 + k),
+        prefixlen=net.prefixlen,
+        interface=HOST_INTERFACE,
+        port=check_interface(f"{node}-p", f"cluster host {name!r}"),
+        bridge=bridge,
+        rate_bps=rate_bps,
+    )

@@ -21,7 +21,7 @@ from typing import Optional
 
 from real.emulate.datacenters import plan_datacenters
 from real.emulate.names import FABRIC, check_interface, check_tag, namespace_name, tag_from_name
-from real.emulate.parts import CORE_BRIDGE, HOST_INTERFACE, HostPlan, UplinkPlan, WanPlan
+from real.emulate.parts import CORE_BRIDGE, HostPlan, UplinkPlan, WanPlan, host_plan
 from real.emulate.shaping import check_queue
 from sim.cluster.topology import build_cluster
 from sim.config import ClusterBase, Config, CustomCluster, MultiDatacenterCluster, StarCluster, TwoTierCluster
@@ -149,19 +149,7 @@ def plan_cluster(
     hosts = []
     for i, (name, info) in enumerate(view.hosts.items()):
         bridge = tors[info.rack] if isinstance(cluster, TwoTierCluster) else STAR_BRIDGE
-        hosts.append(
-            HostPlan(
-                name=name,
-                rack=info.rack,
-                namespace=namespace_name(tag, name),
-                address=str(net.network_address + 1 + i),
-                prefixlen=net.prefixlen,
-                interface=HOST_INTERFACE,
-                port=check_interface(f"{name}-p", f"cluster host {name!r}"),
-                bridge=bridge,
-                rate_bps=bps(info.nic_bytes_per_s),
-            )
-        )
+        hosts.append(host_plan(name, name, info.rack, tag, net, i, bridge, bps(info.nic_bytes_per_s)))
     uplinks = tuple(
         UplinkPlan(rack, tor, f"{tor}-up", check_interface(f"{CORE_BRIDGE}-{tor}", rack), bps(r.uplink_bytes_per_s))
         for rack, r in view.racks.items()
