@@ -36,12 +36,15 @@ class RackInfo:
 
 @dataclass(frozen=True)
 class ModelInfo:
-    """What a policy may know of the model: sizes in bytes, and which buckets are sparse."""
+    """What a policy may know of the model: sizes in bytes, which buckets are sparse, and the shapes of
+    each bucket's tensors (what a low-rank codec factors; () when the backend does not know them)."""
 
     parameter_bytes: float  # one replica's parameters (what parameter averaging moves)
     bucket_bytes: tuple[float, ...]  # gradient buckets in the order backward produces them
     sparse_buckets: tuple[bool, ...] = ()  # buckets holding sparse gradients (docs/sparse.md); () = none
     gradient_type: str = "fp32"  # the element type bucket bytes count values in (policies.wire)
+    # per bucket, its tensors' shapes in the order they lie in the bucket's flat gradient; () = unknown
+    bucket_shapes: tuple[tuple[tuple[int, ...], ...], ...] = ()
 
     def gradient_values(self, nbytes: float) -> float:
         """Values in `nbytes` of gradient (a bucket's `nbytes`): what an op with a `wire` states."""
