@@ -99,3 +99,78 @@ def test_synthetic_plan() -> None:
 def test_bucket_larger_than_model_gives_one_bucket() -> None:
     plan = compute_plan(WorkloadConfig(model="resnet50", bucket_mb=1000), V100)
     assert len(plan.buckets) == 1
+
+
+def _bucket_values(shapes: tuple[tuple[int, ...], ...]) -> int:
+    return sum(int(np.prod(shape)) for shape in shapes)
+
+
+def test_synthetic_layers_are_near_square_matrices_and_fill_their_buckets() -> None:
+    """0.5 MB of fp32 in 5 layers: 25,000 values a layer; isqrt(25,000) = 158 (158^2 = 24,964, 159^2 =
+    25,281), 25,000 // 158 = 158, 36 values left over. 0.25 MB buckets close after 3 layers (0.3 MB),
+    then the last 2: layers 4, 3, 2 and 1, 0 in backward order."""
+    from sim.engine.run import model_info
+
+    cfg = WorkloadConfig(model="synthetic", gradient_mb=0.5, compute_ms=5, bucket_mb=0.25, synthetic_layers=5)
+    plan = compute_plan(cfg, V100)
+    layer = ((158, 158), (36,))
+    assert [b.layers for b in plan.buckets] == [(4, 3, 2), (1, 0)]
+    assert plan.bucket_shapes == (layer * 3, layer * 2)
+    assert model_info(plan).bucket_shapes == plan.bucket_shapes
+    for bucket, shapes in zip(plan.buckets, plan.bucket_shapes):
+        assert _bucket_values(shapes) * 4 == bucket.nbytes  # 25,000 values of 4 bytes a layer
+
+
+def test_synthetic_tables_are_embedding_dim_wide_and_each_its_own_sparse_bucket() -> None:
+    """With lookups every synthetic layer is a table: 25,000 values // 64 = 390 rows of 64 (24,960
+    values), 40 left over; a sparse table gets a bucket of its own."""
+    from sim.config.sparsity import SparsityConfig
+
+    sparsity = SparsityConfig(lookups=10, embedding_dim=64)
+    cfg = WorkloadConfig(
+        model="synthetic", gradient_mb=0.5, compute_ms=5, bucket_mb=25, synthetic_layers=5, sparsity=sparsity
+    )
+    plan = compute_plan(cfg, V100)
+    assert [b.layers for b in plan.buckets] == [(4,), (3,), (2,), (1,), (0,)]
+    assert plan.bucket_shapes == (((390, 64), (40,)),) * 5
+    assert all(_bucket_values(s) * 4 == b.nbytes == 100_000 for s, b in zip(plan.bucket_shapes, plan.buckets))
+
+
+@pytest.mark.parametrize("gradient_precision", ["fp32", "fp16"])
+def test_resnet50_bucket_shapes_hold_each_buckets_bytes(gradient_precision: str) -> None:
+    """Every bucket's tensors times the bytes of a gradient value are its bytes, and all buckets'
+    tensors are ResNet-50's 25,557,032 parameters (He et al.; torchvision's count)."""
+    from sim.engine.run import model_info
+
+    cfg = WorkloadConfig(model="resnet50", batch_size=64, efficiency=0.5, gradient_precision=gradient_precision)
+    info = model_info(compute_plan(cfg, V100), gradient_precision)
+    width = {"fp32": 4, "fp16": 2}[gradient_precision]
+    assert len(info.bucket_shapes) == len(info.bucket_bytes) > 1
+    for shapes, nbytes in zip(info.bucket_shapes, info.bucket_bytes):
+        assert _bucket_values(shapes) * width == nbytes
+    assert sum(_bucket_values(shapes) for shapes in info.bucket_shapes) == 25_557_032
+    # backward produces the classifier first: its bias (1000,) after its weight (1000, 2048)
+    assert info.bucket_shapes[0][:2] == ((1000, 2048), (1000,))
+    assert info.bucket_shapes[-1][-1] == (64, 3, 7, 7)  # the stem's convolution closes the last bucket
+
+
+def test_deepfm_sparse_tables_have_buckets_of_their_own_shape() -> None:
+    """DeepFM: the 10^6 x 10 embedding table and the first-order weights (10^6 x 1 and the global bias)
+    are sparse buckets of their own; the dense MLP (390 -> 400 -> 400 -> 400 -> 1) the third."""
+    plan = compute_plan(WorkloadConfig(model="deepfm", batch_size=64, efficiency=0.5), V100)
+    assert [layout.sparse for layout in plan.layouts] == [False, True, True]
+    assert plan.bucket_shapes[1] == ((1_000_000, 10),) and plan.bucket_shapes[2] == ((1_000_000, 1), (1,))
+    dense = ((1, 400), (1,), (400, 400), (400,), (400, 400), (400,), (400, 390), (400,))
+    assert plan.bucket_shapes[0] == dense
+    for shapes, bucket in zip(plan.bucket_shapes, plan.buckets):
+        assert _bucket_values(shapes) * 4 == bucket.nbytes
+
+
+def test_a_model_with_a_layer_of_unknown_shapes_has_no_bucket_shapes() -> None:
+    from sim.catalog.zoo import Layer, ModelSpec
+    from sim.compute.buckets import GradientBucket, bucket_shapes
+
+    known, unknown, empty = Layer("a", 6, 1.0, shapes=((2, 3),)), Layer("b", 4, 1.0), Layer("c", 0, 1.0)
+    buckets = [GradientBucket(40.0, 0.0, 0.0, (1, 0))]
+    assert bucket_shapes(ModelSpec("m", (known, unknown)), buckets) == ()
+    assert bucket_shapes(ModelSpec("m", (known, empty)), buckets) == (((2, 3),),)

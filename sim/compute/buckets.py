@@ -5,14 +5,17 @@ Backward runs through the layers in reverse; each layer's gradients join the ope
 bucket closes (becomes ready for communication) once it holds at least `bucket_mb`, as DDP's
 reducer does. The last bucket closes when backward ends. An embedding table whose gradient is
 sparse (`workload.sparsity`) gets a bucket of its own, as DDP gives every sparse gradient.
+Each bucket's tensor shapes (`bucket_shapes`) follow from its layers' (`Layer.shapes`).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sim.catalog.zoo import Layer, ModelSpec, get_model
+from sim.catalog.zoo.spec import Shape
 from sim.config import WorkloadConfig
 
 MB = 1e6
@@ -34,14 +37,40 @@ class GradientBucket:
 
 
 def model_spec(cfg: WorkloadConfig) -> ModelSpec:
+    """The zoo model `cfg.model`, or the synthetic one: `synthetic_layers` equal layers of v values
+    (the gradient's values, rounded per layer), each one tensor as near square as v allows, rows =
+    isqrt(v) by cols = v // rows, plus a 1-D tensor of the v - rows * cols values left over when
+    there are any. With `sparsity.lookups` each layer is an embedding table instead: v // embedding_dim
+    rows of embedding_dim values (sim.compute.sparsity), plus the values left over, likewise."""
     if cfg.model != "synthetic":
         return get_model(cfg.model)
     assert cfg.gradient_mb is not None and cfg.compute_ms is not None  # the config validator ensures it
     n = cfg.synthetic_layers
-    values = cfg.gradient_mb * MB / wire_bytes(cfg) / n
+    values = int(round(cfg.gradient_mb * MB / wire_bytes(cfg) / n))
+    dim = cfg.sparsity.embedding_dim if cfg.sparsity.lookups is not None else 0
+    shapes = matrix_shapes(values, values // dim if dim else math.isqrt(values))
     # FLOPs are placeholders; synthetic compute time comes from compute_ms directly.
-    layers = tuple(Layer(f"layer{i}", int(round(values)), 1.0) for i in range(n))
+    layers = tuple(Layer(f"layer{i}", values, 1.0, shapes=shapes) for i in range(n))
     return ModelSpec("synthetic", layers, source="synthetic workload from gradient_mb and compute_ms")
+
+
+def matrix_shapes(values: int, rows: int) -> tuple[Shape, ...]:
+    """`values` as one (rows, values // rows) matrix and a 1-D tensor of what is left over (if any);
+    a single 1-D tensor when `rows` is 0, and nothing for no values."""
+    if rows <= 0:
+        return ((values,),) if values else ()
+    cols = values // rows
+    rest = values - rows * cols
+    return ((rows, cols),) + (((rest,),) if rest else ())
+
+
+def bucket_shapes(spec: ModelSpec, buckets: Sequence[GradientBucket]) -> tuple[tuple[Shape, ...], ...]:
+    """Per bucket, its tensors' shapes: its layers in the order backward produced them (as DDP lays
+    them in its flat bucket), each layer's tensors in its module's order (`Layer.shapes`); () when
+    a layer of the model has unknown shapes, so no bucket's are known."""
+    if not all(layer.shaped for layer in spec.layers):
+        return ()
+    return tuple(tuple(shape for index in bucket.layers for shape in spec.layers[index].shapes) for bucket in buckets)
 
 
 def sparse_table(layer: Layer, cfg: WorkloadConfig) -> bool:

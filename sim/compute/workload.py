@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 from sim.catalog.gpus import GpuSpec
 from sim.catalog.zoo import ModelSpec
-from sim.compute.buckets import MASTER_BYTES, MB, GradientBucket, cut_buckets, model_spec, wire_bytes
+from sim.catalog.zoo.spec import Shape
+from sim.compute.buckets import MASTER_BYTES, MB, GradientBucket, bucket_shapes, cut_buckets, model_spec, wire_bytes
 from sim.compute.profile import check_profile, read_profile
 from sim.compute.roofline import model_seconds
 from sim.compute.sparsity import BucketLayout, bucket_layouts
@@ -36,6 +37,8 @@ class ComputePlan:
     overlap_backward: bool = True  # False: buckets go to the policy only once backward ends
     accumulation_steps: int = 1  # iterations (micro-batches) per optimizer step
     optimizer_s: float = 0.0  # the optimizer step, after every accumulation_steps-th iteration's communication
+    # per bucket, its tensors' shapes (sim.compute.buckets.bucket_shapes); (): not known
+    bucket_shapes: tuple[tuple[Shape, ...], ...] = ()
 
     def updates_after(self, step: int) -> bool:
         """Does iteration `step` (0-based) end with the optimizer step?"""
@@ -99,4 +102,5 @@ def compute_plan(cfg: WorkloadConfig, gpu: GpuSpec) -> ComputePlan:
         cfg.overlap_backward,
         cfg.accumulation_steps,
         cfg.optimizer_ms * 1e-3,
+        bucket_shapes(spec, buckets),
     )

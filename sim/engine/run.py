@@ -74,12 +74,14 @@ class PolicyRun:
 
 
 def model_info(plan: ComputePlan, gradient_type: str = "fp32") -> ModelInfo:
-    """`gradient_type`: the workload's resolved `gradient_precision`, the type bucket bytes count in."""
+    """`gradient_type`: the workload's resolved `gradient_precision`, the type bucket bytes count in.
+    Bucket shapes are the plan's (() when a layer's are not known)."""
     return ModelInfo(
         plan.parameter_bytes,
         tuple(b.nbytes for b in plan.buckets),
         tuple(layout.sparse for layout in plan.layouts),
         gradient_type=gradient_type,
+        bucket_shapes=plan.bucket_shapes,
     )
 
 

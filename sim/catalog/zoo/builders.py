@@ -9,6 +9,8 @@ Conventions (shared by every model in the zoo):
 - The per-element costs of normalisation and activations below are rough but documented; they
   move a model's total by 1-2% at most, next to the matrix products that dominate it.
 - Dropout and the loss are not counted in FLOPs.
+- Each layer lists its trainable tensors' shapes (`Layer.shapes`) as the PyTorch module it stands for
+  holds them: weight then bias; a fused group's tensors sub-layer by sub-layer.
 - Each layer also lists its forward pass as the GPU runs it (`Layer.ops`: the kind of arithmetic,
   activation values read plus written, kernels launched), which sim/compute/roofline.py times op by op.
   Folded neighbours are ops of their own; dropout appears there (it costs memory traffic and a
@@ -108,7 +110,9 @@ def conv2d(
     op = Op("conv", flops - (outputs if bias else 0), moved, winograd=winograd, width=narrow)
     # PyTorch adds a convolution's bias in a pass of its own over the output (a read, a write)
     ops = (op, Op("elementwise", float(outputs), 2.0 * outputs)) if bias else (op,)
-    return Layer(name, weights + (out_channels if bias else 0), flops, ops=ops, bias=bias)
+    # nn.Conv2d: weight (out, in / groups, k, k), then bias (out,)
+    shapes = ((out_channels, in_channels // groups, kernel, kernel),) + (((out_channels,),) if bias else ())
+    return Layer(name, weights + (out_channels if bias else 0), flops, ops=ops, bias=bias, shapes=shapes)
 
 
 def batch_norm(name: str, channels: int, size: Size, *, relu: bool = False) -> Layer:
@@ -119,7 +123,7 @@ def batch_norm(name: str, channels: int, size: Size, *, relu: bool = False) -> L
     ops = (Op("elementwise", float(BATCH_NORM_FLOPS * elements), 3.0 * elements, 2),)
     if relu:
         ops += (Op("elementwise", float(RELU_FLOPS * elements), 2.0 * elements, epilogue=True),)
-    return Layer(name, 2 * channels, sum(op.flops for op in ops), ops=ops)
+    return Layer(name, 2 * channels, sum(op.flops for op in ops), ops=ops, shapes=((channels,), (channels,)))
 
 
 def linear(
@@ -135,7 +139,8 @@ def linear(
     flops = tokens * (2.0 * weights + (out_features if bias else 0))
     moved = float(tokens * (in_features + out_features))
     op = Op("matmul", flops, moved, aligned=aligned(in_features, out_features), width=min(in_features, out_features))
-    return Layer(name, weights + (out_features if bias else 0), flops, ops=(op,), bias=bias)
+    shapes = ((out_features, in_features),) + (((out_features,),) if bias else ())  # nn.Linear
+    return Layer(name, weights + (out_features if bias else 0), flops, ops=(op,), bias=bias, shapes=shapes)
 
 
 def aligned(*dimensions: int) -> bool:
@@ -151,7 +156,9 @@ def embedding(
     `reads`: rows read per sample (default: the lookup's, else none)."""
     reads = reads or (lookup.per_sample if lookup is not None else 0.0)
     op = Op("lookup", 0.0, 2.0 * reads * dim)  # gather the rows, write them out
-    return Layer(name, num_embeddings * dim, 0.0, rows=num_embeddings, lookup=lookup, ops=(op,))
+    return Layer(
+        name, num_embeddings * dim, 0.0, rows=num_embeddings, lookup=lookup, ops=(op,), shapes=((num_embeddings, dim),)
+    )
 
 
 def lstm(name: str, input_size: int, hidden: int, steps: int, *, bidirectional: bool = False) -> Layer:
@@ -185,7 +192,9 @@ def lstm(name: str, input_size: int, hidden: int, steps: int, *, bidirectional: 
             steps * directions,
         ),
     )
-    return Layer(name, params, sum(op.flops for op in ops), ops=ops, bias=True)
+    # nn.LSTM, per direction: weight_ih (4h, in), weight_hh (4h, h), bias_ih (4h,), bias_hh (4h,)
+    shapes = ((gates, input_size), (gates, hidden), (gates,), (gates,)) * directions
+    return Layer(name, params, sum(op.flops for op in ops), ops=ops, bias=True, shapes=shapes)
 
 
 def layer_norm(name: str, dim: int, tokens: int, *, full_precision: bool = True) -> Layer:
@@ -193,7 +202,7 @@ def layer_norm(name: str, dim: int, tokens: int, *, full_precision: bool = True)
     in FP32 under autocast (PyTorch's `nn.LayerNorm`; fused implementations keep half precision)."""
     flops = float(LAYER_NORM_FLOPS * dim * tokens)
     op = Op("elementwise", flops, 2.0 * dim * tokens, full_precision=full_precision)
-    return Layer(name, 2 * dim, flops, ops=(op,))
+    return Layer(name, 2 * dim, flops, ops=(op,), shapes=((dim,), (dim,)))
 
 
 def attention_core_flops(seq_len: int, d_model: int, n_heads: int) -> float:
@@ -267,7 +276,8 @@ def transformer_block(
 ) -> tuple[Layer, ...]:
     """One encoder/decoder block: attention then a GELU MLP, each with a residual and a layer norm.
 
-    Q, K and V are one fused projection (3 * d_model outputs); the attention core is folded into
+    Q, K and V are one fused projection (3 * d_model outputs: one nn.Linear, whose weight and bias are
+    the layer's two tensors, as the zoo's torch.nn module holds them); the attention core is folded into
     it, the GELU into the MLP's first linear, and each residual add into the linear before it.
     `pre_norm` orders the layer norms as GPT-2 does (before each sub-block) instead of as BERT
     does (after each residual). The block runs as the zoo's torch.nn modules run it (fused

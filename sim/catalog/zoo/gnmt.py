@@ -56,7 +56,10 @@ def bahdanau_attention(prefix: str, *, hidden: int, queries: int, keys: int) -> 
     )
     # linear_q, linear_k, linear_att, normalize_scalar, normalize_bias (attention.py L55-L66)
     params = 2 * hidden * hidden + hidden + 1 + hidden
-    return Layer(prefix, params, sum(op.flops for op in ops), ops=ops)
+    # in named_parameters order: the module's own vectors (linear_att, normalize_scalar, normalize_bias)
+    # come before its two bias-free nn.Linear children (linear_q, linear_k)
+    shapes = ((hidden,), (1,), (hidden,), (hidden, hidden), (hidden, hidden))
+    return Layer(prefix, params, sum(op.flops for op in ops), ops=ops, shapes=shapes)
 
 
 def gnmt_layers(

@@ -40,7 +40,15 @@ def deepfm_layers(
         source="one hashed id per field and sample (39 fields)",
     )
     gather_sum = (Op("lookup", float(fields), 2.0 * fields, 2),)  # gather the weights, sum them
-    first_order = Layer("fm.linear", features + 1, float(fields), rows=features + 1, lookup=lookup, ops=gather_sum)
+    first_order = Layer(
+        "fm.linear",
+        features + 1,
+        float(fields),
+        rows=features + 1,
+        lookup=lookup,
+        ops=gather_sum,
+        shapes=((features, 1), (1,)),  # a weight per feature id, then the global bias
+    )
     # Second-order term with Rendle's O(k*n) identity: 0.5 * sum_f[(sum_i v_if)^2 - sum_i v_if^2]
     # costs about 3 FLOPs per looked-up element plus a few per dimension; it is parameter-free
     # beyond the table, so it is folded into it.

@@ -1,7 +1,8 @@
-"""What the simulator needs to know about a model: its layers' parameter counts and FLOPs."""
+"""What the simulator needs to know about a model: its layers' parameter counts, tensor shapes and FLOPs."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Optional
 
@@ -71,11 +72,23 @@ class Lookup:
             raise ValueError(f"lookup: hot_rows {self.hot_rows!r}; allowed: {', '.join(HOT_ROWS)}")
 
 
+Shape = tuple[int, ...]
+
+
+def shape_values(shapes: tuple[Shape, ...]) -> int:
+    """Values held by tensors of these shapes (a shape `()` is a scalar: one value)."""
+    return sum(math.prod(shape) for shape in shapes)
+
+
 @dataclass(frozen=True)
 class Layer:
     """One trainable layer (or a fused group of small ones) in forward order.
 
     `forward_flops` counts FLOPs for one sample's forward pass, a multiply-add being 2 FLOPs.
+    `shapes` are the layer's trainable tensors in the order its PyTorch module lists its parameters
+    (`named_parameters`: a module's own tensors, then its children's): weight then bias, an LSTM's
+    weight_ih, weight_hh, bias_ih, bias_hh per direction, every tensor of a fused group. What a
+    low-rank codec such as PowerSGD factors; empty when not known (a layer built by hand).
     """
 
     name: str
@@ -87,10 +100,23 @@ class Layer:
     # product of `forward_flops` that moves no activations (synthetic layers)
     ops: tuple[Op, ...] = ()
     bias: bool = False  # a convolution's or matrix product's bias: a second tensor for autocast to cast
+    shapes: tuple[Shape, ...] = ()  # the trainable tensors' shapes in module order; (): not known
 
     def __post_init__(self) -> None:
         if self.params < 0 or self.forward_flops < 0:
             raise ValueError(f"layer {self.name!r}: params and forward_flops must be >= 0")
+        if any(not all(isinstance(d, int) and d >= 1 for d in shape) for shape in self.shapes):
+            raise ValueError(f"layer {self.name!r}: shapes {self.shapes} must hold positive integer dimensions")
+        if self.shapes and shape_values(self.shapes) != self.params:
+            raise ValueError(
+                f"layer {self.name!r}: shapes {self.shapes} hold {shape_values(self.shapes)} values, "
+                f"but params is {self.params}; they must be equal"
+            )
+
+    @property
+    def shaped(self) -> bool:
+        """Whether the layer's tensor shapes are known (a layer without parameters has none to know)."""
+        return bool(self.shapes) or self.params == 0
         if self.lookup is not None and (self.rows <= 0 or self.params % self.rows):
             raise ValueError(f"layer {self.name!r}: a lookup table needs rows > 0 dividing params")
 

@@ -95,16 +95,37 @@ def adaptive_input(seq_len: int, d_model: int, div_val: int) -> list[Layer]:
     dims = _cluster_dims(d_model, div_val, len(sizes)) if div_val > 1 else [d_model] * len(sizes)
     width = float(seq_len * d_model)
     read = sum(2.0 * seq_len * share * dim for share, dim in zip(shares, dims))
-    if div_val == 1:
-        table = Layer("word_emb.emb_layers", TXL_VOCAB * d_model, 0.0, rows=TXL_VOCAB, ops=(Op("lookup", 0.0, read),))
+    if div_val == 1:  # one nn.Embedding and, d_embed being d_model, no projection
+        table = Layer(
+            "word_emb.emb_layers",
+            TXL_VOCAB * d_model,
+            0.0,
+            rows=TXL_VOCAB,
+            ops=(Op("lookup", 0.0, read),),
+            shapes=((TXL_VOCAB, d_model),),
+        )
         return [plus_flops(table, width, moved=4 * width, kernels=2)]  # scale, dropout
     # per cluster: a mask, its indices, their gather, the lookup, the projection, the copy back
     ops = (Op("lookup", 0.0, read + 4.0 * seq_len * len(sizes), 4 * len(sizes)),)
-    tables = Layer("word_emb.emb_layers", sum(s * d for s, d in zip(sizes, dims)), 0.0, rows=TXL_VOCAB, ops=ops)
+    # per cluster an nn.Embedding (size, dim) and a projection (d_model, dim) (AdaptiveEmbedding in mem_transformer.py)
+    tables = Layer(
+        "word_emb.emb_layers",
+        sum(s * d for s, d in zip(sizes, dims)),
+        0.0,
+        rows=TXL_VOCAB,
+        ops=ops,
+        shapes=tuple(zip(sizes, dims)),
+    )
     flops = sum(2.0 * seq_len * share * dim * d_model for share, dim in zip(shares, dims))
     moved = sum(seq_len * share * (dim + 3 * d_model) for share, dim in zip(shares, dims))  # product, index_copy
     product = Op("matmul", flops, moved, 2 * len(sizes), aligned=False)  # 16-wide clusters
-    projections = Layer("word_emb.emb_projs", sum(d * d_model for d in dims), flops, ops=(product,))
+    projections = Layer(
+        "word_emb.emb_projs",
+        sum(d * d_model for d in dims),
+        flops,
+        ops=(product,),
+        shapes=tuple((d_model, d) for d in dims),
+    )
     return [tables, plus_flops(projections, width, moved=5 * width, kernels=3)]  # zero fill, scale, dropout
 
 
@@ -133,7 +154,10 @@ def relative_attention(
         Op("matmul", product, scores + k * inner + q * inner),  # context
         Op("elementwise", 0.0, 2.0 * q * inner),  # heads merged (contiguous)
     ]
-    r_net = Layer(f"{prefix}.r_net", d_model * inner, sum(op.flops for op in ops), ops=tuple(ops))
+    # r_net: a bias-free nn.Linear(d_model, inner)
+    r_net = Layer(
+        f"{prefix}.r_net", d_model * inner, sum(op.flops for op in ops), ops=tuple(ops), shapes=((inner, d_model),)
+    )
     residual = float(q * d_model)
     out = linear(f"{prefix}.o_net", inner, d_model, tokens=q, bias=False)
     out = plus_flops(out, residual, moved=5 * residual, kernels=2)  # dropout, residual add
@@ -146,7 +170,7 @@ def bias_adds(name: str, *, seq_len: int, n_heads: int, d_head: int, n_layers: i
     backward, where it stands in the order; the adds themselves (tiny) are counted here."""
     inner = n_heads * d_head
     add = Op("elementwise", float(n_layers * seq_len * inner), 2.0 * n_layers * seq_len * inner, n_layers)
-    return Layer(name, inner, add.flops, ops=(add,))
+    return Layer(name, inner, add.flops, ops=(add,), shapes=((n_heads, d_head),))  # (n_head, d_head)
 
 
 def feed_forward(prefix: str, *, seq_len: int, d_model: int, d_inner: int) -> list[Layer]:
@@ -171,6 +195,10 @@ def adaptive_softmax(seq_len: int, d_model: int, div_val: int, n_layers: int) ->
     clusters = len(sizes) - 1
     head = sizes[0] + clusters
     params = clusters * d_model + clusters + TXL_VOCAB + (d_model * d_model if div_val > 1 else 0)
+    # in named_parameters order (ProjectedAdaptiveLogSoftmax.__init__): cluster_weight, cluster_bias, the
+    # output biases (one over the vocabulary, or one per cluster), the head's projection (d_proj, d_embed)
+    biases = ((TXL_VOCAB,),) if div_val == 1 else tuple((size,) for size in sizes)
+    shapes = ((clusters, d_model), (clusters,), *biases, *(((d_model, d_model),) if div_val > 1 else ()))
     q = float(seq_len)
     ops = []
     # head: (hidden x proj) x weights^T for div_val > 1 (einsum contracts the small side first)
@@ -186,7 +214,7 @@ def adaptive_softmax(seq_len: int, d_model: int, div_val: int, n_layers: int) ->
     width = q * d_model
     ops.append(Op("elementwise", 0.0, 2.0 * width))  # dropout of the last layer's output
     ops.append(Op("elementwise", 0.0, 2.0 * n_layers * width))  # memory: the layers' inputs stacked
-    return Layer("crit", params, sum(op.flops for op in ops), ops=tuple(ops), bias=True)
+    return Layer("crit", params, sum(op.flops for op in ops), ops=tuple(ops), bias=True, shapes=shapes)
 
 
 def transformer_xl_layers(size: TxlSize, seq_len: int | None = None, mem_len: int | None = None) -> tuple[Layer, ...]:
