@@ -43,6 +43,7 @@ BUILTIN: dict[str, str] = {
     "streaming_diloco": "policies.streaming_diloco:StreamingDiLoCo",
     "topk": "policies.topk:TopK",
     "eager_diloco": "policies.eager_diloco:EagerDiLoCo",
+    "powersgd": "policies.powersgd:PowerSGD",
 }
 
 

@@ -26,6 +26,7 @@ from typing import Any, Optional
 
 import torch
 
+from policies.lowrank import FactorBuffer
 from policies.ops import AllReduce, Barrier, Collective, LocalOp, Payload
 from policies.tensors import Buffer
 from sim.numerics.local_ops import Range, TensorStore, op_ranges
@@ -35,20 +36,15 @@ from sim.numerics.replica import Replica
 class RankTensors:
     """The replica's parameters and gradient with the policy's buffers, and the ranges ops act on."""
 
-    def __init__(self, replica: Replica, buffers: Sequence[Buffer] = ()) -> None:
+    def __init__(self, replica: Replica, buffers: Sequence[Buffer | FactorBuffer] = ()) -> None:
         self.replica, self.buffers = replica, list(buffers)
-        self.store = TensorStore(replica.params, replica.grads, buffers)
+        shapes = getattr(replica.task, "tensor_shapes", ())
+        self.store = TensorStore(replica.params, replica.grads, buffers, shapes)
 
     def restart(self, model: torch.Tensor) -> None:
         """A phase switch restarts every replica from `model`: so do the buffers (a copy of it, or
-        zeros, as declared), and the policy's optimizers lose their state, as in numerics mode."""
-        for buffer in self.buffers:
-            tensor = self.store.tensor(buffer.name)
-            if buffer.initial == "parameters":
-                tensor.copy_(model)
-            else:
-                tensor.zero_()
-        self.store.states.clear()
+        zeros, as declared), and the factors and the policy's optimizers lose their state, as in numerics mode."""
+        self.store.restart(model, self.buffers)
 
     def ranges(self, op: Any, bucket: Optional[int]) -> list[Range]:
         """The element ranges `op` (a local op or a collective) acts on in a hook of `bucket`
@@ -70,6 +66,11 @@ class RankTensors:
         collective's own finish has run). Raises ValueError for an op a fragment cannot carry."""
         if isinstance(op, Barrier) or op.payload is Payload.CONTROL:
             return self.replica  # carries nothing
+        if op.buffer in self.store.factors:
+            if bucket is None or op.fragment is not None or op.coding is not None or not isinstance(op, AllReduce):
+                raise ValueError(f"{op!r}: a factor buffer takes a dense AllReduce in a bucket's program only")
+            factors = self.store.factors.tensor(op.buffer, self.replica.range(bucket))
+            return Narrowed(self.replica, factors, [(0, factors.numel())])
         if op.fragment is None:
             if op.tensor is None:
                 return self.replica

@@ -21,7 +21,7 @@ a replica, running a program, the up-front dry run that finds the groups, and bu
 # no `from __future__ import annotations`: DDP compares the hook's annotations with the real
 # dist.GradBucket and Future[Tensor] objects, and string annotations fail that check
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
 import torch
@@ -29,14 +29,28 @@ import torch.distributed as dist
 from pydantic import TypeAdapter, ValidationError
 
 from policies.base import Bucket, Policy
-from policies.ops import AllGather, AllReduce, Barrier, Collective, Group, Op, Payload, Program, ReduceScatter, step_ops
+from policies.ops import (
+    AllGather,
+    AllReduce,
+    Barrier,
+    Collective,
+    Group,
+    LocalOp,
+    Op,
+    Payload,
+    Program,
+    ReduceScatter,
+    step_ops,
+)
 from policies.registry import create
+from policies.tensors import GRADIENTS, Buffer
 from policies.view import ClusterView, ModelInfo
 from real.collectives import start
 from real.groups import ProcessGroups, planned_groups
 from sim.cluster.topology import build_cluster
 from sim.config import ClusterBase, ClusterConfig
 from sim.errors import PolicyError
+from sim.numerics.local_ops import TensorStore
 
 Range = tuple[int, int]
 PolicyLike = Union[str, Policy]
@@ -93,6 +107,8 @@ class FlatReplica:
 def check_op(policy: Policy, hook: str, op: Op, payload: Payload) -> None:
     """Raise `PolicyError` naming the policy, the hook and the op when `op` cannot act on `payload`."""
     where = f"policy {policy.name!r} yields {op!r} in {hook}"
+    if isinstance(op, LocalOp) and payload is Payload.GRADIENTS:
+        return  # on the bucket's gradient and the policy's buffers of that bucket (`BucketTensors`)
     if not isinstance(op, Collective):
         raise PolicyError(
             f"{where}: parameter-server and clock ops need server processes, which DDP hooks and model "
@@ -105,17 +121,29 @@ def check_op(policy: Policy, hook: str, op: Op, payload: Payload) -> None:
 
 
 def run_program(
-    program: Program, target: FlatReplica, groups: ProcessGroups, policy: Policy, hook: str, step: int
+    program: Program,
+    target: FlatReplica,
+    groups: ProcessGroups,
+    policy: Policy,
+    hook: str,
+    step: int,
+    store: Optional[TensorStore] = None,
 ) -> bool:
-    """Run a program on `target` item by item (an item's ops concurrently); True if any op ran."""
+    """Run a program on `target` item by item (an item's ops concurrently); True if any op ran. `store`:
+    the bucket's buffers (`BucketTensors`), which local ops and collectives naming a buffer act on."""
     ran = False
     for item in program:
         started = []
         for op in step_ops(item):
             check_op(policy, hook, op, target.payload)
-            assert isinstance(op, Collective)  # check_op allows collectives only
+            if isinstance(op, LocalOp):
+                if store is None:
+                    raise PolicyError(f"policy {policy.name!r} yields {op!r} in {hook}, where it declared no buffers")
+                store.apply(op, [target.range()])
+                continue
+            assert isinstance(op, Collective)  # check_op allows collectives and local ops only
             pg = _process_group(groups, op.group, policy, step) if op.group.size > 1 else None
-            started.append(start(op, target, 0, pg))
+            started.append(start(op, _on_buffer(op, target, store), 0, pg))
         for s in started:
             if s.work is not None:
                 s.work.wait()
@@ -123,6 +151,19 @@ def run_program(
                 s.finish()
         ran = ran or bool(started)
     return ran
+
+
+def _on_buffer(op: Collective, target: FlatReplica, store: Optional[TensorStore]) -> FlatReplica:
+    """What a collective acts on: the bucket itself, or the buffer (or factor buffer) it names."""
+    if op.tensor is None or op.buffer == GRADIENTS or isinstance(op, Barrier):
+        return target
+    if store is None:
+        raise PolicyError(f"policy {target.policy!r}: {op!r} names a buffer, and the policy declared none")
+    if op.buffer in store.factors:
+        tensor = store.factors.tensor(op.buffer, target.range())
+    else:
+        tensor = store.tensor(op.buffer)
+    return FlatReplica(target.rank, target.policy, tensor, target.payload)
 
 
 def _process_group(groups: ProcessGroups, group: Group, policy: Policy, step: int) -> Any:
@@ -243,6 +284,27 @@ class PolicyHookState:
     groups: ProcessGroups
     buckets: int  # passed to the policy as Bucket.count; an upper bound until the first step ends
     step: int = 0
+    stores: dict[int, TensorStore] = field(default_factory=dict)  # bucket index -> its buffers
+
+    def store(self, bucket: dist.GradBucket) -> Optional[TensorStore]:
+        """The policy's buffers for `bucket` (None: it declares none): bucket-sized, kept across steps;
+        made afresh when DDP hands over a bucket of other tensors (its rebuild after the first step)."""
+        declared = list(self.policy.buffers())
+        if not declared:
+            return None
+        if any(isinstance(b, Buffer) and b.initial == "parameters" for b in declared):
+            raise PolicyError(
+                f"policy {self.policy.name!r} declares a buffer starting from the parameters; a gradient hook holds "
+                "none: run it with the real backend (`syncsim real`)"
+            )
+        buffer, index = bucket.buffer(), bucket.index()
+        shapes = [tuple(g.shape) for g in bucket.gradients()]
+        found = self.stores.get(index)
+        if found is None or found.shapes != shapes:
+            found = self.stores[index] = TensorStore(buffer, buffer, declared, shapes)
+            found.shapes = shapes  # type: ignore[attr-defined]
+        found.tensors[GRADIENTS] = buffer
+        return found
 
     def state_dict(self) -> dict[str, Any]:
         return {"step": self.step, "buckets": self.buckets, "policy": self.policy.state_dict()}
@@ -259,7 +321,7 @@ def policy_hook(state: PolicyHookState, bucket: dist.GradBucket) -> torch.future
     info = Bucket(index, float(buffer.numel() * buffer.element_size()), max(state.buckets, index + 1))
     target = FlatReplica(state.rank, state.policy.name, buffer, Payload.GRADIENTS)
     program = state.policy.on_gradients(state.rank, state.step, info)
-    run_program(program, target, state.groups, state.policy, "on_gradients", state.step)
+    run_program(program, target, state.groups, state.policy, "on_gradients", state.step, state.store(bucket))
     if bucket.is_last():
         state.buckets = index + 1
         state.step += 1
@@ -294,7 +356,8 @@ def make_hook_state(
     if not params:
         raise ValueError("model: has no parameters that require grad")
     sizes = tuple(nbytes([p]) for p in reversed(params))
-    pol.bind(cluster, ModelInfo(nbytes(params), sizes))
+    shapes = tuple((tuple(p.shape),) for p in reversed(params))
+    pol.bind(cluster, ModelInfo(nbytes(params), sizes, bucket_shapes=shapes))
     buckets = [Bucket(i, size, len(sizes)) for i, size in enumerate(sizes)]
     groups = plan(pol, cluster.world_size, default_steps(pol, steps), buckets, Payload.GRADIENTS, ("on_gradients",))
     rank = world_rank(cluster)

@@ -21,30 +21,33 @@ Rules:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Optional
 
 import torch
 
+from policies.factor_ops import FactorOp
+from policies.lowrank import FactorBuffer, Shape
 from policies.ops import Combine, Encode, LocalOp, OptimizerStep
 from policies.tensors import GRADIENTS, PARAMETERS, Buffer, Codec, Fragment, Optimizer
 from sim.errors import PolicyError
+from sim.numerics.lowrank_rules import Factors, Placed
 from sim.numerics.wire_cast import round_trip
 
 Range = tuple[int, int]
 
 
-def phase_buffers(policies: Sequence[object]) -> list[Buffer]:
+def phase_buffers(policies: Sequence[object]) -> list[Buffer | FactorBuffer]:
     """The buffers of every phase policy (`Policy.buffers`), each name once; a name two policies
-    declare with different initial values is a PolicyError."""
-    found: dict[str, Buffer] = {}
+    declare differently is a PolicyError."""
+    found: dict[str, Buffer | FactorBuffer] = {}
     for policy in policies:
         for buffer in policy.buffers():  # type: ignore[attr-defined]
             seen = found.setdefault(buffer.name, buffer)
             if seen != buffer:
                 raise PolicyError(
-                    f"buffer {buffer.name!r} is declared with initial {seen.initial!r} and {buffer.initial!r} "
-                    "by two phases' policies; give the buffers different names"
+                    f"buffer {buffer.name!r} is declared as {seen!r} and {buffer!r} by two phases' policies; "
+                    "give the buffers different names"
                 )
     return list(found.values())
 
@@ -58,11 +61,22 @@ def op_ranges(bucket_ranges: Sequence[Range], region: Range, fragment: Optional[
 
 
 class TensorStore:
-    """One worker's named flat tensors and its policy-owned optimizers' state."""
+    """One worker's named flat tensors, its factor buffers (`lowrank_rules.Factors`, per bucket region) and
+    its policy-owned optimizers' state. `shapes`: the model's tensors in flat order (what factor ops factor),
+    or a function giving a region's tensors."""
 
-    def __init__(self, parameters: torch.Tensor, gradients: torch.Tensor, buffers: Sequence[Buffer] = ()) -> None:
+    def __init__(
+        self,
+        parameters: torch.Tensor,
+        gradients: torch.Tensor,
+        buffers: Sequence[Buffer | FactorBuffer] = (),
+        shapes: Sequence[Shape] | Callable[[Range], list[Placed]] = (),
+    ) -> None:
         self.tensors: dict[str, torch.Tensor] = {PARAMETERS: parameters, GRADIENTS: gradients}
+        self.factors = Factors([b for b in buffers if isinstance(b, FactorBuffer)], shapes, gradients)
         for buffer in buffers:
+            if isinstance(buffer, FactorBuffer):
+                continue
             if buffer.initial == "parameters":
                 self.tensors[buffer.name] = parameters.detach().clone()
             else:
@@ -75,8 +89,20 @@ class TensorStore:
             raise KeyError(f"no buffer {name!r}; buffers: {', '.join(sorted(self.tensors))}")
         return found
 
+    def restart(self, model: torch.Tensor, buffers: Sequence[Buffer | FactorBuffer]) -> None:
+        """A phase switch: the buffers start again (a copy of `model`, or zeros), factors and optimizers
+        lose their state."""
+        for buffer in buffers:
+            if isinstance(buffer, Buffer):
+                tensor = self.tensors[buffer.name]
+                tensor.copy_(model) if buffer.initial == "parameters" else tensor.zero_()
+        self.factors.clear()
+        self.states.clear()
+
     def apply(self, op: LocalOp, ranges: Sequence[Range]) -> None:
-        if isinstance(op, Combine):
+        if isinstance(op, FactorOp):
+            self.factors.apply(op, self.tensor, ranges)
+        elif isinstance(op, Combine):
             values = [(coef, _read(self.tensor(name), ranges)) for coef, name in op.terms]
             total = values[0][1] * values[0][0]
             for coef, v in values[1:]:

@@ -37,6 +37,7 @@ from typing import Optional
 
 import torch
 
+from policies.lowrank import FactorBuffer
 from policies.ops import (
     AllGather,
     AllReduce,
@@ -81,7 +82,7 @@ class Replicas:
         servers: bool,
         sparsity: Optional[SparsityConfig] = None,
         gradient_precision: str = "fp32",
-        buffers: Sequence[Buffer] = (),
+        buffers: Sequence[Buffer | FactorBuffer] = (),
         global_tensor: Optional[str] = None,
     ) -> None:
         """`sparsity`: the workload's (its `topk` sparsifies every worker's real gradient);
@@ -116,7 +117,8 @@ class Replicas:
             for r in range(world)
         ]
         self.buffers = list(buffers)
-        self.stores = [TensorStore(self.params[r], self.grads[r], self.buffers) for r in range(world)]
+        shapes = task.tensor_shapes
+        self.stores = [TensorStore(self.params[r], self.grads[r], self.buffers, shapes) for r in range(world)]
         self._rows = {name: [store.tensors[name] for store in self.stores] for name in self.stores[0].tensors}
         self.global_tensor = global_tensor
         self._owned: dict[tuple[Optional[int], int], Pairs] = {}  # (bucket, owner rank) -> its reduced share
@@ -142,6 +144,9 @@ class Replicas:
     def collective_done(self, op: Collective, buckets: Mapping[int, Optional[int]]) -> None:
         """Carry out `op` on the members' tensors; `buckets` maps each member to its program's bucket."""
         if isinstance(op, Barrier) or op.payload is Payload.CONTROL:
+            return
+        if op.buffer in self.stores[0].factors:
+            self._factors(op, buckets)
             return
         data = self.rows(op.buffer)
         ranks = op.group.ranks
@@ -201,6 +206,21 @@ class Replicas:
             for a, b in span:
                 data[r][a:b] = gathered[r][offset : offset + b - a]
                 offset += b - a
+
+    def _factors(self, op: Collective, buckets: Mapping[int, Optional[int]]) -> None:
+        """A dense AllReduce on a factor buffer (`lowrank_rules.Factors`): each member's factors of its region."""
+        ranks = op.group.ranks
+        if not isinstance(op, AllReduce) or op.coding is not None or op.fragment is not None:
+            raise PolicyError(f"policy {self.policy!r}: a factor buffer takes a dense AllReduce only, got {op!r}")
+        if any(buckets[r] is None for r in ranks):
+            raise PolicyError(f"policy {self.policy!r}: {op!r} on a factor buffer belongs in a bucket's program")
+        data = {r: self.stores[r].factors.tensor(op.buffer, self.replicas[r].range(buckets[r])) for r in ranks}
+        ranges = [(0, data[r].numel()) for r in ranks]
+        self._same_sizes(op, ranges)
+        if op.wire is not None and len(ranks) > 1:
+            self._wired(op, data, ranks, buckets, ranges)  # type: ignore[arg-type]
+        else:
+            self._all_reduce(op, data, ranks, ranges)  # type: ignore[arg-type]
 
     def _wired(
         self,
@@ -362,10 +382,7 @@ class Replicas:
         checkpoint = self.server.params.clone() if servers else self.consensus().clone()  # type: ignore[union-attr]
         self.params[:] = checkpoint
         for store in self.stores:  # the buffers restart too: from the checkpoint, or zeros; no optimizer state
-            for buffer in self.buffers:
-                tensor = store.tensors[buffer.name]
-                tensor.copy_(checkpoint) if buffer.initial == "parameters" else tensor.zero_()
-            store.states.clear()
+            store.restart(checkpoint, self.buffers)
         if self.server is not None:
             self.server.begin_phase(checkpoint, updates)
         return checkpoint

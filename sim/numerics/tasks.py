@@ -99,6 +99,7 @@ class Task:
         self.size = int(self.initial.numel())
         self.layers = list(self.module) if isinstance(self.module, nn.Sequential) else [self.module]
         self.tensor_sizes = [int(p.numel()) for p in self.module.parameters()]  # in flat order
+        self.tensor_shapes = [tuple(int(d) for d in p.shape) for p in self.module.parameters()]  # in flat order
 
     def forward(self, flat: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """The model's logits with parameters taken from `flat`, layer by layer (functional_call costs

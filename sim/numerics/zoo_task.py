@@ -48,6 +48,7 @@ class ZooTask:
                 offset += n
         self.size = offset
         self.tensor_sizes = [b - a for _, a, b, _ in self.slices]  # in flat order
+        self.tensor_shapes = [tuple(int(d) for d in shape) for *_, shape in self.slices]  # in flat order
         self.initial = torch.cat([params[name].detach().reshape(-1) for name, *_ in self.slices]).clone()
         self.data = _synthetic(self.name, cfg, seed)
         self.loss, self._correct = objective(self.name)
