@@ -410,6 +410,14 @@ EFFECT_BASES: dict[str, dict[str, Any]] = {
         "policies": [{"name": "zen"}, {"name": "ring"}],
         "simulation": {"trace": False, "nccl": {"protocol": "ll"}},
     },
+    # a policy with local ops (DiLoCo's outer step), which cluster.host_memory_gbs moves to the host's CPU
+    "local ops": {
+        "iterations": 2,
+        "cluster": {"topology": "star", "hosts": 2},
+        "workload": {"model": "synthetic", "gradient_mb": 8.0, "compute_ms": 1.0},
+        "policies": [{"name": "diloco", "period": 1}],
+        "simulation": {"trace": False, "network_model": "ideal"},
+    },
     # a zoo model's own embedding tables (sparsity.embeddings: false makes them dense), a sparse policy
     "zoo tables": {
         "iterations": 2,
@@ -452,6 +460,7 @@ TRY: dict[str, list[Any]] = {
     "warmup_iterations": [1],
     "cluster.gpu": ["P100", "A100"],
     "cluster.intra_host_gbps": [5.0],
+    "cluster.host_memory_gbs": [1.0],
     "cluster.server_nic_gbps": [1.0],
     "cluster.uplink_gbps": [2.0],
     "workload.model": ["bert_base", "wrn26_10"],

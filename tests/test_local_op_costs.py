@@ -7,7 +7,10 @@ import pytest
 
 from policies.ops import Combine, Encode, OptimizerStep
 from policies.tensors import Codec, Fragment, Optimizer
-from sim.engine.local_op_costs import LocalOpCosts, op_bytes, passes
+from sim.api import simulate
+from sim.config import parse_config
+from sim.engine.local_op_costs import LocalOpCosts, local_op_bandwidth, op_bytes, passes
+from sim.errors import ConfigError
 
 SGD = Optimizer("sgd", momentum=0.0)
 MOMENTUM = Optimizer("sgd", momentum=0.9, nesterov=True)
@@ -57,3 +60,39 @@ def test_seconds_are_bytes_over_the_memory_bandwidth() -> None:
     assert costs.seconds(op, None) == pytest.approx(5 * 4 * 1e6 / 2e11)
     assert costs.seconds(Combine("a", ((1.0, "b"),)), 1) == pytest.approx(2 * 4 * 1e6 / 2e11)
     assert LocalOpCosts([4e6], 1.0, 0.0).seconds(op, None) == 0.0  # no bandwidth known: free
+
+
+def test_the_host_s_memory_rate_replaces_the_gpu_s_when_given() -> None:
+    assert local_op_bandwidth(3350.0, None) == 3350e9  # H100 HBM3: on the GPU
+    assert local_op_bandwidth(3350.0, 53.3) == 53.3e9  # on the host's CPU
+
+
+def host_run(host_gbs: float | None) -> float:
+    """Mean compute time a step of two H100 ranks running diloco with H = 1 on a 100 MB (25e6-value) model."""
+    cluster = {"topology": "star", "hosts": 2, "gpu": "H100", "host_memory_gbs": host_gbs}
+    config = {
+        "iterations": 2,
+        "cluster": {k: v for k, v in cluster.items() if v is not None},
+        "workload": {"model": "synthetic", "gradient_mb": 100, "bucket_mb": 100, "compute_ms": 10},
+        "policies": [{"name": "diloco", "period": 1}],
+        "simulation": {"network_model": "ideal", "trace": False},
+    }
+    return float(simulate(config).summary.iloc[0]["mean_compute_s"])
+
+
+def test_with_host_memory_gbs_the_outer_step_costs_its_passes_at_the_host_s_rate() -> None:
+    """Every step ends with an outer step of 10 fp32 passes over the 25e6 values (anchor - parameters 3, sgd with
+    momentum 5, parameters = anchor 2): 1 GB, 0.01 s at 100 GB/s, 0.3 ms at the H100's 3.35 TB/s."""
+    assert host_run(100.0) == pytest.approx(0.010 + 10 * 4 * 25e6 / 100e9, rel=1e-9)
+    assert host_run(None) == pytest.approx(0.010 + 10 * 4 * 25e6 / 3350e9, rel=1e-9)
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, 1e6])
+def test_host_memory_gbs_is_a_positive_rate(bad: float) -> None:
+    config = {
+        "cluster": {"topology": "star", "hosts": 2, "host_memory_gbs": bad},
+        "workload": {"model": "synthetic", "gradient_mb": 1, "compute_ms": 1},
+        "policies": [{"name": "ring"}],
+    }
+    with pytest.raises(ConfigError, match="host_memory_gbs"):
+        parse_config(config)

@@ -11,6 +11,8 @@ from sim.catalog.gpus import GPU_NAMES
 from sim.config.custom_topology import wiring_problems
 from sim.config.types import MAX_COUNT, Count, Gbps, LatencyUs, Strict
 
+MAX_HOST_MEMORY_GBS = 1e5  # 100 TB/s: past any CPU's memory system; a typo, not a host
+
 
 class ClusterBase(Strict):
     gpus_per_host: Count = Field(1, description="GPUs per host (one rank each)")
@@ -26,6 +28,13 @@ class ClusterBase(Strict):
         None, description="per-GPU NVLink/PCIe bandwidth per direction; default: the GPU's"
     )
     intra_host_latency_us: LatencyUs = Field(1.0, description="latency of the GPU-to-host link")
+    host_memory_gbs: Optional[Annotated[float, Field(gt=0, le=MAX_HOST_MEMORY_GBS)]] = Field(
+        None,
+        description="GB/s at which a GPU host's CPU streams its memory; when set, policies' local ops (pseudo-"
+        "gradients, outer optimizer, mixing) run on the host at this rate instead of on the GPU at its memory "
+        "bandwidth, as PRIME's DiLoCo keeps its outer state in host memory (wire casts stay on the GPU); "
+        "default: on the GPU",
+    )
     server_hosts: Annotated[int, Field(ge=0, le=MAX_COUNT)] = Field(
         0, description="hosts without GPUs, e.g. for dedicated PS shards"
     )

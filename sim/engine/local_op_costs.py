@@ -12,6 +12,10 @@ memory bandwidth: its time is the bytes it reads and writes divided by the GPU's
   passes; a codec with a `wire` other than fp32 adds the quantize pass a cast costs on the wire
   (`sim.engine.wire_costs.cast_bytes`: read fp32, write the wire form). Top-k's selection is not priced.
 
+Where: on the GPU at its memory bandwidth, or, with `cluster.host_memory_gbs` set, on the host's CPU at
+that rate (`local_op_bandwidth`), as PRIME's DiLoCo does: it keeps the anchor, the pseudo-gradient and the
+outer optimizer's state in host memory and runs the outer step there (arXiv 2412.01152, section 2.1).
+
 Region: a bucket hook's op covers that bucket's parameters (its gradient bytes times the model's parameter
 ratio, over 4), a whole-model hook's op the model's (`parameter_bytes / 4`), narrowed to the buckets of its
 `fragment` (`policies.tensors.fragment_bytes`). The engine charges the time as compute of the rank that
@@ -31,6 +35,11 @@ from sim.engine.wire_costs import MASTER_TYPE, cast_bytes
 
 VALUE_BYTES = 4.0  # buffers are fp32 (policies.tensors.Buffer)
 OPTIMIZER_STATES = {"sgd": 1, "adamw": 2}  # state tensors read and written per step (sgd: with momentum)
+
+
+def local_op_bandwidth(gpu_memory_gbs: float, host_memory_gbs: Optional[float]) -> float:
+    """Bytes per second a local op streams: the host's memory rate when one is given, else the GPU's."""
+    return (host_memory_gbs if host_memory_gbs is not None else gpu_memory_gbs) * 1e9
 
 
 def passes(op: LocalOp) -> int:

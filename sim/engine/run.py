@@ -31,7 +31,7 @@ from sim.engine.communicators import Communicators
 from sim.engine.executor import Executor
 from sim.engine.faults import FaultContext, LinkEffects, background, straggler
 from sim.engine.input_pipeline import preparing
-from sim.engine.local_op_costs import LocalOpCosts
+from sim.engine.local_op_costs import LocalOpCosts, local_op_bandwidth
 from sim.engine.nccl_plans import nccl_capacity, planner_for
 from sim.engine.phase_runner import PhaseRunner
 from sim.engine.servers import Shard
@@ -203,7 +203,9 @@ def run_policy(
     compute = ComputeModel(config, world)
 
     local_costs = LocalOpCosts(
-        [b.nbytes for b in plan.buckets], model_info(plan).parameter_ratio, cluster.gpu.memory_bandwidth_gbs * 1e9
+        [b.nbytes for b in plan.buckets],
+        model_info(plan).parameter_ratio,
+        local_op_bandwidth(cluster.gpu.memory_bandwidth_gbs, config.cluster.host_memory_gbs),
     )
 
     def executor_for(shards: list[Shard], clocks: ClockBoard, phase_policy: Policy) -> Executor:
