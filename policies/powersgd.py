@@ -56,7 +56,9 @@ class PowerSGD(Policy):
         super().bind(view, model)
         s = self.settings
         if len(model.bucket_shapes) != len(model.bucket_bytes):
-            raise SettingError("rank", "powersgd factors the model's tensors; this model's tensor shapes are not known")
+            raise SettingError(
+                "rank", "powersgd factors the model's tensors, and the workload's model gives no tensor shapes"
+            )
         self.world = Group.of(range(view.world_size))
         self.lowrank = LowRank(s.rank, s.min_compression_rate)
         self.value_bytes = 1.0 / model.gradient_values(1.0)  # bytes of one gradient value (P, Q travel in it)

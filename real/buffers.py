@@ -38,7 +38,7 @@ class RankTensors:
 
     def __init__(self, replica: Replica, buffers: Sequence[Buffer | FactorBuffer] = ()) -> None:
         self.replica, self.buffers = replica, list(buffers)
-        shapes = getattr(replica.task, "tensor_shapes", ())
+        shapes = getattr(getattr(replica, "task", None), "tensor_shapes", ())  # none: no factor buffers to size
         self.store = TensorStore(replica.params, replica.grads, buffers, shapes)
 
     def restart(self, model: torch.Tensor) -> None:

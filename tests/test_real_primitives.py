@@ -8,8 +8,8 @@ its Wait blocks until it has completed; bad handles and fragments are refused na
 step and handle; the validator refuses an undeclared buffer.
 
 On gloo processes (slow: one launch of 4 workers): DiLoCo (wire unset, int8 with error feedback, and a
-replica per host) and Streaming DiLoCo (2 fragments of 2 buckets each, overlap 1) end with numerics
-mode's parameters (`simulate`), and with those of an in-process reference that uses numerics mode's
+replica per host), Streaming DiLoCo (2 fragments of 2 buckets each, overlap 1) and PowerSGD (rank 2) end
+with numerics mode's parameters (`simulate`), and with those of an in-process reference that uses numerics mode's
 replicas only for batches, gradients, local steps and gradient collectives (`Replicas`), applies the
 policy's local ops by `TensorStore` and computes the collectives on buffers by hand, as the rules of
 policies/ops.py and local_ops.py say."""
@@ -261,6 +261,8 @@ POLICIES = [
     {"name": "diloco", "label": "diloco_hosts", "period": 3, "warmup_steps": 2, "replica": "host"},
     # P = 2 fragments of the model's 4 buckets (two ranges each), H = 4, tau = 1, alpha = 0.5
     {"name": "streaming_diloco", "period": 4, "warmup_steps": 1, "fragments": 2, "overlap_steps": 1},
+    # rank-2 factors of every bucket's tensors (numerics mode's cuts of the MLP's) after 2 plain steps
+    {"name": "powersgd", "rank": 2, "warmup_steps": 2, "min_compression_rate": 1.0},
 ]
 # diloco: outer steps after steps 4, 7, 10; streaming: fragment 1 launches after 2, 6, 10, fragment 0 after 4,
 # 8 and 12 (never waited for: `drain` finishes it)
@@ -397,7 +399,7 @@ def reference(path: Path, label: str) -> Any:
 
 
 @pytest.mark.slow
-def test_diloco_and_streaming_diloco_on_gloo_end_with_the_references_parameters(tmp_path: Path) -> None:
+def test_diloco_streaming_diloco_and_powersgd_on_gloo_end_with_the_references_parameters(tmp_path: Path) -> None:
     pytest.importorskip("sklearn")
     from real.launch import launch
     from sim.api import simulate
@@ -413,13 +415,21 @@ def test_diloco_and_streaming_diloco_on_gloo_end_with_the_references_parameters(
         np.testing.assert_allclose(workers, reference(path, label), rtol=1e-5, atol=1e-6, err_msg=label)
         np.testing.assert_allclose(workers, simulated[label], rtol=1e-5, atol=1e-6, err_msg=label)
         assert not np.allclose(workers[0], workers[2])  # local steps since the last outer step
+    # powersgd: factor buffers per bucket region, their all-reduces and factor ops as numerics mode does them
+    workers = real["powersgd/workers"]
+    np.testing.assert_allclose(workers, simulated["powersgd"], rtol=1e-5, atol=1e-6, err_msg="powersgd")
+    np.testing.assert_allclose(workers[0], workers[3], rtol=1e-6, atol=1e-7)  # replicas agree: one gradient each step
     # the model scored is each policy's global one (its anchor), as numerics mode scores it
     for run in runs:
+        if run.label == "powersgd":
+            continue
         consensus = real[f"{run.label}/consensus"]
         np.testing.assert_allclose(consensus, run.consensus, rtol=1e-5, atol=1e-6, err_msg=run.label)
         assert not np.allclose(consensus, real[f"{run.label}/workers"].mean(axis=0), atol=1e-6)
     accuracy = pd.read_csv(tmp_path / "out" / "accuracy.csv")
-    assert set(accuracy.loc[accuracy["worker"] < 0, "scored"]) == {"anchor"}
+    consensus_rows = accuracy[accuracy["worker"] < 0]
+    assert set(consensus_rows.loc[consensus_rows["policy"] != "powersgd", "scored"]) == {"anchor"}
+    assert set(consensus_rows.loc[consensus_rows["policy"] == "powersgd", "scored"]) == {"mean"}
 
 
 def test_a_phase_switch_restarts_the_buffers_and_the_policys_optimizers() -> None:

@@ -21,16 +21,20 @@ ratio, over 4), a whole-model hook's op the model's (`parameter_bytes / 4`), nar
 `fragment` (`policies.tensors.fragment_bytes`). The engine charges the time as compute of the rank that
 issues the op, at its place in the program (sim/engine/launches.py); one in a bucket's program runs beside
 the rest of backward, as a wire cast does (sim/engine/wire_costs.py), and a slow worker's factor does not
-stretch it.
+stretch it. Factor ops (`policies.factor_ops`, PowerSGD's) are priced by sim/engine/factor_costs.py, on the GPU.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Optional
 
+from policies.factor_ops import FactorOp
+from policies.lowrank import FactorBuffer
 from policies.ops import Combine, Encode, LocalOp, OptimizerStep
 from policies.tensors import Fragment, fragment_bytes
+from sim.engine.factor_costs import factor_seconds
 from sim.engine.wire_costs import MASTER_TYPE, cast_bytes
 
 VALUE_BYTES = 4.0  # buffers are fp32 (policies.tensors.Buffer)
@@ -67,9 +71,16 @@ class LocalOpCosts:
     """Seconds of each local op on one model and GPU: `bucket_bytes` are the gradient buckets in bytes,
     `parameter_ratio` parameter bytes per gradient byte (`ModelInfo.parameter_ratio`)."""
 
-    def __init__(self, bucket_bytes: Sequence[float], parameter_ratio: float, memory_bytes_per_s: float) -> None:
+    def __init__(
+        self,
+        bucket_bytes: Sequence[float],
+        parameter_ratio: float,
+        memory_bytes_per_s: float,
+        factors: Optional[FactorPricing] = None,
+    ) -> None:
+        """`factors`: what factor ops (`policies.factor_ops`) need, when the policy declares factor buffers."""
         self.bucket_bytes = tuple(float(b) for b in bucket_bytes)
-        self.ratio, self.bandwidth = parameter_ratio, memory_bytes_per_s
+        self.ratio, self.bandwidth, self.factors = parameter_ratio, memory_bytes_per_s, factors
         self._seconds: dict[tuple[LocalOp, Optional[int]], float] = {}
 
     def elements(self, fragment: Optional[Fragment], bucket: Optional[int]) -> float:
@@ -84,7 +95,31 @@ class LocalOpCosts:
         key = (op, bucket)
         found = self._seconds.get(key)
         if found is None:
-            elements = self.elements(getattr(op, "fragment", None), bucket)
-            found = op_bytes(op, elements) / self.bandwidth if self.bandwidth > 0 else 0.0
+            if isinstance(op, FactorOp):
+                found = self._factor_seconds(op, bucket)
+            else:
+                elements = self.elements(getattr(op, "fragment", None), bucket)
+                found = op_bytes(op, elements) / self.bandwidth if self.bandwidth > 0 else 0.0
             self._seconds[key] = found
         return found
+
+    def _factor_seconds(self, op: FactorOp, bucket: Optional[int]) -> float:
+        pricing = self.factors
+        if pricing is None or bucket is None or bucket >= len(pricing.bucket_shapes):
+            return 0.0  # the backend refuses such an op before it runs (no factor buffers, no bucket)
+        buffer = pricing.buffers.get(op.factors[0]) if op.factors else None
+        if buffer is None:
+            return 0.0
+        layout = buffer.lowrank.layout(pricing.bucket_shapes[bucket])
+        return factor_seconds(op, layout, buffer.side, pricing.memory_bytes_per_s, pricing.flops_per_s)
+
+
+@dataclass(frozen=True)
+class FactorPricing:
+    """What pricing factor ops takes: the policy's factor buffers by name, each bucket's tensor shapes,
+    and the GPU's memory bandwidth and fp32 peak (sim/engine/factor_costs.py)."""
+
+    buffers: Mapping[str, FactorBuffer]
+    bucket_shapes: tuple[tuple[tuple[int, ...], ...], ...]
+    memory_bytes_per_s: float
+    flops_per_s: float

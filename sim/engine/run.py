@@ -17,6 +17,7 @@ from typing import Any, Optional
 import numpy as np
 
 from policies.base import Policy, SettingError
+from policies.lowrank import FactorBuffer
 from policies.registry import create
 from policies.view import ModelInfo
 from sim.cluster.routing import Router
@@ -31,7 +32,7 @@ from sim.engine.communicators import Communicators
 from sim.engine.executor import Executor
 from sim.engine.faults import FaultContext, LinkEffects, background, straggler
 from sim.engine.input_pipeline import preparing
-from sim.engine.local_op_costs import LocalOpCosts, local_op_bandwidth
+from sim.engine.local_op_costs import FactorPricing, LocalOpCosts, local_op_bandwidth
 from sim.engine.nccl_plans import nccl_capacity, planner_for
 from sim.engine.phase_runner import PhaseRunner
 from sim.engine.servers import Shard
@@ -202,10 +203,16 @@ def run_policy(
     )
     compute = ComputeModel(config, world)
 
+    info = model_info(plan)
+    factor_buffers = {b.name: b for p in policy.phase_policies() for b in p.buffers() if isinstance(b, FactorBuffer)}
+    factors = FactorPricing(
+        factor_buffers, info.bucket_shapes, cluster.gpu.memory_bandwidth_gbs * 1e9, cluster.gpu.fp32_tflops * 1e12
+    )
     local_costs = LocalOpCosts(
         [b.nbytes for b in plan.buckets],
-        model_info(plan).parameter_ratio,
+        info.parameter_ratio,
         local_op_bandwidth(cluster.gpu.memory_bandwidth_gbs, config.cluster.host_memory_gbs),
+        factors if factor_buffers else None,
     )
 
     def executor_for(shards: list[Shard], clocks: ClockBoard, phase_policy: Policy) -> Executor:

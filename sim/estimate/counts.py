@@ -182,6 +182,13 @@ def policy_load(
         load = _load(name, run, shape, config, iterations, plan)
         timeouts = shape.workers * (iterations - warm) * len(plan.buckets)
         return replace(load, events=load.events + timeouts, work=load.work + timeouts)
+    if name == "powersgd":  # warm-up steps are ring's; then per bucket three rings and its local ops (timeouts)
+        warm = min(float(policy.settings.warmup_steps), iterations)
+        per = len(plan.buckets) / max(iterations, 1.0)
+        ring = _bucket("ring", None, shape, config, False, 0.0)
+        load = _load("ring", _scale(ring, (warm + 3 * (iterations - warm)) * per), shape, config, iterations, plan)
+        timeouts = shape.workers * (iterations - warm) * len(plan.buckets) * POWERSGD_LOCAL_OPS
+        return replace(load, events=load.events + timeouts, work=load.work + timeouts)
     n_sparse, rows = sparse
     traffic = _scale(_bucket(name, policy.settings, shape, config, False, 0.0), len(plan.buckets) - n_sparse)
     if n_sparse:  # sparse buckets differ only in their rows, which count linearly
@@ -193,6 +200,8 @@ def policy_load(
         load = replace(load, events=load.events + applies, work=load.work + applies)
     return load
 
+
+POWERSGD_LOCAL_OPS = 10  # a compressed bucket's local ops (policies/powersgd.py), each a timeout per worker
 
 # Policies that average the model every `period` steps after a ring warm-up, with the local ops (each a
 # timeout per worker, sim/engine/launches.py) of one averaging; diloco's warm-up steps end with one more.
