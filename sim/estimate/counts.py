@@ -22,6 +22,7 @@ from policies.base import Policy
 from policies.registry import BUILTIN
 from sim.compute.workload import ComputePlan
 from sim.config import Config
+from sim.estimate.powersgd import compressed_step
 from sim.estimate.shape import Shape, shape_of  # shape_of: imported from here by callers of old
 from sim.estimate.traffic import (
     Traffic,
@@ -127,15 +128,8 @@ def policy_load(
         load = _load(name, run, shape, config, iterations, plan)
         timeouts = shape.workers * (iterations - warm) * len(plan.buckets)
         return replace(load, events=load.events + timeouts, work=load.work + timeouts)
-    if name == "powersgd":  # warm-up steps are ring's; then per bucket three rings and its local ops (timeouts)
-        warm = min(float(policy.settings.warmup_steps), iterations)
-        per = len(plan.buckets) / max(iterations, 1.0)
-        ring = bucket_traffic("ring", None, shape, config, False, 0.0)
-        load = _load(
-            "ring", scale_traffic(ring, (warm + 3 * (iterations - warm)) * per), shape, config, iterations, plan
-        )
-        timeouts = shape.workers * (iterations - warm) * len(plan.buckets) * POWERSGD_LOCAL_OPS
-        return replace(load, events=load.events + timeouts, work=load.work + timeouts)
+    if name == "powersgd":
+        return _powersgd(policy, shape, plan, config, iterations)
     n_sparse, rows = sparse
     traffic = scale_traffic(
         bucket_traffic(name, policy.settings, shape, config, False, 0.0), len(plan.buckets) - n_sparse
@@ -150,7 +144,32 @@ def policy_load(
     return load
 
 
-POWERSGD_LOCAL_OPS = 10  # a compressed bucket's local ops (policies/powersgd.py), each a timeout per worker
+# A program with local ops runs as a SimPy process per worker (sim/engine/executor.py): its start and its end.
+EVENTS_PER_PROCESS = 2
+
+
+def _powersgd(policy: Policy, shape: Shape, plan: ComputePlan, config: Config, iterations: float) -> Load:
+    """Warm-up steps are ring's; each later step issues per bucket three ring all-reduces and its local ops
+    (`sim.estimate.powersgd`), as one process per worker and bucket. An all-reduce of nothing starts and
+    ends its flows at the same instant: they count as flows (events and rows) that re-solve no rates."""
+    s = policy.settings
+    buckets = len(plan.buckets)
+    warm = min(float(s.warmup_steps), iterations)
+    later = iterations - warm
+    step = compressed_step(s, plan.bucket_shapes, buckets)
+    ring = bucket_traffic("ring", None, shape, config, False, 0.0)
+    live = warm * buckets + later * (step.all_reduces - step.empty)
+    load = _load("ring", scale_traffic(ring, live / max(iterations, 1.0)), shape, config, iterations, plan)
+    empty = scale_traffic(ring, later * step.empty)
+    draws = step.draws * (min(later, 1.0) if s.warm_start else later)
+    timeouts = shape.workers * (later * (step.local_ops + EVENTS_PER_PROCESS * buckets) + draws)
+    extra = timeouts + EVENTS["ring"][2] * empty.flows
+    return replace(
+        load, collectives=load.collectives + empty.collectives, flows=load.flows + empty.flows,
+        subflows=load.subflows + empty.subflows, op_rows=load.op_rows + empty.op_rows,
+        events=load.events + extra, work=load.work + extra,
+    )  # fmt: skip
+
 
 # Policies that average the model every `period` steps after a ring warm-up, with the local ops (each a
 # timeout per worker, sim/engine/launches.py) of one averaging; diloco's warm-up steps end with one more.
