@@ -105,3 +105,12 @@ def _shapes(data: dict[str, Any]) -> Any:
 
     c = parse_config(data)
     return compute_plan(c.workload, get_gpu(c.cluster.gpu)).bucket_shapes
+
+
+def test_the_estimate_adds_one_event_per_local_op() -> None:
+    """Without warm start Q is drawn at every compressed step, not only the first: 4 more RandomFills per worker
+    and bucket over 5 compressed steps; error feedback's 3 Combines per worker, bucket and compressed step."""
+    events = {name: estimate(parse_config(config(**s))).events for name, s in
+              (("default", {}), ("fresh", {"warm_start": False}), ("plain", {"error_feedback": False}))}  # fmt: skip
+    assert events["fresh"] - events["default"] == pytest.approx(WORKERS * BUCKETS * (ITERATIONS - 1))
+    assert events["default"] - events["plain"] == pytest.approx(3 * WORKERS * BUCKETS * ITERATIONS)
