@@ -23,7 +23,7 @@ from policies.registry import BUILTIN
 from sim.compute.workload import ComputePlan
 from sim.config import Config
 from sim.estimate.powersgd import compressed_step
-from sim.estimate.shape import Shape, shape_of  # shape_of: imported from here by callers of old
+from sim.estimate.shape import Shape, shape_of  # shape_of re-exported: callers import it from here
 from sim.estimate.traffic import (
     Traffic,
     add_traffic,
@@ -162,8 +162,8 @@ def _powersgd(policy: Policy, shape: Shape, plan: ComputePlan, config: Config, i
     load = _load("ring", scale_traffic(ring, live / max(iterations, 1.0)), shape, config, iterations, plan)
     empty = scale_traffic(ring, later * step.empty)
     draws = step.draws * (min(later, 1.0) if s.warm_start else later)
-    timeouts = shape.workers * (later * (step.local_ops + EVENTS_PER_PROCESS * buckets) + draws)
-    extra = timeouts + EVENTS["ring"][2] * empty.flows
+    own = shape.workers * (later * (step.local_ops + EVENTS_PER_PROCESS * buckets) + draws)  # timeouts, processes
+    extra = own + EVENTS["ring"][2] * empty.flows
     return replace(
         load, collectives=load.collectives + empty.collectives, flows=load.flows + empty.flows,
         subflows=load.subflows + empty.subflows, op_rows=load.op_rows + empty.op_rows,
