@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 START = time.perf_counter()
 
-from run_all import SCENARIOS  # noqa: E402
+from run_all import SCENARIOS, large_job  # noqa: E402
 
 
 def bundled(name: str) -> Callable[[], dict[str, Any]]:
@@ -79,6 +79,16 @@ CHEAP.update({
                                                 "sparsity": {"lookups": 2_000_000, "zipf_s": 0.5}},
                                    "policies": [{"name": p} for p in ("zen", "sparcml", "omnireduce", "sparse_ps",
                                                                       "sparse_allgather")]},
+})  # fmt: skip
+# PowerSGD (rank 4, one ring step first): three all-reduces and about ten factor ops per compressed bucket.
+POWERSGD = {"name": "powersgd", "rank": 4, "warmup_steps": 1}
+CHEAP.update({
+    "powersgd_resnet50": scaled("quickstart.yaml", policies=[POWERSGD]),
+    "powersgd_bert_large": scaled("two_tier_4to1_bert_large.yaml", policies=[POWERSGD]),
+    "powersgd_no_feedback_lockstep": scaled(
+        "quickstart.yaml", policies=[{**POWERSGD, "error_feedback": False}],
+        workload={"model": "resnet50", "batch_size": 64}),
+    "powersgd_bert_256": lambda: {**large_job(4, "bert_large", "ring", 16), "policies": [POWERSGD]},
 })  # fmt: skip
 COSTLY: dict[str, Callable[[], Any]] = {
     "numerics_16to1_digits": bundled("numerics_16to1_digits.yaml"),

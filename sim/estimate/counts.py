@@ -1,26 +1,42 @@
-"""The counts behind the cost estimate (`sim.estimate.cost`), from the validated config alone: the cluster as
-counts (`Shape`), and per policy what its program puts on the simulator over a run (`Load`): collectives,
-flows, subflows, SimPy events, max-min recomputes and the incidence entries they sweep, routes, rows.
+"""The counts behind the cost estimate (`sim.estimate.cost`), from the validated config alone: per policy what
+its program puts on the simulator over a run (`Load`): collectives, flows, subflows, SimPy events, max-min
+recomputes and the incidence entries they sweep, routes, rows; and what a run carries beside its program
+(fault and background events, server shards, sparse index sets).
 
-Each builtin policy has a closed form of what it issues per bucket (ring: one collective of all ranks;
-hierarchical: local reduce-scatter and all-gather, cross all-reduce; ps/asp/ssp: a push and a pull
-per worker; local_sgd and diloco: ring's in warm-up, then one all-reduce of the model every `period` steps;
-streaming_diloco: the same with one all-reduce of a fragment per fragment and `period`; ...).
-Event and recompute constants are fitted on measured runs (benchmarks/check_scale.py prints estimate
-against measurement); a plug-in policy counts as one all-reduce of all ranks per bucket.
+The cluster as counts is `sim.estimate.shape`; each builtin policy's closed form of what it issues per
+bucket is `sim.estimate.traffic`. Here the phased and stepwise-changing programs are put together (local_sgd
+and diloco: ring's in warm-up, then one all-reduce of the model every `period` steps; topk and powersgd:
+ring's in warm-up, then their compressed programs with their local ops) and turned into events. Event and
+recompute constants are fitted on measured runs (benchmarks/check_scale.py prints estimate against
+measurement); a plug-in policy counts as one all-reduce of all ranks per bucket.
 """
 
 from __future__ import annotations
 
 import math
-from collections import Counter
+import operator
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from policies.base import Policy
 from policies.registry import BUILTIN
 from sim.compute.workload import ComputePlan
-from sim.config import Config, CustomCluster, MultiDatacenterCluster, StarCluster
+from sim.config import Config
+from sim.estimate.powersgd import compressed_step
+from sim.estimate.shape import Shape, shape_of  # shape_of re-exported: callers import it from here
+from sim.estimate.traffic import (
+    Traffic,
+    add_traffic,
+    bucket_traffic,
+    gather_traffic,
+    ideal_network,
+    periodic_traffic,
+    scale_traffic,
+)
+
+__all__ = ["EVENTS", "Extra", "Load", "Shape", "builtin", "fault_load", "index_set_mb", "outer_steps",
+           "policy_load", "shape_of", "shard_count", "sparse_buckets"]  # fmt: skip
+
 
 # Events per worker-iteration, per worker-iteration and bucket, per flow and per recompute (a zero-delay
 # timeout and a timer each), fitted on measured runs of each policy with jittered workers (8 to 128
@@ -54,63 +70,6 @@ S_PER_FABRIC_RACK = 4e-6  # ... and per rack
 
 
 @dataclass(frozen=True)
-class Shape:
-    """The cluster as counts: ranks, hosts, racks, directed links, links on a cross-host path."""
-
-    workers: int
-    hosts: int
-    racks: int
-    hosts_per_rack: float
-    gpus_per_host: int  # the most on one host
-    server_hosts: int
-    links: int
-    path_links: float
-    oversubscribed: bool
-    datacenters: int = 1
-
-
-def shape_of(config: Config) -> Shape:
-    """Count what `build_cluster` would build, without building it."""
-    c = config.cluster
-    if isinstance(c, MultiDatacenterCluster):
-        return _datacenters_shape(c)
-    return _site_shape(c)
-
-
-def _datacenters_shape(c: MultiDatacenterCluster) -> Shape:
-    """The datacenters' shapes added up, with their border switches and WAN links (docs/wan.md); a star
-    datacenter is one rack."""
-    sites = [_site_shape(dc) for dc in c.datacenters]
-    racks = sum(max(s.racks, 1) for s in sites)
-    hosts = sum(s.hosts for s in sites)
-    borders = sum(len(dc.gateways) for dc in c.datacenters)
-    return Shape(
-        sum(s.workers for s in sites), hosts, racks, hosts / racks, max(s.gpus_per_host for s in sites),
-        sum(s.server_hosts for s in sites), sum(s.links for s in sites) + 2 * (borders + len(c.wan_links())),
-        max(s.path_links for s in sites) + 3, any(s.oversubscribed for s in sites), len(c.datacenters),
-    )  # fmt: skip
-
-
-def _site_shape(c: Any) -> Shape:
-    if isinstance(c, CustomCluster):
-        gpus = [n.gpus or c.gpus_per_host for n in c.nodes if n.kind == "host"]
-        racks = len({n.rack for n in c.nodes if n.kind == "host" and n.rack is not None})
-        servers = sum(1 for n in c.nodes if n.kind == "server")
-        w = sum(gpus)
-        return Shape(w, len(gpus), racks, len(gpus) / max(racks, 1), max(gpus, default=1), servers,
-                     2 * (w + len(c.links)), 6.0, racks > 1)  # fmt: skip
-    hosts = c.hosts if isinstance(c, StarCluster) else c.racks * c.hosts_per_rack
-    w = hosts * c.gpus_per_host
-    if isinstance(c, StarCluster):
-        links = 2 * (w + hosts + c.server_hosts)
-        return Shape(w, hosts, 0, hosts, c.gpus_per_host, c.server_hosts, links, 4.0, False)
-    links = 2 * (w + hosts + c.server_hosts + c.racks * c.core_switches)
-    over = c.uplink_gbps is not None and c.uplink_gbps < c.hosts_per_rack * c.nic_gbps
-    return Shape(w, hosts, c.racks, c.hosts_per_rack, c.gpus_per_host, c.server_hosts, links,
-                 6.0 if c.racks > 1 else 4.0, over)  # fmt: skip
-
-
-@dataclass(frozen=True)
 class Load:
     """What one policy asks of the simulator over the whole run (counts; `route_s` in seconds)."""
 
@@ -130,23 +89,8 @@ class Load:
 
     def __add__(self, other: Load) -> Load:
         peak = ("entries",)
-        return Load(**{f.name: (max if f.name in peak else _sum)(getattr(self, f.name), getattr(other, f.name))
+        return Load(**{f.name: (max if f.name in peak else operator.add)(getattr(self, f.name), getattr(other, f.name))
                        for f in fields(self)})  # fmt: skip
-
-
-@dataclass(frozen=True)
-class Traffic:
-    """A policy's program per bucket and iteration, before it becomes events (see `_load`)."""
-
-    collectives: float = 0.0
-    flows: float = 0.0
-    subflows: float = 0.0
-    entries: float = 0.0
-    node_routes: float = 0.0
-    fabric_routes: float = 0.0
-    op_rows: float = 0.0
-    staleness_rows: float = 0.0  # per worker-iteration
-    sparse_rows: float = 0.0  # per worker-iteration
 
 
 def policy_load(
@@ -170,30 +114,29 @@ def policy_load(
         s = policy.settings
         warm = min(float(s.warmup_steps), iterations)
         averages = outer_steps(name, s, iterations - warm)
-        run = _periodic(s, shape, config, warm * len(plan.buckets), (iterations - warm) * len(plan.buckets), averages)
-        load = _load(name, _scale(run, 1.0 / max(iterations, 1.0)), shape, config, iterations, plan)
+        run = periodic_traffic(
+            s, shape, config, warm * len(plan.buckets), (iterations - warm) * len(plan.buckets), averages
+        )
+        load = _load(name, scale_traffic(run, 1.0 / max(iterations, 1.0)), shape, config, iterations, plan)
         timeouts = shape.workers * averages * PERIODIC[name] + (shape.workers * warm if name != "local_sgd" else 0.0)
         return replace(load, events=load.events + timeouts, work=load.work + timeouts)
     if name == "topk":  # warm-up steps are ring's; then per bucket an Encode (a timeout per worker) and a gather
         warm = min(float(policy.settings.warmup_steps), iterations)
         per = len(plan.buckets) / max(iterations, 1.0)
-        ring, gather = _bucket("ring", None, shape, config, False, 0.0), _gather(shape, config, 0.0)
-        run = _add(_scale(ring, warm * per), _scale(gather, (iterations - warm) * per))
+        ring, gather = bucket_traffic("ring", None, shape, config, False, 0.0), gather_traffic(shape, config, 0.0)
+        run = add_traffic(scale_traffic(ring, warm * per), scale_traffic(gather, (iterations - warm) * per))
         load = _load(name, run, shape, config, iterations, plan)
         timeouts = shape.workers * (iterations - warm) * len(plan.buckets)
         return replace(load, events=load.events + timeouts, work=load.work + timeouts)
-    if name == "powersgd":  # warm-up steps are ring's; then per bucket three rings and its local ops (timeouts)
-        warm = min(float(policy.settings.warmup_steps), iterations)
-        per = len(plan.buckets) / max(iterations, 1.0)
-        ring = _bucket("ring", None, shape, config, False, 0.0)
-        load = _load("ring", _scale(ring, (warm + 3 * (iterations - warm)) * per), shape, config, iterations, plan)
-        timeouts = shape.workers * (iterations - warm) * len(plan.buckets) * POWERSGD_LOCAL_OPS
-        return replace(load, events=load.events + timeouts, work=load.work + timeouts)
+    if name == "powersgd":
+        return _powersgd(policy, shape, plan, config, iterations)
     n_sparse, rows = sparse
-    traffic = _scale(_bucket(name, policy.settings, shape, config, False, 0.0), len(plan.buckets) - n_sparse)
+    traffic = scale_traffic(
+        bucket_traffic(name, policy.settings, shape, config, False, 0.0), len(plan.buckets) - n_sparse
+    )
     if n_sparse:  # sparse buckets differ only in their rows, which count linearly
-        one = _bucket(name, policy.settings, shape, config, True, rows / n_sparse)
-        traffic = _add(traffic, _scale(one, n_sparse))
+        one = bucket_traffic(name, policy.settings, shape, config, True, rows / n_sparse)
+        traffic = add_traffic(traffic, scale_traffic(one, n_sparse))
     load = _load(name, traffic, shape, config, iterations, plan)
     if name in SYNC_SHARDED:  # every shard holds a slice of every bucket and applies each round's sum once
         applies = shard_count(policy, shape) * len(plan.buckets) * iterations
@@ -201,36 +144,36 @@ def policy_load(
     return load
 
 
-POWERSGD_LOCAL_OPS = 10  # a compressed bucket's local ops (policies/powersgd.py), each a timeout per worker
+# A program with local ops runs as a SimPy process per worker (sim/engine/executor.py): its start and its end.
+EVENTS_PER_PROCESS = 2
+
+
+def _powersgd(policy: Policy, shape: Shape, plan: ComputePlan, config: Config, iterations: float) -> Load:
+    """Warm-up steps are ring's; each later step issues per bucket three ring all-reduces and its local ops
+    (`sim.estimate.powersgd`), as one process per worker and bucket. An all-reduce of nothing starts and
+    ends its flows at the same instant: they count as flows (events and rows) that re-solve no rates."""
+    s = policy.settings
+    buckets = len(plan.buckets)
+    warm = min(float(s.warmup_steps), iterations)
+    later = iterations - warm
+    step = compressed_step(s, plan.bucket_shapes, buckets)
+    ring = bucket_traffic("ring", None, shape, config, False, 0.0)
+    live = warm * buckets + later * (step.all_reduces - step.empty)
+    load = _load("ring", scale_traffic(ring, live / max(iterations, 1.0)), shape, config, iterations, plan)
+    empty = scale_traffic(ring, later * step.empty)
+    draws = step.draws * (min(later, 1.0) if s.warm_start else later)
+    own = shape.workers * (later * (step.local_ops + EVENTS_PER_PROCESS * buckets) + draws)  # timeouts, processes
+    extra = own + EVENTS["ring"][2] * empty.flows
+    return replace(
+        load, collectives=load.collectives + empty.collectives, flows=load.flows + empty.flows,
+        subflows=load.subflows + empty.subflows, op_rows=load.op_rows + empty.op_rows,
+        events=load.events + extra, work=load.work + extra,
+    )  # fmt: skip
+
 
 # Policies that average the model every `period` steps after a ring warm-up, with the local ops (each a
 # timeout per worker, sim/engine/launches.py) of one averaging; diloco's warm-up steps end with one more.
 PERIODIC = {"local_sgd": 0, "diloco": 3, "streaming_diloco": 3, "eager_diloco": 4}  # eager_diloco: 3 delayed, 5 eager
-
-
-def replica_size(level: str, shape: Shape) -> float:
-    """Ranks in one replica of local_sgd's family (`replica`: rank, host, rack or datacenter)."""
-    per = {"rank": 1.0, "host": float(shape.gpus_per_host), "rack": shape.workers / max(shape.racks, 1),
-           "datacenter": shape.workers / max(shape.datacenters, 1)}  # fmt: skip
-    return per[level]
-
-
-def _periodic(
-    s: Any, shape: Shape, config: Config, warm_buckets: float, local_buckets: float, averages: float
-) -> Traffic:
-    """local_sgd's family over a run: a ring of all ranks per warm-up bucket; with replicas of g > 1 ranks an
-    all-reduce inside each replica per later bucket, and each average as the 2-D all-reduce (reduce-scatter
-    and all-gather inside the w/g replicas, all-reduce across in g groups); else one ring per average."""
-    ring = _bucket("ring", s, shape, config, False, 0.0)
-    g, w = replica_size(getattr(s, "replica", "rank"), shape), float(shape.workers)
-    if g <= 1:
-        return _scale(ring, warm_buckets + averages)
-    stepwise = config.simulation.collective_model == "stepwise" and _ideal(config)
-    inside = _scale(_ring(g, 2, stepwise, shape, float(shape.links)), w / g)
-    average = _add(
-        _scale(_ring(g, 1, stepwise, shape, 0.0), 2 * w / g), _scale(_ring(w / g, 2, stepwise, shape, 0.0), g)
-    )
-    return _add(_add(_scale(ring, warm_buckets), _scale(inside, local_buckets)), _scale(average, averages))
 
 
 def outer_steps(name: str, s: Any, local_steps: float) -> float:
@@ -245,124 +188,6 @@ def outer_steps(name: str, s: Any, local_steps: float) -> float:
 
 def builtin(policy: Policy) -> bool:
     return f"{type(policy).__module__}:{type(policy).__qualname__}" in BUILTIN.values()
-
-
-PEAK = ("entries", "node_routes", "fabric_routes")  # the same groups and routes serve every bucket
-
-
-def _add(a: Traffic, b: Traffic) -> Traffic:
-    return Traffic(**{f.name: (max if f.name in PEAK else _sum)(getattr(a, f.name), getattr(b, f.name))
-                      for f in fields(a)})  # fmt: skip
-
-
-def _sum(a: float, b: float) -> float:
-    return a + b
-
-
-def _scale(t: Traffic, k: float) -> Traffic:
-    """`k` buckets (or groups) of traffic `t`: counts scale, what they share does not."""
-    return Traffic(**{f.name: getattr(t, f.name) * (1.0 if f.name in PEAK else k) for f in fields(t)})
-
-
-def _ring(p: float, steps_per_rank: float, stepwise: bool, shape: Shape, entries: float) -> Traffic:
-    """One ring collective over `p` ranks (steps_per_rank: 2 for all-reduce, 1 for reduce-scatter)."""
-    if p <= 1:
-        return Traffic(collectives=1.0, op_rows=1.0)
-    flows = steps_per_rank * (p - 1) * p if stepwise else 1.0  # stepwise: p flows a step; else one transfer
-    return Traffic(1.0, flows, subflows=flows if stepwise else p, entries=entries, node_routes=p,
-                   fabric_routes=shape.racks, op_rows=1.0)  # fmt: skip
-
-
-def _bucket(name: str, s: Any, shape: Shape, config: Config, sparse: bool, rows: float) -> Traffic:
-    """The traffic of one bucket in one iteration."""
-    w, stepwise = float(shape.workers), config.simulation.collective_model == "stepwise"
-    dense_stepwise = stepwise and _ideal(config)  # the NCCL model runs every dense collective as its plan
-    if name == "no_sync":
-        return Traffic()
-    if name in ("ps", "asp", "ssp", "sparse_ps"):
-        return _sharded(name, s, shape, stepwise or (sparse and name == "sparse_ps"), sparse, rows)
-    if name == "hierarchical":
-        g = _local_size(s.level, shape)
-        n = w / g
-        local, cross = _ring(g, 1, dense_stepwise, shape, 0.0), _ring(n, 2, dense_stepwise, shape, 0.0)
-        groups = 2 * n + g  # n local groups reduce-scatter then all-gather; g cross groups all-reduce
-        flows, subflows = 2 * n * local.flows + g * cross.flows, 2 * n * local.subflows + g * cross.subflows
-        return Traffic(groups, flows, subflows, entries=2.3 * shape.links, node_routes=3 * w,
-                       fabric_routes=shape.racks, op_rows=groups)  # fmt: skip
-    if name == "ds_sync":
-        return _ds_sync(s, shape, dense_stepwise)
-    if sparse and name in ("zen", "sparse_allgather", "sparcml", "omnireduce"):  # the last two: zen's program
-        pairs = w * (w - 1)
-        gather = _gather(shape, config, rows)
-        if name == "sparse_allgather":
-            return gather
-        exchange = Traffic(1.0, pairs, pairs, entries=pairs * shape.path_links, op_rows=1.0)  # a flow per pair
-        return _add(gather, exchange)
-    return _ring(w, 2, dense_stepwise, shape, float(shape.links))  # ring, a plug-in, a sparse policy's dense bucket
-
-
-def _gather(shape: Shape, config: Config, rows: float) -> Traffic:
-    """A sparse all-gather of all ranks: each member's rows to every other (pipelined: one transfer each)."""
-    w, stepwise = float(shape.workers), config.simulation.collective_model == "stepwise"
-    pairs = w * (w - 1)
-    return Traffic(1.0, pairs if stepwise else w, pairs, entries=2 * w * w, node_routes=w * w,
-                   fabric_routes=shape.racks**2, op_rows=1.0, sparse_rows=rows)  # fmt: skip
-
-
-def _sharded(name: str, s: Any, shape: Shape, per_shard: bool, sparse: bool, rows: float) -> Traffic:
-    """A push and a pull (none before the first step: `_load` takes it off) per worker and bucket."""
-    if s.hosts is not None:
-        candidates = len(set(s.hosts))
-    elif s.placement == "dedicated":
-        candidates = shape.server_hosts
-    else:
-        candidates = shape.hosts
-    k = float(candidates if s.shards == "auto" else s.shards)
-    hosts = float(min(k, candidates))
-    racks = min(shape.racks, hosts if s.placement == "dedicated" else math.ceil(hosts / shape.hosts_per_rack))
-    w = float(shape.workers)
-    transfers = 2 * w * (k if per_shard else 1.0)  # push + pull
-    per_class = hosts + racks + 3 if not per_shard else shape.path_links
-    classes = 2 * w * (k if per_shard else 1.0) if name in ("asp", "ssp") or per_shard else w
-    stale = k if name in ("asp", "ssp") else 0.0
-    return Traffic(0.0, transfers, 2 * w * k, entries=classes * per_class, node_routes=w * hosts * 2,
-                   fabric_routes=shape.racks * racks, op_rows=transfers, staleness_rows=stale,
-                   sparse_rows=rows if sparse else 0.0)  # fmt: skip
-
-
-def _ideal(config: Config) -> bool:
-    """The ideal network model: dense collectives follow `collective_model` (under NCCL's, only sparse
-    collectives and point-to-point transfers do)."""
-    return config.simulation.network_model == "ideal"
-
-
-def _local_size(level: str, shape: Shape) -> float:
-    """Ranks in a hierarchical policy's local group (as `Hierarchical.bind` picks the level)."""
-    if level == "auto":
-        level = "host" if shape.gpus_per_host > 1 or not shape.racks else "rack"
-    if level == "host":
-        return float(shape.gpus_per_host)
-    return max(shape.workers / max(shape.racks, 1), 1.0)
-
-
-def _ds_sync(s: Any, shape: Shape, stepwise: bool) -> Traffic:
-    """Groups per step (averaged over the schedule), each all-reducing the bucket."""
-    w = float(shape.workers)
-    if isinstance(s.schedule, list):
-        sizes = Counter(len(g) for partition in s.schedule for g in partition)
-        steps = len(s.schedule)
-    else:  # islands are racks behind oversubscribed uplinks; mixing steps pair one rank of two racks
-        island = w / shape.racks if shape.oversubscribed and shape.racks > 1 else w
-        size = min(island if s.group_size == "auto" else s.group_size, island)
-        sizes = Counter({size: w / size})
-        if s.schedule != "shuffle" and island < w:
-            sizes[2.0] += shape.racks / 2 / s.mixing_period
-        steps = 1
-    traffic = Traffic()
-    for size, groups in sizes.items():
-        if size > 1:
-            traffic = _add(traffic, _scale(_ring(size, 2, stepwise, shape, 0.0), groups / max(steps, 1)))
-    return replace(traffic, entries=2.0 * shape.links, node_routes=2 * w, fabric_routes=shape.racks)
 
 
 def sparse_buckets(plan: ComputePlan) -> tuple[int, float]:
@@ -410,7 +235,7 @@ def _load(name: str, t: Traffic, shape: Shape, config: Config, iterations: float
         flows -= t.flows / 2
         subflows -= t.subflows / 2
     recomputes = RECOMPUTES_PER_FLOW.get(name, 1.0) * flows
-    stepwise = config.simulation.collective_model == "stepwise" and (_ideal(config) or bool(t.sparse_rows))
+    stepwise = config.simulation.collective_model == "stepwise" and (ideal_network(config) or bool(t.sparse_rows))
     if stepwise and name not in ("ps", "asp", "ssp"):
         recomputes = 0.25 * flows  # a ring's steps finish over a spread of instants
     elif _lockstep(config) and not t.sparse_rows:  # sparse transfers differ in size: they end apart
