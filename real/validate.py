@@ -108,7 +108,7 @@ def validate(
             raise ValidationError(f"the real run failed: {outcome.failed}; partial results in {out / 'real'}")
     config = load_config(calibrated, same)
     simulate(config).write(out / "sim", plot=False)
-    ensemble = decorrelated(config, asynchronous_policies(config), warmup=warmup)
+    ensemble = out_of_step(config, warmup)
     atomic_write(out / "sim_out_of_step.csv", ensemble.to_csv(index=False))
     table = compare(calibrated, out / "sim", out / "real", warmup, ensemble)
     atomic_write(out / "validation.csv", table.to_csv(index=False))
@@ -125,6 +125,19 @@ def warmup_setting(config: Config, warmup: Optional[int]) -> tuple[int, list[str
     elif not 0 <= warmup < config.iterations:
         raise ConfigError(f"--warmup: {warmup} leaves no iteration to compare; allowed: 0 to {config.iterations - 1}")
     return warmup, [f"warmup_iterations={warmup}"]
+
+
+def out_of_step(config: Config, warmup: int) -> pd.DataFrame:
+    """The asynchronous policies' seeded simulations with their workers out of step (rows of
+    `sim.experiments.ensemble.decorrelated`); no rows when the config has none, which a config of
+    synchronous policies alone (say, across datacenters) is, and which `decorrelated` would refuse."""
+    shared = asynchronous_policies(config)
+    if not shared:
+        return pd.DataFrame(columns=OUT_OF_STEP_COLUMNS)
+    return decorrelated(config, shared, warmup=warmup)
+
+
+OUT_OF_STEP_COLUMNS = ["policy", "seed", "mean_iteration_s", "throughput_samples_s"]
 
 
 @contextlib.contextmanager
