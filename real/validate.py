@@ -8,7 +8,9 @@ policy, the mean iteration time (throughput for the asynchronous policies, whose
 in lockstep), after dropping each worker's first `warmup` iterations on both sides (connection
 set-up and allocator warm-up have no simulated counterpart): by default the config's
 `warmup_iterations`, else 3 (`Config.summary_warmup`), which both runs' summaries leave out too.
-By default the cluster is an emulated one built from the config (`syncsim emulate`, root needed).
+By default the cluster is an emulated one built from the config (`syncsim emulate`, root needed). A
+multi_datacenter cluster stays one in `calibrated.yaml` (`real.calibrate.datacenters`, which refuses up
+front the clusters whose shape it could not keep).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Optional
 
 import pandas as pd
 
+from real.calibrate.datacenters import check_calibratable
 from real.launch import launch
 from sim.api import simulate
 from sim.config import Config, load_config
@@ -89,7 +92,9 @@ def validate(
     """`warmup`: iterations dropped on both sides (default: the config's `warmup_iterations`, else 3);
     `queue`: the links' discipline when the emulation is built here (`tag` None); `overrides`: `KEY=VALUE`
     settings applied to the config (`--set`), which the calibrated config then holds."""
-    warmup, same = warmup_setting(load_config(config_path, overrides), warmup)
+    config = load_config(config_path, overrides)
+    check_calibratable(config.cluster)  # refused now, not after minutes of measuring
+    warmup, same = warmup_setting(config, warmup)
     out.mkdir(parents=True, exist_ok=True)
     calibrated = out / "calibrated.yaml"
     with _emulation(config_path, tag, queue, overrides) as running:
@@ -103,7 +108,7 @@ def validate(
             raise ValidationError(f"the real run failed: {outcome.failed}; partial results in {out / 'real'}")
     config = load_config(calibrated, same)
     simulate(config).write(out / "sim", plot=False)
-    ensemble = decorrelated(config, asynchronous_policies(config), warmup=warmup)
+    ensemble = out_of_step(config, warmup)
     atomic_write(out / "sim_out_of_step.csv", ensemble.to_csv(index=False))
     table = compare(calibrated, out / "sim", out / "real", warmup, ensemble)
     atomic_write(out / "validation.csv", table.to_csv(index=False))
@@ -120,6 +125,19 @@ def warmup_setting(config: Config, warmup: Optional[int]) -> tuple[int, list[str
     elif not 0 <= warmup < config.iterations:
         raise ConfigError(f"--warmup: {warmup} leaves no iteration to compare; allowed: 0 to {config.iterations - 1}")
     return warmup, [f"warmup_iterations={warmup}"]
+
+
+def out_of_step(config: Config, warmup: int) -> pd.DataFrame:
+    """The asynchronous policies' seeded simulations with their workers out of step (rows of
+    `sim.experiments.ensemble.decorrelated`); no rows when the config has none, which a config of
+    synchronous policies alone (say, across datacenters) is, and which `decorrelated` would refuse."""
+    shared = asynchronous_policies(config)
+    if not shared:
+        return pd.DataFrame(columns=OUT_OF_STEP_COLUMNS)
+    return decorrelated(config, shared, warmup=warmup)
+
+
+OUT_OF_STEP_COLUMNS = ["policy", "seed", "mean_iteration_s", "throughput_samples_s"]
 
 
 @contextlib.contextmanager

@@ -22,7 +22,7 @@ from real.launch import Outcome  # noqa: E402
 from real.session import _first_sentence  # noqa: E402
 from real.validate import compare, markdown  # noqa: E402
 from sim.api import prepare  # noqa: E402
-from sim.config import parse_config  # noqa: E402
+from sim.config import load_config, parse_config  # noqa: E402
 from sim.engine.run import bind_policy  # noqa: E402
 
 
@@ -152,6 +152,16 @@ def test_validation_compares_steady_iterations_and_throughput(tmp_path: Path) ->
     assert table.loc["asp", "in_step_samples_s"] == pytest.approx(160.0) and table.loc["asp", "within"]
     assert table.loc["ring", "error"] == pytest.approx(0.05)  # synchronous policies: untouched
     assert "asp: predicted by the median" in markdown(table.reset_index())
+
+
+def test_a_validation_without_asynchronous_policies_has_no_out_of_step_rows() -> None:
+    """`syncsim validate` on a config of synchronous policies alone (configs/emulate_wan_2dc.yaml) failed
+    after the real run: the out-of-step ensemble was asked for a config of no policies."""
+    from real.validate import OUT_OF_STEP_COLUMNS, out_of_step
+
+    config = load_config(Path(__file__).parent.parent / "configs" / "emulate_wan_2dc.yaml")
+    rows = out_of_step(config, warmup=3)
+    assert rows.empty and list(rows.columns) == OUT_OF_STEP_COLUMNS
 
 
 def test_a_frame_carries_its_header_exactly_and_its_payload() -> None:

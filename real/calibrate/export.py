@@ -2,6 +2,9 @@
 ideal network (`simulation.network_model: ideal`: the measured figures are the collectives' own) or,
 calibrated over NCCL, on the NCCL model with the constants fitted to the measured collectives.
 
+A multi_datacenter cluster keeps its datacenters and WAN links, with what was measured of them put in
+(`real.calibrate.datacenters`); the next paragraph is about one-site clusters.
+
 The cluster keeps the base's structure and settings (topology, racks, hosts, placement, server hosts,
 ...); only the measured figures are replaced (`MEASURED_CLUSTER`; an uplink measured non-blocking
 loses its `uplink_gbps`). When the measured structure differs from the base's (racks detected
@@ -24,6 +27,7 @@ from typing import Any, Optional, Union
 
 import yaml
 
+from real.calibrate.datacenters import calibrated_datacenters
 from real.calibrate.plans import keep_plans
 from real.calibrate.report import CalibrationReport
 from sim.compute.profile import write_profile
@@ -53,13 +57,18 @@ def calibrated_config(
 def calibrated_config_with_notes(
     report: CalibrationReport, base_config: Union[Config, Mapping[str, Any]], profile_path: str = "profile.yaml"
 ) -> tuple[dict[str, Any], list[str]]:
-    """`calibrated_config`, and one note per plan a measured figure would have changed."""
+    """`calibrated_config`, and one note per figure of a multi_datacenter cluster kept as configured
+    (`real.calibrate.datacenters`) and per plan a measured figure would have changed."""
     if isinstance(base_config, Config):  # its values as YAML can write them back (1e-08 stays a number)
         base_config = base_config.model_dump(mode="json")
     if not isinstance(base_config, Mapping):
         raise ValueError(f"base_config: expected a mapping, got {type(base_config).__name__}")
     data = copy.deepcopy(dict(base_config))
-    data["cluster"] = calibrated_cluster(data.get("cluster") or {}, report.cluster)
+    cluster_notes: list[str] = []
+    if (data.get("cluster") or {}).get("topology") == "multi_datacenter":
+        data["cluster"], cluster_notes = calibrated_datacenters(data["cluster"], report)
+    else:
+        data["cluster"] = calibrated_cluster(data.get("cluster") or {}, report.cluster)
     base_workload = data.get("workload") or {}
     if report.workload is not None and report.profile is not None:
         kept = {k: v for k, v in base_workload.items() if k not in REPLACED_BY_PROFILE}
@@ -77,12 +86,18 @@ def calibrated_config_with_notes(
         simulation["nccl"] = dict(simulation.get("nccl") or {}) | nccl
     data["simulation"] = simulation | {"network_model": report.simulation["network_model"]}
     parse_config(data)
-    return keep_plans(base_config, data)
+    data, plan_notes = keep_plans(base_config, data)
+    return data, cluster_notes + plan_notes
 
 
 def calibrated_cluster(base: Mapping[str, Any], measured: Mapping[str, Any]) -> dict[str, Any]:
     """The base's cluster with the measured figures in, when the measured structure is the base's;
     else the measured cluster with the base's `KEEP_CLUSTER` settings."""
+    if measured.get("topology") == "multi_datacenter":
+        raise ValueError(
+            f"cluster.topology: measured as multi_datacenter, but the config's is {base.get('topology')!r}; "
+            "calibrate the config whose cluster was measured"
+        )
     same = all(base.get(k) == v for k, v in measured.items() if k in STRUCTURE)
     if not same or base.get("topology") not in ("star", "two_tier"):
         return {k: base[k] for k in KEEP_CLUSTER if k in base} | dict(measured)

@@ -148,7 +148,12 @@ def fit_report(
             )
             link_us = 0.0
     cluster = cluster_section(
-        racks, m.rank_hosts, nic.value * scale, None if up_bps is None else up_bps * scale, link_us
+        racks,
+        m.rank_hosts,
+        nic.value * scale,
+        None if up_bps is None else up_bps * scale,
+        link_us,
+        datacenters=m.host_datacenters is not None,
     )
     cluster["intra_host_latency_us"] = intra_host_latency_us  # the value link_latency_us was solved with
     workload = workload_section(m, compute.value if compute else None, jitter)
@@ -180,13 +185,21 @@ def cluster_section(
     nic_bytes_per_s: float,
     uplink_bytes_per_s: Optional[float],
     link_latency_us: float,
+    *,
+    datacenters: bool = False,
 ) -> dict[str, Any]:
-    """A `cluster:` mapping: star for one rack, else two_tier (equal racks required)."""
+    """A `cluster:` mapping: star for one rack, else two_tier (equal racks required). `datacenters`: the
+    hosts are a multi_datacenter cluster's, whose shape the config keeps (`real.calibrate.datacenters`):
+    the figures alone, under `topology: multi_datacenter`, with the racks' egress as `uplink_gbps`."""
     per_host = {h: rank_hosts.count(h) for h in dict.fromkeys(rank_hosts)}
     if len(set(per_host.values())) != 1:
         raise ValueError(f"rank_hosts: hosts run different numbers of ranks {per_host}; gpus_per_host must be one")
     section: dict[str, Any] = {"topology": "star", "hosts": len(per_host)}
-    if len(racks) > 1:
+    if datacenters:
+        section = {"topology": "multi_datacenter"}
+        if uplink_bytes_per_s is not None:
+            section["uplink_gbps"] = _round(uplink_bytes_per_s / GBIT)
+    elif len(racks) > 1:
         sizes = {len(r) for r in racks}
         if len(sizes) != 1:
             raise ValueError(

@@ -79,6 +79,8 @@ class Measurements:
     gradient_bytes: Optional[int] = None  # the numerics model's gradient (float32), when measured
     batch: Optional[int] = None
     profile: Optional[ComputeProfile] = None  # the workload's zoo model, per layer (the slowest rank's)
+    # host -> datacenter on a multi_datacenter cluster: its racks need not be equal, as two_tier's must
+    host_datacenters: Optional[Mapping[str, str]] = None
 
     @property
     def hosts(self) -> tuple[str, ...]:

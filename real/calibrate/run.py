@@ -44,6 +44,7 @@ def calibrate(
     nccl_gpu: Optional[str] = None,
     nics_per_host: int = 1,
     precision: str = "fp32",
+    host_datacenters: Optional[Mapping[str, str]] = None,
 ) -> Optional[CalibrationReport]:
     """Measure and fit; call on every rank after `init_process_group`, with the same arguments.
 
@@ -57,8 +58,9 @@ def calibrate(
     are detected from the pair bandwidths on rank 0 and broadcast before the egress test. `batch`
     defaults to the numerics per-worker batch (global_batch / world). `statistic`: "median",
     "mean" or "min" over repeats ("min" is robust on shared machines, where interference only adds
-    time). `nccl_gpu`, `nics_per_host`: see `fit_report` (measurements over NCCL). Returns the report on
-    rank 0, None elsewhere.
+    time). `nccl_gpu`, `nics_per_host`: see `fit_report` (measurements over NCCL). `host_datacenters`:
+    host -> datacenter on a multi_datacenter cluster (`Measurements`). Returns the report on rank 0, None
+    elsewhere.
     """
     if not (dist.is_available() and dist.is_initialized()):
         raise RuntimeError("calibrate: no default process group; call torch.distributed.init_process_group first")
@@ -125,6 +127,7 @@ def calibrate(
         gradient_bytes=gradient_bytes,
         batch=batch if task_or_none is not None or profile is not None else None,
         profile=measured_profile,
+        host_datacenters=dict(host_datacenters) if host_datacenters is not None else None,
     )
     return fit_report(
         m,

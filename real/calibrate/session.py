@@ -35,6 +35,7 @@ def compute_device(device: torch.device, local_rank: int) -> torch.device:
 
 
 def main(config: Config, path: Path, timeout_s: float, backend: str = "auto") -> int:
+    from real.calibrate.datacenters import check_calibratable
     from real.calibrate.export import write_calibrated_config
     from real.calibrate.profiled import profile_spec
     from real.calibrate.run import calibrate
@@ -46,6 +47,7 @@ def main(config: Config, path: Path, timeout_s: float, backend: str = "auto") ->
         raise ValueError(f"WORLD_SIZE: calibration runs one process per GPU ({cluster.world_size}), got {world}")
     if len(set(cluster.view.rank_hosts)) < 2:
         raise ConfigError("cluster: one host; calibration measures the network between hosts, so it needs two or more")
+    check_calibratable(config.cluster)  # before any measurement: the calibrated config must keep its shape
     backend = backend_for(backend, calibrate=True, node_workers=workers_per_node(world), note=rank == 0)
     local_rank = int(os.environ.get("LOCAL_RANK", rank))
     device = device_for(backend, local_rank)
@@ -77,6 +79,7 @@ def main(config: Config, path: Path, timeout_s: float, backend: str = "auto") ->
         # over NCCL the calibrated config keeps the NCCL model, its constants fitted to the measurements
         nccl_gpu=config.cluster.gpu if backend == "nccl" else None,
         nics_per_host=config.cluster.nics_per_host,
+        host_datacenters={h: dc for dc, hosts in view.datacenters.items() for h in hosts} or None,
     )
     if report is not None:
         write_calibrated_config(report, config, path, echo=print)

@@ -147,9 +147,12 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     if problems:
         raise UsageError("\n".join(problems))
     overrides = [*args.set, *flags]  # the calibration flags win over a --set of the same key
+    from real.calibrate.datacenters import check_calibratable
     from sim.config import load_config
 
-    load_config(args.config, overrides)  # a bad config or --set is one line, before any process starts
+    # a bad config or --set, or a cluster whose calibrated config could not keep its shape: one line, before
+    # any process starts
+    check_calibratable(load_config(args.config, overrides).cluster)
     outcome = launch(
         Path(args.config),
         Path(args.out),
