@@ -13,8 +13,10 @@ Predictions, each from the calibrated workload (compute time and gradient size m
 - `wan`: the config's own multi_datacenter cluster at its configured rates (the emulation's), its link
   latency the calibrated one, and `wan.rtt_ms` what the emulated WAN link really adds to a round trip:
   the median ping across it less the median ping inside a datacenter (no delay is emulated: no netem).
-- `fit`: the calibrated config as `syncsim validate` uses it: the plain alpha-beta fit of the measured
-  cluster (its datacenters become racks, so `replica: datacenter` becomes `replica: rack`).
+- `fit`: the calibrated config as `syncsim validate` uses it: the config's own datacenters with the
+  measured NIC rates, WAN rate and latencies (docs/calibration.md, "Clusters across datacenters"). Before
+  calibration kept the datacenters, this was a two-tier cluster of two racks (the figures in
+  docs/emulation.md were measured so).
 - `null`: perfect scaling, compute alone (`no_sync` on the `wan` config).
 
 Measured: the median over `--runs` real runs of each policy's mean iteration time, after the same warm-up
@@ -70,9 +72,7 @@ def configs(config: Config, calibrated_path: Path, rtt_ms: float, out: Path) -> 
     wan["cluster"]["wan"]["rtt_ms"] = rtt_ms
     fit = copy.deepcopy(cal)
     fit["workload"] = workload
-    fit["policies"] = [
-        {**p, "replica": "rack"} if p.get("replica") == "datacenter" else p for p in copy.deepcopy(base["policies"])
-    ]
+    fit["policies"] = copy.deepcopy(base["policies"])
     null = copy.deepcopy(wan) | {"policies": [{"name": "no_sync"}]}
     paths = {}
     for name, data in (("wan", wan), ("fit", fit), ("null", null)):
