@@ -77,3 +77,22 @@ def bounded(seconds: int, what: str = "no answer") -> Iterator[None]:
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
+
+
+def free_port() -> int:
+    """A TCP port free on the loopback interface now (a process group's rendezvous)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def spawn_ranks(worker: Any, world: int, out: Any) -> list[Any]:
+    """Run `worker(rank, init_method, out)` on `world` processes (torch.multiprocessing), each saving what it
+    found to `out/rank<r>.pt`, and load those."""
+    import torch
+    import torch.multiprocessing as mp
+
+    mp.spawn(worker, args=(f"tcp://127.0.0.1:{free_port()}", str(out)), nprocs=world)
+    return [torch.load(out / f"rank{r}.pt") for r in range(world)]

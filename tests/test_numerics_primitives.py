@@ -188,7 +188,11 @@ def test_phase_buffers_unite_the_phases_and_refuse_a_clash() -> None:
             return self._buffers
 
     assert phase_buffers([P(*BUFFERS), P(BUFFERS[0]), P()]) == list(BUFFERS)
-    with pytest.raises(PolicyError, match="buffer 'delta' is declared as Buffer.name='delta', initial='zeros'. and Buffer.name='delta', initial='parameters'."):
+    with pytest.raises(
+        PolicyError,
+        match="buffer 'delta' is declared as Buffer.name='delta', initial='zeros'. and "
+        "Buffer.name='delta', initial='parameters'.",
+    ):
         phase_buffers([P(*BUFFERS), P(Buffer("delta", initial="parameters"))])
 
 

@@ -317,13 +317,14 @@ NCCL_RUNS = [
     (2, [{"name": "zen"}], True),
     (4, [{"name": "zen"}], True),
     # issue 46's policies: buffers, local ops, launched all-reduces (eager_diloco), a wire with error feedback,
-    # and declared top-k pairs, over NCCL across 4 ranks
+    # declared top-k pairs and PowerSGD's low-rank factors, over NCCL across 4 ranks
     (
         4,
         [
             {"name": "diloco", "period": 2, "wire": "int8", "error_feedback": True},
             {"name": "eager_diloco", "period": 2},
             {"name": "topk", "ratio": 0.1},
+            {"name": "powersgd", "rank": 2, "warmup_steps": 1},  # factor buffers and ops on CUDA tensors
         ],
         False,
     ),
