@@ -195,12 +195,7 @@ class Replicas:
             )
         spans = [op_ranges(self.ranges, self._region(op, r, buckets[r]), op.fragment) for r in ranks]
         gathered = {r: torch.cat([data[r][a:b] for a, b in span]) for r, span in zip(ranks, spans)}
-        ranges = [(0, gathered[r].numel()) for r in ranks]
-        self._same_sizes(op, ranges)
-        if op.wire is not None and len(ranks) > 1:
-            self._wired(op, gathered, ranks, buckets, ranges)  # type: ignore[arg-type]
-        else:
-            self._all_reduce(op, gathered, ranks, ranges)  # type: ignore[arg-type]
+        self._reduce_whole(op, gathered, buckets)
         for r, span in zip(ranks, spans):
             offset = 0
             for a, b in span:
@@ -215,6 +210,13 @@ class Replicas:
         if any(buckets[r] is None for r in ranks):
             raise PolicyError(f"policy {self.policy!r}: {op!r} on a factor buffer belongs in a bucket's program")
         data = {r: self.stores[r].factors.tensor(op.buffer, self.replicas[r].range(buckets[r])) for r in ranks}
+        self._reduce_whole(op, data, buckets)
+
+    def _reduce_whole(
+        self, op: Collective, data: dict[int, torch.Tensor], buckets: Mapping[int, Optional[int]]
+    ) -> None:
+        """A dense AllReduce of each member's whole tensor in `data` (in its `wire`, if any)."""
+        ranks = op.group.ranks
         ranges = [(0, data[r].numel()) for r in ranks]
         self._same_sizes(op, ranges)
         if op.wire is not None and len(ranks) > 1:
