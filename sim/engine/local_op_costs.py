@@ -111,15 +111,18 @@ class LocalOpCosts:
         if buffer is None:
             return 0.0
         layout = buffer.lowrank.layout(pricing.bucket_shapes[bucket])
-        return factor_seconds(op, layout, buffer.side, pricing.memory_bytes_per_s, pricing.flops_per_s)
+        return factor_seconds(
+            op, layout, buffer.side, pricing.memory_bytes_per_s, pricing.flops_per_s, pricing.launch_s
+        )
 
 
 @dataclass(frozen=True)
 class FactorPricing:
     """What pricing factor ops takes: the policy's factor buffers by name, each bucket's tensor shapes,
-    and the GPU's memory bandwidth and fp32 peak (sim/engine/factor_costs.py)."""
+    and the GPU's memory bandwidth, fp32 peak and cost per kernel (sim/engine/factor_costs.py)."""
 
     buffers: Mapping[str, FactorBuffer]
     bucket_shapes: tuple[tuple[tuple[int, ...], ...], ...]
     memory_bytes_per_s: float
     flops_per_s: float
+    launch_s: float = 0.0

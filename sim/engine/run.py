@@ -205,8 +205,13 @@ def run_policy(
 
     info = model_info(plan)
     factor_buffers = {b.name: b for p in policy.phase_policies() for b in p.buffers() if isinstance(b, FactorBuffer)}
+    gpu = cluster.gpu
     factors = FactorPricing(
-        factor_buffers, info.bucket_shapes, cluster.gpu.memory_bandwidth_gbs * 1e9, cluster.gpu.fp32_tflops * 1e12
+        factor_buffers,
+        info.bucket_shapes,
+        gpu.memory_bandwidth_gbs * 1e9,
+        gpu.fp32_tflops * 1e12,
+        gpu.costs.launch_us * 1e-6,
     )
     local_costs = LocalOpCosts(
         [b.nbytes for b in plan.buckets],
