@@ -52,6 +52,16 @@ print({p.get("label", p["name"]): {k: v for k, v in p.items() if k not in ("name
 print("WAN:", sweep_config["cluster"]["wan"])
 
 
+def bandwidth_axes(ax: plt.Axes) -> None:
+    """A utilization-against-bandwidth figure's axes: log bandwidth, utilization 0-1, legend outside."""
+    ax.set_xscale("log")
+    ax.set_xlabel("WAN bandwidth (Gb/s each way, 50 ms round trip)")
+    ax.set_ylabel("Compute utilization")
+    ax.set_ylim(0, 1.02)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
+    plt.tight_layout()
+
+
 def utilization(data: dict, label: str, period: int | None, gbps: float) -> dict:
     """One run of a policy of `data` (at H = `period`) with every WAN link at `gbps`, as `syncsim
     bandwidth` runs it: one whole period after the warm-up (the config's iterations without a period)."""
@@ -105,12 +115,7 @@ for (label, h), style in zip(curves, line_styles(len(curves), markers=True)):
 ax.axhline(0.9, color="0.4", lw=0.8, ls="--")
 ax.annotate("90%; ▼ where the search puts it", (GRID[-1], 0.9), xytext=(0, -11), textcoords="offset points",
             ha="right", fontsize=8, color="0.3")  # fmt: skip
-ax.set_xscale("log")
-ax.set_xlabel("WAN bandwidth (Gb/s each way, 50 ms round trip)")
-ax.set_ylabel("Compute utilization")
-ax.set_ylim(0, 1.02)
-ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
-plt.tight_layout()
+bandwidth_axes(ax)
 
 # %% [markdown]
 # What the figure and the table say, and the next cell checks:
@@ -351,22 +356,19 @@ print("τ=1 - τ=0 (samples):", (overlap / sample).round().astype(int).tolist(),
 with_powersgd = copy.deepcopy(sweep_config)
 with_powersgd["policies"].append({"name": "powersgd", "rank": 4})
 compressed = pd.DataFrame([utilization(with_powersgd, "powersgd", None, g) for g in GRID])
+diloco_100 = points[(points["policy"] == "diloco_dc") & (points["H"] == 100)]
 side = pd.DataFrame({
     "ring (DDP)": points[points["policy"] == "ring"].set_index("gbps")["utilization"],
     "powersgd, rank 4": compressed.set_index("gbps")["utilization"],
-    "diloco_dc, H = 100": points[(points["policy"] == "diloco_dc") & (points["H"] == 100)].set_index("gbps")["utilization"],
+    "diloco_dc, H = 100": diloco_100.set_index("gbps")["utilization"],
 })  # fmt: skip
 fig, ax = plt.subplots(figsize=(8, 3.4))
 for (name, column), color, style in zip(side.items(), ["k", "tab:purple", "tab:blue"], line_styles(3, markers=True)):
     ax.plot(side.index, column, label=name, color=color, **style)
-ax.set_xscale("log")
-ax.set_xlabel("WAN bandwidth (Gb/s each way, 50 ms round trip)")
-ax.set_ylabel("Compute utilization")
-ax.set_ylim(0, 1.02)
-ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
-plt.tight_layout()
-print("WAN GB a step, ring / powersgd:", round(points[points["policy"] == "ring"]["wan_gb"].iloc[0] / 3, 3),
-      round(compressed["wan_gb"].iloc[0] / 3, 4))  # fmt: skip
+bandwidth_axes(ax)
+steps = sweep_config["iterations"]  # ring and powersgd (no period) run the config's iterations
+print("WAN GB a step, ring / powersgd:", round(points[points["policy"] == "ring"]["wan_gb"].iloc[0] / steps, 3),
+      round(compressed["wan_gb"].iloc[0] / steps, 4))  # fmt: skip
 side.round(3)
 
 # %% [markdown]

@@ -284,27 +284,23 @@ class PolicyHookState:
     groups: ProcessGroups
     buckets: int  # passed to the policy as Bucket.count; an upper bound until the first step ends
     step: int = 0
-    stores: dict[int, TensorStore] = field(default_factory=dict)  # bucket index -> its buffers
+    buffers: list[Any] = field(default_factory=list)  # the policy's declared buffers (checked by make_hook_state)
+    stores: dict[int, tuple[list[tuple[int, ...]], TensorStore]] = field(
+        default_factory=dict
+    )  # bucket -> shapes, store
 
     def store(self, bucket: dist.GradBucket) -> Optional[TensorStore]:
         """The policy's buffers for `bucket` (None: it declares none): bucket-sized, kept across steps;
         made afresh when DDP hands over a bucket of other tensors (its rebuild after the first step)."""
-        declared = list(self.policy.buffers())
-        if not declared:
+        if not self.buffers:
             return None
-        if any(isinstance(b, Buffer) and b.initial == "parameters" for b in declared):
-            raise PolicyError(
-                f"policy {self.policy.name!r} declares a buffer starting from the parameters; a gradient hook holds "
-                "none: run it with the real backend (`syncsim real`)"
-            )
         buffer, index = bucket.buffer(), bucket.index()
         shapes = [tuple(g.shape) for g in bucket.gradients()]
-        found = self.stores.get(index)
-        if found is None or found.shapes != shapes:
-            found = self.stores[index] = TensorStore(buffer, buffer, declared, shapes)
-            found.shapes = shapes  # type: ignore[attr-defined]
-        found.tensors[GRADIENTS] = buffer
-        return found
+        held = self.stores.get(index)
+        if held is None or held[0] != shapes:
+            held = self.stores[index] = (shapes, TensorStore(buffer, buffer, self.buffers, shapes))
+        held[1].tensors[GRADIENTS] = buffer
+        return held[1]
 
     def state_dict(self) -> dict[str, Any]:
         return {"step": self.step, "buckets": self.buckets, "policy": self.policy.state_dict()}
@@ -360,5 +356,11 @@ def make_hook_state(
     pol.bind(cluster, ModelInfo(nbytes(params), sizes, bucket_shapes=shapes))
     buckets = [Bucket(i, size, len(sizes)) for i, size in enumerate(sizes)]
     groups = plan(pol, cluster.world_size, default_steps(pol, steps), buckets, Payload.GRADIENTS, ("on_gradients",))
+    declared = list(pol.buffers())
+    if any(isinstance(b, Buffer) and b.initial == "parameters" for b in declared):
+        raise PolicyError(
+            f"policy {pol.name!r} declares a buffer starting from the parameters; a gradient hook holds none: "
+            "run it with the real backend (`syncsim real`)"
+        )
     rank = world_rank(cluster)
-    return PolicyHookState(pol, rank, ProcessGroups(groups), len(sizes))
+    return PolicyHookState(pol, rank, ProcessGroups(groups), len(sizes), buffers=declared)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Optional
 
 import torch
 
@@ -202,16 +201,3 @@ class Factors:
             offset = placed[m.tensor][0]
             views.append(flat[offset : offset + m.rows * m.cols].view(1, m.rows, m.cols))
         return views
-
-
-def factor_buffers(buffers: Sequence[object]) -> list[FactorBuffer]:
-    """The factor buffers among a policy's declared buffers."""
-    return [b for b in buffers if isinstance(b, FactorBuffer)]
-
-
-def lowrank_of(buffers: Sequence[FactorBuffer]) -> Optional[LowRank]:
-    """The one LowRank setting a policy's factor buffers share (None: no factor buffers)."""
-    found = {b.lowrank for b in buffers}
-    if len(found) > 1:
-        raise PolicyError(f"factor buffers of different LowRank settings: {sorted(map(repr, found))}")
-    return next(iter(found), None)
