@@ -30,6 +30,7 @@ from typing import Any, ClassVar, Optional
 
 from pydantic import BaseModel, ConfigDict
 
+from policies.membership import Membership
 from policies.ops import Op, Program, ServerSpec, step_ops
 from policies.phases import Phase, Progress, Timing
 from policies.tensors import Buffer
@@ -101,6 +102,20 @@ class Policy:
         """Plan against the cluster and model; raise `SettingError` when a setting does not fit."""
         self.view = view
         self.model = model
+
+    def membership_problems(self, membership: Membership) -> list[tuple[str, str]]:
+        """(field, message) for each change of `membership` (workers leaving or joining, the config's
+        `faults.departures`) this policy cannot follow; the field is relative to `faults.`. Default: a
+        policy that runs every rank at every step follows none."""
+        if not membership.changes:
+            return []
+        return [
+            (
+                "departures",
+                f"policy {self.name!r} runs every rank at every step; workers may leave and join only under "
+                "local_sgd, diloco and policies derived from them",
+            )
+        ]
 
     def pinned_settings(self) -> dict[str, Any]:
         """The settings with every choice `bind` made from the cluster's figures written out (an `auto`

@@ -6,10 +6,10 @@ from __future__ import annotations
 from pydantic import Field, ValidationInfo, field_validator
 
 from policies.local_sgd import LocalSGD, LocalSGDSettings
-from policies.ops import Combine, Encode, OptimizerStep, Program
+from policies.ops import Broadcast, Combine, Encode, Group, OptimizerStep, Program
 from policies.tensors import PARAMETERS, Buffer, Codec, Optimizer
 
-ANCHOR, OUTER_GRADIENT, RESIDUAL = "anchor", "outer_gradient", "residual"
+ANCHOR, OUTER_GRADIENT, RESIDUAL, OUTER_STATE = "anchor", "outer_gradient", "residual", "outer"
 
 
 class DiLoCoSettings(LocalSGDSettings):
@@ -55,11 +55,21 @@ class DiLoCo(LocalSGD):
         if self.warming_up(step):  # the anchor follows the data-parallel model (the global one during warm-up)
             yield Combine(ANCHOR, ((1.0, PARAMETERS),))
         if self.averages_after(step):
-            yield from self.outer_step(rank, self.bound_model.parameter_bytes)
+            yield from self.outer_step(rank, self.bound_model.parameter_bytes, step=step)
+
+    def hand_over(self, rank: int, group: Group, source: int) -> Program:
+        """A joiner gets the anchor and the outer momentum, and restarts its parameters from the anchor."""
+        nbytes = self.bound_model.parameter_bytes
+        yield Broadcast(group, nbytes, tensor=ANCHOR, root=source)
+        if self.settings.outer_momentum > 0:
+            yield Broadcast(group, nbytes, state=OUTER_STATE, root=source)
+        if rank != source:
+            yield Combine(PARAMETERS, ((1.0, ANCHOR),))
 
     def outer_step(self, rank: int, nbytes: float, **where: object) -> Program:
-        """The outer step on `nbytes` of the model (a `fragment=`, and a `handle=` to launch the
-        all-reduce, pass through to the ops; a launched one is finished by `apply_outer`)."""
+        """The outer step on `nbytes` of the model (a `fragment=`, a `handle=` to launch the all-reduce,
+        and the `step=` whose live ranks average pass through to the ops; a launched one is finished by
+        `apply_outer`)."""
         fragment = where.get("fragment")
         yield Combine(OUTER_GRADIENT, ((1.0, ANCHOR), (-1.0, PARAMETERS)), fragment=fragment)
         s = self.settings
@@ -73,6 +83,6 @@ class DiLoCo(LocalSGD):
         """Step the anchor with the mean pseudo-gradient; the parameters become `mixing` * theirs +
         (1 - mixing) * the anchor (0: the anchor)."""
         fragment = where.get("fragment")
-        yield OptimizerStep(ANCHOR, OUTER_GRADIENT, self.outer, fragment=fragment)  # type: ignore[arg-type]
+        yield OptimizerStep(ANCHOR, OUTER_GRADIENT, self.outer, state=OUTER_STATE, fragment=fragment)  # type: ignore[arg-type]
         terms = ((1.0, ANCHOR),) if mixing == 0 else ((mixing, PARAMETERS), (1.0 - mixing, ANCHOR))
         yield Combine(PARAMETERS, terms, fragment=fragment)  # type: ignore[arg-type]

@@ -11,6 +11,7 @@ from pydantic import Field
 
 from policies.base import SettingError
 from policies.diloco import ANCHOR, RESIDUAL, DiLoCo, DiLoCoSettings
+from policies.membership import Membership
 from policies.ops import Combine, Encode, OptimizerStep, Program, Wait
 from policies.tensors import PARAMETERS, Buffer, Codec
 from policies.view import ClusterView, ModelInfo
@@ -38,6 +39,12 @@ class EagerDiLoCo(DiLoCo):
 
     name = "eager_diloco"
     Settings = EagerDiLoCoSettings
+
+    def membership_problems(self, membership: Membership) -> list[tuple[str, str]]:
+        if not membership.changes:
+            return []
+        why = "its outer averages run across steps, so no step lies between two of them"
+        return [("departures", f"workers may not leave or join under {self.name}: {why}")]
 
     def bind(self, view: ClusterView, model: ModelInfo) -> None:
         super().bind(view, model)

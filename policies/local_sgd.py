@@ -7,7 +7,8 @@ from typing import Literal, Optional
 from pydantic import Field, field_validator
 
 from policies.base import Bucket, Policy, SettingError
-from policies.ops import AllGather, AllReduce, Collective, Group, Payload, Program, ReduceScatter
+from policies.membership import Membership
+from policies.ops import AllGather, AllReduce, Broadcast, Collective, Group, Payload, Program, ReduceScatter
 from policies.tensors import Fragment
 from policies.view import ClusterView, ModelInfo
 from policies.warmup import WarmupSettings
@@ -45,7 +46,11 @@ class LocalSGD(Policy):
     `replica` other than `rank`: the g ranks of each host (rack, datacenter) train one replica and
     all-reduce their gradients every step among themselves; the average runs as a 2-D all-reduce (reduce-
     scatter inside the replica, all-reduce of each 1/g share across replicas, all-gather inside), so that
-    each share crosses between replicas once."""
+    each share crosses between replicas once.
+
+    Workers leaving and joining (`ClusterView.membership`, policies.membership): at the first step of an
+    outer round only, and whole replicas at a time. The averages run over the live replicas; at the step a
+    replica comes back, the lowest rank that stayed hands it the state it missed (`hand_over`)."""
 
     name = "local_sgd"
     Settings = LocalSGDSettings
@@ -63,6 +68,54 @@ class LocalSGD(Policy):
         self.replica_size = sizes[0]
         self.replica_of = {r: Group(g) for g in groups for r in g}
         self.across_of = {g[i]: Group(tuple(h[i] for h in groups)) for g in groups for i in range(len(g))}
+        self.membership = view.membership
+
+    def membership_problems(self, membership: Membership) -> list[tuple[str, str]]:
+        """Changes that are not at the first step of an outer round (or step 0), that split a replica, that
+        leave no worker, or that leave nobody who stayed to hand the joiners the model."""
+        w, h, problems = self.settings.warmup_steps, self.settings.period, []
+        for step, kind, i in membership.boundaries():
+            if step != 0 and (step < w or (step - w) % h):
+                allowed = f"0, {w}, {w + h}, {w + 2 * h}, ..." if w else f"0, {h}, {2 * h}, ..."
+                problems.append(
+                    (
+                        f"departures[{i}].{kind}",
+                        f"{step} is not the first step of an outer round (warmup_steps {w}, period {h}: allowed "
+                        f"{allowed})",
+                    )
+                )
+            elif not membership.live(step):
+                problems.append((f"departures[{i}].{kind}", f"no worker is left at step {step}"))
+            elif kind == "join_step" and membership.source(step) is None:
+                problems.append(
+                    (f"departures[{i}].{kind}", f"no worker trains both before and at step {step} to hand over")
+                )
+        for absence in membership.absences:
+            away = set(absence.ranks)
+            cut = [g for g in self.replica_of.values() if away & set(g.ranks) and not set(g.ranks) <= away]
+            split = cut[0] if cut else None
+            if split is not None:
+                problems.append(
+                    (
+                        f"departures[{absence.index}]",
+                        f"takes part of the replica of ranks {list(split.ranks)} away; with replica: "
+                        f"{self.settings.replica} whole replicas leave",
+                    )
+                )
+        return problems
+
+    def world_at(self, step: Optional[int]) -> Group:
+        """The ranks live at `step` (None: every rank)."""
+        if step is None or not self.membership.changes:
+            return self.world
+        return Group(self.membership.live(step))
+
+    def across_at(self, rank: int, step: Optional[int]) -> Group:
+        """`rank`'s peers in the other replicas that are live at `step` (None: all of them)."""
+        across = self.across_of[rank]
+        if step is None or not self.membership.changes:
+            return across
+        return Group(tuple(r for r in across.ranks if self.membership.is_live(r, step)))
 
     def warming_up(self, step: int) -> bool:
         return step < self.settings.warmup_steps
@@ -72,15 +125,28 @@ class LocalSGD(Policy):
         local = step - self.settings.warmup_steps
         return local >= 0 and (local + 1) % self.settings.period == 0
 
+    def begin_step(self, rank: int, step: int) -> Program:
+        joining = self.membership.joining(step)
+        if not joining:
+            return
+        source = self.membership.source(step)
+        if rank == source or rank in joining:
+            yield from self.hand_over(rank, Group((source, *joining)), source)  # type: ignore[arg-type]
+
+    def hand_over(self, rank: int, group: Group, source: int) -> Program:
+        """What `source` hands the workers joining at a round's first step (`group`: it and them): here the
+        parameters, which every live replica shares after the last average."""
+        yield Broadcast(group, self.bound_model.parameter_bytes, payload=Payload.PARAMETERS, root=source)
+
     def on_gradients(self, rank: int, step: int, bucket: Bucket) -> Program:
         if self.warming_up(step):
-            yield AllReduce(self.world, bucket.nbytes)
+            yield AllReduce(self.world_at(step), bucket.nbytes)
         elif self.replica_size > 1:
             yield AllReduce(self.replica_of[rank], bucket.nbytes)
 
     def end_step(self, rank: int, step: int) -> Program:
         if self.averages_after(step):
-            yield from self.parameter_average(rank, self.bound_model.parameter_bytes)
+            yield from self.parameter_average(rank, self.bound_model.parameter_bytes, step=step)
 
     def parameter_average(
         self,
@@ -89,18 +155,19 @@ class LocalSGD(Policy):
         tensor: Optional[str] = None,
         fragment: Optional[Fragment] = None,
         handle: Optional[str] = None,
+        step: Optional[int] = None,
     ) -> Program:
         """Average `nbytes` of fp32 parameter-space values (of `tensor`; default the parameters) over the
-        replicas, in `wire` when set: one all-reduce over every rank, or with replicas of g ranks the 2-D
-        all-reduce. `fragment` and `handle` need replicas of one rank (a launched 2-D all-reduce would
-        need its three ops chained)."""
+        replicas live at `step` (None: all), in `wire` when set: one all-reduce, or with replicas of g ranks
+        the 2-D all-reduce. `fragment` and `handle` need replicas of one rank (a launched 2-D all-reduce
+        would need its three ops chained)."""
         where = {"tensor": tensor, "fragment": fragment, "handle": handle}
         if self.replica_size == 1:
-            yield self._average_op(AllReduce, self.world, nbytes, where)
+            yield self._average_op(AllReduce, self.world_at(step), nbytes, where)
             return
         if fragment is not None or handle is not None:
             raise SettingError("replica", "fragments and launched averages need replica: rank")
-        g, inside, across = self.replica_size, self.replica_of[rank], self.across_of[rank]
+        g, inside, across = self.replica_size, self.replica_of[rank], self.across_at(rank, step)
         where = {"tensor": tensor}
         yield self._average_op(ReduceScatter, inside, nbytes, where)
         yield self._average_op(AllReduce, across, nbytes / g, where)

@@ -174,6 +174,26 @@ class AllToAll(Collective):
 
 
 @dataclass(frozen=True)
+class Broadcast(Collective):
+    """Member `root`'s tensor (`tensor`, or the parameters) copied to every member; with `state`, the
+    state of its policy-owned optimizer of that key (`OptimizerStep.state`: momentum, moments, step
+    counts, all of them) instead. `nbytes` is what travels: the tensor, or all of the state.
+    What a worker that joins a run is handed (policies.membership)."""
+
+    root: int = 0
+    state: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.root not in self.group:
+            raise ValueError(f"Broadcast: root {self.root} is not a member of {self.group!r}")
+        if self.state is not None:
+            check_name(self.state, "state")
+        if self.wire is not None or self.coding is not None or self.fragment is not None:
+            raise ValueError("Broadcast: copies a whole tensor as it is (no wire, coding or fragment)")
+
+
+@dataclass(frozen=True)
 class Barrier(Collective):
     """Wait until every member has arrived; carries no payload."""
 
@@ -356,5 +376,5 @@ def step_ops(step: Step) -> tuple[Op, ...]:
     return tuple(step) if isinstance(step, (tuple, list)) else (step,)
 
 
-COLLECTIVES: tuple[type[Collective], ...] = (AllReduce, ReduceScatter, AllGather, AllToAll, Barrier)
+COLLECTIVES: tuple[type[Collective], ...] = (AllReduce, ReduceScatter, AllGather, AllToAll, Broadcast, Barrier)
 ALLREDUCE_ALGORITHMS: tuple[str, ...] = ("ring",)

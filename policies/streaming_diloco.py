@@ -8,6 +8,7 @@ from pydantic import Field
 
 from policies.base import SettingError
 from policies.diloco import DiLoCo, DiLoCoSettings
+from policies.membership import Membership
 from policies.ops import Program, Wait
 from policies.tensors import Fragment, fragment_bytes
 from policies.view import ClusterView, ModelInfo
@@ -28,6 +29,12 @@ class StreamingDiLoCo(DiLoCo):
 
     name = "streaming_diloco"
     Settings = StreamingDiLoCoSettings
+
+    def membership_problems(self, membership: Membership) -> list[tuple[str, str]]:
+        if not membership.changes:
+            return []
+        why = "its fragments are averaged at staggered steps, so no step lies between two outer steps of every fragment"
+        return [("departures", f"workers may not leave or join under {self.name}: {why}")]
 
     def bind(self, view: ClusterView, model: ModelInfo) -> None:
         super().bind(view, model)

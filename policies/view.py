@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Optional
 
+from policies.membership import Absence, Membership
 from policies.wire import wire_type
 
 
@@ -66,14 +68,20 @@ class ModelInfo:
 
 @dataclass(frozen=True)
 class ClusterView:
-    """Ranks (one per GPU), the hosts they live on, the racks hosts sit in, server-only hosts, and on a
-    cluster of several datacenters (docs/wan.md) the hosts of each."""
+    """Ranks (one per GPU), the hosts they live on, the racks hosts sit in, server-only hosts, on a
+    cluster of several datacenters (docs/wan.md) the hosts of each, and the ranks away for some steps."""
 
     rank_hosts: tuple[str, ...]
     hosts: Mapping[str, HostInfo]
     racks: Mapping[str, RackInfo]
     server_hosts: tuple[str, ...] = ()
     datacenters: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # datacenter -> its hosts
+    absences: tuple[Absence, ...] = ()  # ranks away for some steps (policies.membership)
+
+    @cached_property
+    def membership(self) -> Membership:
+        """Which ranks train at each step (every rank at every step unless `absences` say otherwise)."""
+        return Membership(self.world_size, self.absences)
 
     @property
     def world_size(self) -> int:

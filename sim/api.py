@@ -11,7 +11,7 @@ from typing import Any, Optional, Union
 from sim.cluster.topology import Cluster, build_cluster
 from sim.compute.workload import ComputePlan, compute_plan
 from sim.config import Config, load_config, parse_config
-from sim.engine.faults import fault_problems
+from sim.engine.faults import absences_of, fault_problems
 from sim.engine.run import PolicyRun, bind_policy, run_policy
 from sim.errors import ConfigError, RunInterrupted, signal_name
 from sim.estimate.cost import check_limits
@@ -50,9 +50,10 @@ def _prepare(config: Config) -> tuple[Cluster, ComputePlan, Any]:
     cluster = build_cluster(config.cluster, config.seed)
     plan = compute_plan(config.workload, cluster.gpu)
     lines = fault_problems(config, cluster) + stall_problems(config, plan)
+    absences = absences_of(config, cluster)
     for i in range(len(config.policies)):
         try:
-            bind_policy(config.policies[i], i, cluster, plan, config.workload.wire_precision)
+            bind_policy(config.policies[i], i, cluster, plan, config.workload.wire_precision, absences)
         except ConfigError as exc:
             lines += str(exc).splitlines()
     if lines:  # every problem at once

@@ -52,10 +52,11 @@ class PrimeDiLoCo(DiLoCo):
         tensor: Optional[str] = None,
         fragment: Optional[Fragment] = None,
         handle: Optional[str] = None,
+        step: Optional[int] = None,
     ) -> Program:
         groups = self.settings.groups
         if groups == 1 or fragment is not None or handle is not None:  # bind refused replicas of several ranks
-            yield from super().parameter_average(rank, nbytes, tensor=tensor, fragment=fragment, handle=handle)
+            yield from super().parameter_average(rank, nbytes, tensor, fragment, handle, step)
             return
         for _ in range(groups):
-            yield self._average_op(AllReduce, self.world, nbytes / groups, {"tensor": tensor})
+            yield self._average_op(AllReduce, self.world_at(step), nbytes / groups, {"tensor": tensor})

@@ -1,4 +1,5 @@
-"""Config sections for heterogeneity and faults: slow workers, transient stragglers, background traffic.
+"""Config sections for heterogeneity and faults: slow workers, transient stragglers, background traffic, and
+workers that leave the run and come back (departures).
 
 Everything here is seeded by the config's `seed` and described in units in the key names.
 Targets are workers (`ranks`, whose host NIC carries network effects) or rack uplinks (`uplinks`:
@@ -135,8 +136,35 @@ class BackgroundFlow(Strict):
         return self
 
 
+Step = Annotated[int, Field(ge=0, le=10**9)]
+
+
+class Departure(Strict):
+    """Workers that leave the run at one step and come back at a later one (or never): a preempted node,
+    a datacenter that drops out. Under local_sgd and diloco only, at the first step of an outer round
+    (policies.membership, docs/wan.md)."""
+
+    ranks: Optional[Ranks] = Field(None, description="the workers that leave")
+    hosts: Optional[Annotated[list[str], Field(min_length=1)]] = Field(None, description="every worker of these hosts")
+    datacenter: Optional[str] = Field(None, description="every worker of this datacenter (multi_datacenter)")
+    leave_step: Step = Field(description="the first step they miss")
+    join_step: Optional[Step] = Field(None, description="the step they train again at (default: they never come back)")
+
+    @model_validator(mode="after")
+    def _shape(self) -> Departure:
+        problems: list[str] = []
+        _exactly_one(self, ("ranks", "hosts", "datacenter"), "target", problems)
+        if self.join_step is not None and self.join_step <= self.leave_step:
+            problems.append(f"join_step: {self.join_step}; allowed: a step after leave_step ({self.leave_step})")
+        _report(problems)
+        return self
+
+
 class FaultsConfig(Strict):
-    """Static heterogeneity and transient stragglers."""
+    """Static heterogeneity, transient stragglers, and workers leaving and joining."""
 
     slow_workers: list[SlowWorker] = Field(default_factory=list, description="permanently slower workers")
     stragglers: list[Straggler] = Field(default_factory=list, description="transient slowdowns")
+    departures: list[Departure] = Field(
+        default_factory=list, description="workers that leave between outer steps and may come back"
+    )

@@ -10,7 +10,8 @@ per collective instead of S*p flows. Uncontended, both give S*alpha + S*(n/p)/B 
 contention they agree closely (tests compare them), because the stepwise ring also advances at the
 pace of its slowest flow.
 
-All-to-all sends n/p from every member to every other member at once.
+All-to-all sends n/p from every member to every other member at once. Broadcast is a pipelined chain
+from the root: (p - 1) alpha + n/B uncontended, under every model.
 
 Under the NCCL model (`simulation.network_model: nccl`, sim/engine/nccl_plans.py) a dense collective
 is one pipelined transfer of the algorithm and protocol NCCL's tuner would pick, with NCCL's latency.
@@ -38,7 +39,7 @@ import numpy as np
 import simpy
 from simpy.events import Event
 
-from policies.ops import AllGather, AllReduce, AllToAll, Barrier, Collective, Group, ReduceScatter
+from policies.ops import AllGather, AllReduce, AllToAll, Barrier, Broadcast, Collective, Group, ReduceScatter
 from policies.wire import wire_type
 from sim.cluster.routing import Path, Router
 from sim.compute.sparse_traffic import (
@@ -126,6 +127,8 @@ class CollectiveRunner:
             return Launched(done, 0.0)
         if op.coding is not None:
             return self._sparse(op, step, buckets or {})
+        if isinstance(op, Broadcast):
+            return self._broadcast(op, done)
         if self.planner is not None:
             choice, paths, net_paths = self._plan(op, self.planner)
             ends, busy_until = self.env._now + choice.seconds, self.busy_until
@@ -151,6 +154,17 @@ class CollectiveRunner:
         if self.model == "pipelined":
             return Launched(self.net.transfer(paths, steps * chunk, latency=steps * hop_latency, done=done), wire)
         return Launched(_StepwiseRing(self.env, self.net, paths, steps, chunk).done, wire)
+
+    def _broadcast(self, op: Broadcast, done: Optional[simpy.Event]) -> Launched:
+        """A pipelined chain from the root through the other members in group order: every hop carries the
+        whole tensor, in chunks small enough that the last member has it (p - 1) hop latencies after one
+        transfer time. The same under every network model (NCCL's broadcast is a ring of this shape)."""
+        ranks = op.group.ranks
+        start = ranks.index(op.root)
+        chain = ranks[start:] + ranks[:start]
+        paths = [self._path(chain[i], chain[i + 1]) for i in range(len(chain) - 1)]
+        latency = (len(paths)) * max(self.net.path_latency(path) for path in paths)
+        return Launched(self.net.transfer(paths, op.nbytes, latency=latency, done=done), len(paths) * op.nbytes)
 
     def cast_s(self, op: Collective) -> tuple[float, float]:
         """Seconds of `op`'s cast to its `wire` before its transfers and back after them."""

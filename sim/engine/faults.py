@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import simpy
 
+from policies.membership import Absence
 from sim.cluster.routing import Router
 from sim.cluster.topology import GBPS, Cluster
 from sim.compute.durations import ComputeModel
@@ -31,7 +32,18 @@ def fault_problems(config: Config, cluster: Cluster) -> list[str]:
     groups: list[tuple[str, Any]] = [(f"faults.slow_workers[{i}]", s) for i, s in enumerate(config.faults.slow_workers)]
     groups += [(f"faults.stragglers[{i}]", s) for i, s in enumerate(config.faults.stragglers)]
     groups += [(f"background[{i}]", b) for i, b in enumerate(config.background)]
+    groups += [(f"faults.departures[{i}]", d) for i, d in enumerate(config.faults.departures)]
     lines = []
+    for i, departure in enumerate(config.faults.departures):
+        if departure.leave_step >= config.iterations:
+            lines.append(
+                f"faults.departures[{i}].leave_step: {departure.leave_step} is past the run's last step "
+                f"({config.iterations - 1}); allowed: 0 to {config.iterations - 1}"
+            )
+        named = departure.datacenter
+        if named is not None and named not in cluster.view.datacenters:
+            known = ", ".join(cluster.view.datacenters) or "none (topology multi_datacenter has datacenters)"
+            lines.append(f"faults.departures[{i}].datacenter: unknown datacenter {named!r}; allowed: {known}")
     for where, spec in groups:
         bad = [r for r in getattr(spec, "ranks", None) or () if r >= world]
         if bad:
@@ -47,6 +59,21 @@ def fault_problems(config: Config, cluster: Cluster) -> list[str]:
         if unknown := [h for h in named if h not in hosts]:
             lines.append(f"{where}.hosts: unknown hosts {unknown}; allowed: {', '.join(hosts)}")
     return lines
+
+
+def absences_of(config: Config, cluster: Cluster) -> tuple[Absence, ...]:
+    """`faults.departures` as the ranks each takes away (policies.membership); an entry naming nothing that
+    exists takes nobody (`fault_problems` reports it)."""
+    view, found = cluster.view, []
+    for i, departure in enumerate(config.faults.departures):
+        if departure.ranks is not None:
+            ranks = [r for r in departure.ranks if r < view.world_size]
+        else:
+            hosts = set(departure.hosts or view.datacenters.get(departure.datacenter or "", ()))
+            ranks = [r for r in range(view.world_size) if view.host_of(r) in hosts]
+        if ranks:
+            found.append(Absence(tuple(ranks), departure.leave_step, departure.join_step, index=i))
+    return tuple(found)
 
 
 def late_faults(config: Config, ends: dict[str, float]) -> list[str]:

@@ -26,6 +26,7 @@ from policies.phases import Phase, Progress
 from sim.cluster.topology import build_cluster
 from sim.compute.workload import compute_plan
 from sim.config import Config
+from sim.engine.faults import absences_of
 from sim.engine.run import bind_policy
 
 MAX_PHASES = 10_000  # a policy that keeps naming phases past this is a bug, not a plan
@@ -85,17 +86,21 @@ def policy_plans(config: Config) -> list[PolicyPlan]:
     workers = cluster.view.world_size
     buckets = [Bucket(b, bucket.nbytes, len(plan.buckets)) for b, bucket in enumerate(plan.buckets)]
     plans = []
+    absences = absences_of(config, cluster)
     for index, entry in enumerate(config.policies):
-        policy = bind_policy(entry, index, cluster, plan, config.workload.wire_precision)
+        policy = bind_policy(entry, index, cluster, plan, config.workload.wire_precision, absences)
         phases: list[tuple[str, int]] = []
         ops: Counter[OpKey] = Counter()
         for phase, start in _phases(policy, config.iterations * workers, workers):
             phases.append((phase.label, phase.updates))
+            live = policy.bound_view.membership.is_live
             for rank, step in _turns(phase, start, workers):
+                if not live(rank, step):  # away (faults.departures): no hooks run
+                    continue
                 ops.update(_issued(phase.policy, phase.label, rank, step, buckets))
         shards = tuple(spec.host for spec in policy.all_servers())
         # the dry run moved `policy` through its phases
-        fresh = bind_policy(entry, index, cluster, plan, config.workload.wire_precision)
+        fresh = bind_policy(entry, index, cluster, plan, config.workload.wire_precision, absences)
         plans.append(PolicyPlan(entry.display, len(buckets), tuple(phases), shards, dict(ops), fresh))
     return plans
 

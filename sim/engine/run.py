@@ -11,13 +11,14 @@ from __future__ import annotations
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
 import numpy as np
 
 from policies.base import Policy, SettingError
 from policies.lowrank import FactorBuffer
+from policies.membership import Absence
 from policies.registry import create
 from policies.view import ModelInfo
 from sim.cluster.routing import Router
@@ -30,7 +31,7 @@ from sim.engine.clocks import ClockBoard
 from sim.engine.collectives import CollectiveRunner, Launched
 from sim.engine.communicators import Communicators
 from sim.engine.executor import Executor
-from sim.engine.faults import FaultContext, LinkEffects, background, straggler
+from sim.engine.faults import FaultContext, LinkEffects, absences_of, background, straggler
 from sim.engine.input_pipeline import preparing
 from sim.engine.local_op_costs import FactorPricing, LocalOpCosts, local_op_bandwidth
 from sim.engine.nccl_plans import nccl_capacity, planner_for
@@ -87,14 +88,24 @@ def model_info(plan: ComputePlan, gradient_type: str = "fp32") -> ModelInfo:
 
 
 def bind_policy(
-    entry: PolicyEntry, index: int, cluster: Cluster, plan: ComputePlan, gradient_type: str = "fp32"
+    entry: PolicyEntry,
+    index: int,
+    cluster: Cluster,
+    plan: ComputePlan,
+    gradient_type: str = "fp32",
+    absences: tuple[Absence, ...] = (),
 ) -> Policy:
-    """Create and bind a policy; a setting that does not fit the cluster becomes a ConfigError."""
+    """Create and bind a policy to the cluster with `absences` (workers away for some steps); a setting
+    that does not fit the cluster, or a departure the policy cannot follow, becomes a ConfigError."""
+    view = replace(cluster.view, absences=absences) if absences else cluster.view
     try:
         policy = create(entry.name, entry.settings)
-        policy.bind(cluster.view, model_info(plan, gradient_type))
+        policy.bind(view, model_info(plan, gradient_type))
     except SettingError as exc:
         raise ConfigError("\n".join(f"policies[{index}].{field}: {detail}" for field, detail in exc.problems)) from None
+    problems = policy.membership_problems(view.membership)
+    if problems:
+        raise ConfigError("\n".join(f"faults.{field}: {detail} (policies[{index}])" for field, detail in problems))
     for spec in policy.all_servers():
         if spec.host not in cluster.view.hosts:
             raise ConfigError(f"policies[{index}]: server shard {spec.shard} is placed on unknown host {spec.host!r}")
@@ -116,7 +127,8 @@ def run_policy(
 ) -> PolicyRun:
     """`task` (a `sim.numerics.tasks.Task`, numerics mode) makes every worker train a real replica."""
     entry = config.policies[index]
-    policy = bind_policy(entry, index, cluster, plan, config.workload.wire_precision)
+    absences = absences_of(config, cluster)
+    policy = bind_policy(entry, index, cluster, plan, config.workload.wire_precision, absences)
     run = PolicyRun(entry.display, entry.name)
     env = CountingEnvironment()
     router = Router(cluster, config.seed)
@@ -186,6 +198,7 @@ def run_policy(
             buffers=phase_buffers(policy.phase_policies()),
             global_tensor=policy.global_tensor,
         )
+        replicas.membership = policy.bound_view.membership
     traffic = shared_traffic(plan.layouts, config.seed) if any(x.sparse for x in plan.layouts) else None
     runner = CollectiveRunner(
         env,

@@ -6,6 +6,8 @@ overlap forward); backward in bucket-sized slices (each bucket handed to the pol
 ready, so communication overlaps the rest of backward, unless `plan.overlap_backward` is off: then all
 at once when backward ends); then the bucket programs, end_step, and every `accumulation_steps`-th
 iteration the optimizer step (compute).
+A worker away for some steps (`faults.departures`, policies.membership) runs none of them: it waits, with no
+rows, until the others start the step it comes back at.
 Under the NCCL model backward compute runs `overlap_slowdown` times slower while the rank's collectives
 run (NCCL's kernels hold some of the GPU's SMs, sim/nccl/fabrics.py): until `busy_until`, the end the
 tuner predicts for the collectives launched so far (contention may make them last longer; collectives
@@ -151,9 +153,47 @@ class WorkerContext:
     busy_until: Optional[list[float]] = None  # per rank, when its running collectives end (None: no contention)
     inputs: Optional[list[HostInput]] = None  # per rank, its host's input pipeline (None: data never waits)
     timers: SharedTimeouts = field(init=False)
+    starts: StepStarts = field(init=False)
 
     def __post_init__(self) -> None:
         self.timers = SharedTimeouts(self.env)
+        self.starts = StepStarts(self.env)
+
+
+class StepStarts:
+    """When the first worker started each step: a worker that was away (faults.departures) comes back
+    as the others start the step it joins at."""
+
+    def __init__(self, env: simpy.Environment) -> None:
+        self.env = env
+        self._started: set[int] = set()
+        self._waiting: dict[int, simpy.Event] = {}
+
+    def started(self, step: int) -> None:
+        if step not in self._started:
+            self._started.add(step)
+            waiting = self._waiting.pop(step, None)
+            if waiting is not None:
+                waiting.succeed()
+
+    def wait(self, step: int) -> simpy.Event:
+        if step in self._started:
+            event = simpy.Event(self.env)
+            event.succeed()
+            return event
+        return self._waiting.setdefault(step, simpy.Event(self.env))
+
+
+def _away(ctx: WorkerContext, rank: int, step: int) -> Generator[simpy.Event, Any, Optional[int]]:
+    """`rank` is away at `step`: wait until the others start the step it comes back at, which is
+    returned (None: it does not come back within the phase, and retires)."""
+    back = ctx.policy.bound_view.membership.next_live(rank, step)
+    if back is None or back >= ctx.budget.start + ctx.budget.steps:
+        return None
+    yield ctx.starts.wait(back)
+    if ctx.evaluator is not None:
+        ctx.evaluator.skipped(rank, back - step)
+    return back
 
 
 def worker(ctx: WorkerContext, rank: int) -> Generator[simpy.Event, Any, None]:
@@ -167,7 +207,15 @@ def worker(ctx: WorkerContext, rank: int) -> Generator[simpy.Event, Any, None]:
     after, segment, run, on_gradients = ctx.timers.after, compute.segment, executor.run, policy.on_gradients
     step = ctx.budget.start
     last: Optional[Timing] = None
+    membership = policy.bound_view.membership
     while True:
+        if membership.changes:
+            if not membership.is_live(rank, step):
+                back = yield from _away(ctx, rank, step)
+                if back is None:
+                    break
+                step = back
+            ctx.starts.started(step)
         start = env.now
         allowed = ctx.budget.claim(rank, step, last)
         if isinstance(allowed, simpy.Event):  # an adaptive phase's decision point: waits for others

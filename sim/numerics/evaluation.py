@@ -18,10 +18,12 @@ reaches a multiple of `eval_every x workers`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Optional
 
 import torch
 
+from policies.membership import Membership
 from sim.numerics.replicas import Replicas
 
 # (iteration, simulated time, worker (-1: consensus), train loss, held-out loss, held-out accuracy)
@@ -38,6 +40,11 @@ class Evaluator:
         self._done = [0] * self.world  # synchronous: iterations each worker finished
         self._copies: dict[int, dict[int, tuple]] = {}  # iteration -> rank -> (params, losses, global model)
         self._scored: list[str] = []  # the models the consensus rows scored, in order, each once
+
+    @property
+    def membership(self) -> Membership:
+        """Workers away at some steps are neither waited for nor scored."""
+        return self.replicas.membership
 
     def begin_phase(self, synchronous: bool, start: int) -> None:
         """A phase starts at step `start` on every worker (policies.phases); its budget kind decides
@@ -56,16 +63,22 @@ class Evaluator:
         k = self._done[rank]
         if k % self.every:
             return
+        live = self.membership.live(k - 1)  # the workers that trained step k - 1
         losses = self.replicas.losses[rank]
-        held = self.replicas.global_model(rank) if rank == 0 else None
+        held = self.replicas.global_model(rank) if rank == live[0] else None
         copy = (self.replicas.params[rank].clone(), list(losses), None if held is None else held.clone())
         self._copies.setdefault(k, {})[rank] = copy
         losses.clear()
-        if len(self._copies[k]) == self.world:  # the last worker finished iteration k
+        if len(self._copies[k]) == len(live):  # the last worker finished iteration k
             copies = self._copies.pop(k)
-            params = torch.stack([copies[r][0] for r in range(self.world)])
-            self._rows(k, now, params, [copies[r][1] for r in range(self.world)], copies[0][2])
+            params = torch.stack([copies[r][0] for r in live])
+            self._rows(k, now, params, [copies[r][1] for r in live], copies[live[0]][2], live)
             self.evaluated_at = self.completed
+
+    def skipped(self, rank: int, steps: int) -> None:
+        """`rank` was away for `steps` steps (faults.departures): they count as done, with no copy."""
+        if self.synchronous:
+            self._done[rank] += steps
 
     def evaluate(self, now: float) -> None:
         """The replicas (and servers) as they are now."""
@@ -76,7 +89,9 @@ class Evaluator:
         windows = [list(worker) for worker in reps.losses]
         for worker in reps.losses:
             worker.clear()
-        self._rows(self.completed / self.world, now, reps.params, windows)
+        live = self.membership.live(max(self._done) - 1) if self.membership.changes else tuple(range(self.world))
+        done = self.completed / self.world if not self.membership.changes else float(max(self._done))
+        self._rows(done, now, reps.params[list(live)], [windows[r] for r in live], None, live)
 
     @property
     def scored(self) -> str:
@@ -91,18 +106,22 @@ class Evaluator:
         params: torch.Tensor,
         windows: list[list[float]],
         global_model: Optional[torch.Tensor] = None,
+        ranks: Sequence[int] = (),
     ) -> None:
-        """Rows for the replicas `params` (one row per worker) and their consensus (`global_model`:
-        worker 0's copy of the policy's global model taken with `params`)."""
+        """Rows for the replicas `params` (one row per worker of `ranks`, default all) and their consensus
+        (`global_model`: the first of them's copy of the policy's global model taken with `params`)."""
         task, reps = self.replicas.task, self.replicas
+        ranks = ranks or range(self.world)
         if not self._scored or self._scored[-1] != reps.scored:
             self._scored.append(reps.scored)
+        if global_model is None and reps.global_tensor is not None:
+            global_model = reps.stores[ranks[0]].tensors[reps.global_tensor]
         loss, accuracy = task.evaluate(reps.consensus(params, global_model))
         self.rows.append((iteration, now, -1, _mean([x for w in windows for x in w]), loss, accuracy))
         if self.workers:
-            for r in range(self.world):
-                loss, accuracy = task.evaluate(params[r])
-                self.rows.append((iteration, now, r, _mean(windows[r]), loss, accuracy))
+            for i, r in enumerate(ranks):
+                loss, accuracy = task.evaluate(params[i])
+                self.rows.append((iteration, now, r, _mean(windows[i]), loss, accuracy))
 
 
 def _mean(values: list[float]) -> float:

@@ -16,6 +16,7 @@ Rules:
 - `Encode`: v = source (+ residual); top-k keeps the ceil(topk * n) largest magnitudes of v over the ranges
   (ties: the lower index first) and zeroes the rest; a wire type then rounds what is kept (`wire_cast.round_trip`
   on the ranges' values laid end to end, blocks starting at the first); out = that, residual = v - out.
+- `Broadcast` (a collective, but what it does to the members is a copy): `take_from`.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import torch
 
 from policies.factor_ops import FactorOp
 from policies.lowrank import FactorBuffer, Shape
-from policies.ops import Combine, Encode, LocalOp, OptimizerStep
+from policies.ops import Broadcast, Combine, Encode, LocalOp, OptimizerStep
 from policies.tensors import GRADIENTS, PARAMETERS, Buffer, Codec, Fragment, Optimizer
 from sim.errors import PolicyError
 from sim.numerics.lowrank_rules import Factors, Placed
@@ -120,6 +121,21 @@ class TensorStore:
                 _write(self.tensor(op.residual), ranges, source - out)
         else:
             raise TypeError(f"no tensor rule for {type(op).__name__}")
+
+    def take_from(self, source: TensorStore, op: Broadcast, ranges: Sequence[Range]) -> None:
+        """`op` (a Broadcast) from `source`'s store to this one over `ranges`: the tensor `op.buffer`, or
+        with `op.state` every state tensor of that optimizer (dropped here where `source` has none yet:
+        its first step starts from zeros on both)."""
+        if op.state is None:
+            _write(self.tensor(op.buffer), ranges, _read(source.tensor(op.buffer), ranges))
+            return
+        theirs = source.states.get(op.state)
+        if theirs is None:
+            self.states.pop(op.state, None)
+            return
+        mine = self._state(op.state, tuple(theirs), theirs[next(iter(theirs))])
+        for name, tensor in theirs.items():
+            _write(mine[name], ranges, _read(tensor, ranges))
 
     def _state(self, key: str, names: Sequence[str], like: torch.Tensor) -> dict[str, torch.Tensor]:
         state = self.states.get(key)

@@ -28,7 +28,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from policies.ops import Collective, Payload, Pull, Push
+from policies.ops import Broadcast, Collective, Payload, Pull, Push
 from policies.tensors import PARAMETERS
 from sim.config.numerics import NumericsConfig
 from sim.config.sparsity import SparsityConfig
@@ -174,7 +174,7 @@ class Replica:
     def arrive(self, op: Collective, bucket: Optional[int]) -> None:
         """This worker reached `op`: a collective on the parameters first takes the local optimizer step
         (one on another parameter-space buffer, DiLoCo's pseudo-gradient, does not)."""
-        if op.buffer != PARAMETERS:
+        if op.buffer != PARAMETERS or isinstance(op, Broadcast):  # a Broadcast replaces the parameters
             return
         for b in range(len(self.ranges)) if bucket is None else (bucket,):
             if b not in self._settled:

@@ -38,11 +38,13 @@ from typing import Optional
 import torch
 
 from policies.lowrank import FactorBuffer
+from policies.membership import Membership
 from policies.ops import (
     AllGather,
     AllReduce,
     AllToAll,
     Barrier,
+    Broadcast,
     Collective,
     LocalOp,
     Op,
@@ -90,6 +92,7 @@ class Replicas:
         `buffers`: the policy's (`local_ops.phase_buffers`); `global_tensor`: the buffer evaluated as the model
         (`Policy.global_tensor`; the phase runner sets it per phase), None: the replicas' mean."""
         self.cfg, self.task, self.world, self.iterations, self.policy = cfg, task, world, iterations, policy
+        self.membership = Membership(world)  # ranks away at some steps: the run sets the policy's
         self.wire = wire_dtype(gradient_precision)
         n = task.size
         self.params = task.initial.repeat(world, 1)
@@ -144,6 +147,11 @@ class Replicas:
     def collective_done(self, op: Collective, buckets: Mapping[int, Optional[int]]) -> None:
         """Carry out `op` on the members' tensors; `buckets` maps each member to its program's bucket."""
         if isinstance(op, Barrier) or op.payload is Payload.CONTROL:
+            return
+        if isinstance(op, Broadcast):  # a joiner takes the source's tensor or optimizer state
+            for r in op.group.ranks:
+                if r != op.root:
+                    self.stores[r].take_from(self.stores[op.root], op, [self._region(op, r, buckets[r])])
             return
         if op.buffer in self.stores[0].factors:
             self._factors(op, buckets)
@@ -405,11 +413,13 @@ class Replicas:
         self, replicas: Optional[torch.Tensor] = None, global_model: Optional[torch.Tensor] = None
     ) -> torch.Tensor:
         """The servers' model while a phase with servers runs; else the policy's global model
-        (`global_model`: worker 0's copy taken earlier; default: worker 0's now: every worker holds the
-        same one, having applied the same ops to the same reduced values); else the mean of the replicas
-        (`replicas`: copies taken earlier, one row per worker; default: the replicas now)."""
+        (`global_model`: a live worker's copy taken earlier; default: the first worker's live at the last step,
+        now: every live worker holds the same one, having applied the same ops to the same reduced values); else
+        the mean of the replicas (`replicas`: copies taken earlier, one row per live worker; default: those
+        live at the last step, now)."""
         if self.server is not None and self.serving:
             return self.server.params
+        live = list(self.membership.live(self.iterations - 1)) or list(range(self.world))
         if self.global_tensor is not None:
-            return global_model if global_model is not None else self.stores[0].tensors[self.global_tensor]
-        return (self.params if replicas is None else replicas).mean(dim=0)
+            return global_model if global_model is not None else self.stores[live[0]].tensors[self.global_tensor]
+        return (self.params[live] if replicas is None else replicas).mean(dim=0)

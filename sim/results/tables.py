@@ -189,12 +189,11 @@ def accuracy_summary(run: PolicyRun, target: float | None) -> dict[str, float]:
 
 
 def compute_utilization(iterations: pd.DataFrame) -> dict[str, float]:
-    """The share of its time each worker spent computing (its iterations' compute over the span from
-    its first start to its last end): the mean over workers and the lowest."""
-    per_rank = iterations.groupby("rank").agg(
-        compute=("compute_s", "sum"), start=("start_s", "min"), end=("end_s", "max")
-    )
-    span = per_rank["end"] - per_rank["start"]
+    """The share of its time each worker spent computing (its iterations' compute over their time, which
+    is the span from its first start to its last end unless it was away for some steps): the mean over
+    workers and the lowest."""
+    per_rank = iterations.groupby("rank").agg(compute=("compute_s", "sum"), span=("iteration_s", "sum"))
+    span = per_rank["span"]
     busy = (per_rank["compute"] / span)[span > 0]
     if busy.empty:
         return {"compute_utilization": float("nan"), "min_compute_utilization": float("nan")}
