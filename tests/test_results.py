@@ -41,19 +41,21 @@ def test_compute_utilization_is_each_workers_compute_over_its_span() -> None:
 
 
 def test_compute_utilization_by_hand() -> None:
-    """Rank 0 computes 3 s of its 4 s span, rank 1 1 s of its 4 s; a worker with no span is left out."""
+    """Rank 0 computes 3 s of its 4 s span, rank 1 1 s of its 4 s; rank 3, away from 1 s to 3 s (a departure),
+    1 s of the 2 s it trained; a worker with no span is left out."""
     import pandas as pd
 
     from sim.results.tables import compute_utilization
 
     frame = pd.DataFrame(
         {
-            "rank": [0, 0, 1, 1, 2],
-            "compute_s": [1.5, 1.5, 0.5, 0.5, 0.0],
-            "start_s": [0.0, 2.0, 0.0, 2.0, 1.0],
-            "end_s": [2.0, 4.0, 2.0, 4.0, 1.0],
+            "rank": [0, 0, 1, 1, 2, 3, 3],
+            "compute_s": [1.5, 1.5, 0.5, 0.5, 0.0, 0.5, 0.5],
+            "start_s": [0.0, 2.0, 0.0, 2.0, 1.0, 0.0, 3.0],
+            "end_s": [2.0, 4.0, 2.0, 4.0, 1.0, 1.0, 4.0],
         }
     )
+    frame["iteration_s"] = frame["end_s"] - frame["start_s"]
     assert compute_utilization(frame) == {"compute_utilization": 0.5, "min_compute_utilization": 0.25}
 
 
