@@ -145,7 +145,13 @@ class Collective(Op):
 
 @dataclass(frozen=True)
 class AllReduce(Collective):
-    """Sum (or average) an `nbytes` tensor across the group; everyone gets the result."""
+    """Sum (or average) an `nbytes` tensor across the group; everyone gets the result.
+
+    `algorithm` (ALLREDUCE_ALGORITHMS) says how the bytes travel, never what the members end with: `ring`
+    (the backend's own; under the simulator's NCCL model, what NCCL's tuner picks), or `butterfly`, as
+    hivemind's `AllReduceRunner` averages: member i owns the i-th 1/p of the tensor, every member sends each
+    owner its part at once, and each owner sends the reduced part back to every member at once. Per member
+    the bytes equal the ring's, over p - 1 connections at a time and in 2 latency rounds instead of 2(p - 1)."""
 
     algorithm: str = "ring"
 
@@ -377,4 +383,4 @@ def step_ops(step: Step) -> tuple[Op, ...]:
 
 
 COLLECTIVES: tuple[type[Collective], ...] = (AllReduce, ReduceScatter, AllGather, AllToAll, Broadcast, Barrier)
-ALLREDUCE_ALGORITHMS: tuple[str, ...] = ("ring",)
+ALLREDUCE_ALGORITHMS: tuple[str, ...] = ("ring", "butterfly")

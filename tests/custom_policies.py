@@ -166,3 +166,26 @@ class ReplicaPerRack(LocalSGD):
 
     def on_gradients(self, rank: int, step: int, bucket: Bucket) -> Program:
         yield AllReduce(self.replicas[rank], bucket.nbytes)
+
+
+class ButterflySettings(BaseModel):
+    interleaved: bool = False
+
+
+class ButterflyBuckets(Policy):
+    """Every bucket all-reduced over all ranks by the butterfly (hivemind's), not the ring; `interleaved`: even
+    and odd ranks in two butterflies that compete for the same links, as InterleavedRings' rings do."""
+
+    name = "butterfly_buckets"
+    Settings = ButterflySettings
+
+    def bind(self, view: ClusterView, model: ModelInfo) -> None:
+        super().bind(view, model)
+        ranks = range(view.world_size)
+        if self.settings.interleaved:
+            self.groups = [Group.of(r for r in ranks if r % 2 == 0), Group.of(r for r in ranks if r % 2 == 1)]
+        else:
+            self.groups = [Group.of(ranks)] * 2
+
+    def on_gradients(self, rank: int, step: int, bucket: Bucket) -> Program:
+        yield AllReduce(self.groups[rank % 2], bucket.nbytes, algorithm="butterfly")

@@ -85,6 +85,9 @@ CONTENDED = [
     # two rings (even and odd ranks) competing for the same uplinks at jitter-shifted times
     (two_tier(4, 4, 25.0), [{"name": "custom_policies:InterleavedRings"}]),
     (two_tier(2, 4, 12.5), [{"name": "custom_policies:InterleavedRings"}]),
+    # two butterflies (even and odd ranks) on oversubscribed uplinks; stepwise owners reply as their parts
+    # arrive, pipelined ones after the whole scatter (equal here: a phase's flows share the links alike)
+    (two_tier(2, 4, 12.5), [{"name": "custom_policies:ButterflyBuckets", "interleaved": True}]),
 ]
 
 

@@ -11,7 +11,7 @@ import yaml
 from helpers import synthetic, two_tier
 
 import sim.api
-from policies.registry import BUILTIN
+from policies.registry import BUILTIN, add_search_folder
 from sim.api import simulate
 from sim.cli import main
 from sim.config import parse_config
@@ -77,6 +77,25 @@ def test_a_plug_in_counts_as_a_ring_and_says_so() -> None:
     ring, plug = estimate(parse_config(data)).policies
     assert plug.flows == ring.flows and not ring.note
     assert "plug-in: counted as one all-reduce of all ranks per bucket" in str(estimate(parse_config(data)))
+
+
+@pytest.mark.parametrize("model", ["pipelined", "stepwise"])
+def test_a_plug_in_counted_as_diloco_counts_its_butterfly_averages(model: str) -> None:
+    """hivemind_diloco (configs/papers) names `counted_as: diloco`; its averages' all-reduces are butterflies
+    (two phases of a flow per ordered pair; pipelined: one transfer each), which the estimate counts in place of
+    the ring's: exactly the flows the run starts (counts of a program, nothing measured), events near the
+    measured, and the note says how it was counted."""
+    add_search_folder(ROOT / "configs" / "papers")
+    data = small(["diloco"], sparse=False)
+    data["policies"] = [{"name": "hivemind_diloco:HivemindDiLoCo", "period": 2}]
+    data["simulation"]["collective_model"] = model
+    config = parse_config(data)
+    result = simulate(config)
+    assert not result.errors
+    row, run = estimate(config).policies[0], result.runs[0]
+    assert row.note == "a plug-in: counted as diloco"
+    assert row.flows == run.flows == (4 if model == "pipelined" else 2 * 2 * 8 * 7)  # 2 averages of 8 ranks
+    assert 1 / EVENTS_FACTOR <= row.events / run.events <= EVENTS_FACTOR, (row.events, run.events)
 
 
 def test_the_estimate_is_deterministic() -> None:

@@ -24,6 +24,7 @@ from policies.base import Bucket, Policy  # noqa: E402
 from policies.diloco import DiLoCo  # noqa: E402
 from policies.local_sgd import LocalSGD  # noqa: E402
 from policies.ops import Collective, Combine, Encode, LocalOp, Program, step_ops  # noqa: E402
+from policies.registry import add_search_folder  # noqa: E402
 from policies.streaming_diloco import StreamingDiLoCo  # noqa: E402
 from sim.api import simulate  # noqa: E402
 from sim.config.numerics import NumericsConfig  # noqa: E402
@@ -272,6 +273,18 @@ def test_simulated_diloco_with_outer_lr_1_ends_on_local_sgds_parameters() -> Non
     torch.testing.assert_close(
         torch.from_numpy(ours.consensus), torch.from_numpy(local.parameters[0]), rtol=1e-5, atol=1e-6
     )
+
+
+def test_a_butterfly_outer_average_holds_the_same_values_as_the_ring() -> None:
+    """How an all-reduce travels does not change its mean: hivemind_diloco (configs/papers), whose outer
+    all-reduce is a butterfly, ends on the built-in diloco's parameters and anchor."""
+    add_search_folder(Path(__file__).parent.parent / "configs" / "papers")
+    diloco = {"name": "diloco", "period": 3, "wire": "fp16"}
+    result = simulate(numerics_run([diloco, {**diloco, "name": "hivemind_diloco:HivemindDiLoCo"}]))
+    assert not result.errors
+    ring, butterfly = result.runs
+    assert (butterfly.parameters == ring.parameters).all() and (butterfly.consensus == ring.consensus).all()
+    assert butterfly.scored == ring.scored == "anchor"
 
 
 def test_simulated_streaming_diloco_with_overlap_moves_the_anchor_it_scores() -> None:

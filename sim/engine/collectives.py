@@ -10,8 +10,10 @@ per collective instead of S*p flows. Uncontended, both give S*alpha + S*(n/p)/B 
 contention they agree closely (tests compare them), because the stepwise ring also advances at the
 pace of its slowest flow.
 
-All-to-all sends n/p from every member to every other member at once. Broadcast is a pipelined chain
-from the root: (p - 1) alpha + n/B uncontended, under every model.
+All-to-all sends n/p from every member to every other member at once. A butterfly all-reduce
+(`AllReduce(algorithm="butterfly")`, sim/engine/butterfly.py) is two such phases: members to owners, then
+owners back to members. NCCL has no butterfly: under the NCCL model it is refused. Broadcast is a pipelined
+chain from the root: (p - 1) alpha + n/B uncontended, under every model.
 
 Under the NCCL model (`simulation.network_model: nccl`, sim/engine/nccl_plans.py) a dense collective
 is one pipelined transfer of the algorithm and protocol NCCL's tuner would pick, with NCCL's latency.
@@ -49,6 +51,7 @@ from sim.compute.sparse_traffic import (
     gather_sizes,
     received_imbalance,
 )
+from sim.engine.butterfly import Mesh, butterfly
 from sim.engine.nccl_plans import NcclPlanner, Plan
 from sim.engine.wire_costs import cast_seconds
 from sim.errors import PolicyError
@@ -107,6 +110,7 @@ class CollectiveRunner:
         self.busy_until = [0.0] * len(rank_nodes)
         self._rings: dict[Group, tuple[tuple[Path, ...], float]] = {}
         self._rings_version = -1
+        self._meshes: dict[Group, Mesh] = {}  # butterfly all-reduces' paths
         self._steps: dict[tuple[type, int], int] = {}  # (op type, members) -> ring steps
 
     def run(
@@ -130,6 +134,11 @@ class CollectiveRunner:
         if isinstance(op, Broadcast):
             return self._broadcast(op, done)
         if self.planner is not None:
+            if isinstance(op, AllReduce) and op.algorithm != "ring":
+                raise PolicyError(
+                    f"{op!r}: algorithm {op.algorithm!r} has no NCCL form; under simulation.network_model nccl "
+                    "allowed: ring (or run it under network_model: ideal)"
+                )
             choice, paths, net_paths = self._plan(op, self.planner)
             ends, busy_until = self.env._now + choice.seconds, self.busy_until
             for rank in op.group.ranks:
@@ -145,6 +154,9 @@ class CollectiveRunner:
             return Launched(self.env.all_of(parts), wire)
         if isinstance(op, AllToAll):
             return Launched(self._all_to_all(ranks, op.nbytes / p), (p - 1) * op.nbytes)
+        if isinstance(op, AllReduce) and op.algorithm == "butterfly":  # two all-to-alls of n/p: the ring's bytes
+            event = butterfly(self.env, self.net, self._mesh(op.group), op.nbytes / p, self.model, done)
+            return Launched(event, 2 * (p - 1) * op.nbytes)
         steps = self._steps.get((type(op), p))
         if steps is None:
             steps = self._steps[(type(op), p)] = ring_steps(op, p)
@@ -276,6 +288,16 @@ class CollectiveRunner:
             ranks, p = group.ranks, len(group.ranks)
             paths = tuple(self._path(ranks[i], ranks[(i + 1) % p]) for i in range(p))
             found = self._rings[group] = (paths, max(self.net.path_latency(path) for path in paths))
+        return found
+
+    def _mesh(self, group: Group) -> Mesh:
+        """The paths between every two members of `group`, once per group (routes are fixed)."""
+        found = self._meshes.get(group)
+        if found is None:
+            if len(self._meshes) >= RING_CACHE_LIMIT:
+                self._meshes.clear()
+            ranks = group.ranks
+            found = self._meshes[group] = Mesh.of([[self._path(a, b) for b in ranks] for a in ranks])
         return found
 
     def _path(self, a: int, b: int) -> Path:

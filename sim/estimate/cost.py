@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Optional
 
+from policies.base import Policy
 from policies.registry import create
 from sim.catalog.gpus import get_gpu
 from sim.catalog.zoo import MODEL_NAMES, get_model
@@ -31,6 +32,7 @@ from sim.estimate.counts import (
     Load,
     Shape,
     builtin,
+    counted_as,
     fault_load,
     index_set_mb,
     policy_load,
@@ -149,6 +151,16 @@ class Estimate:
         return "\n".join(self.lines())
 
 
+def _plugin_note(policy: Policy) -> str:
+    """How the estimate counted a plug-in policy ('' for a built-in)."""
+    if builtin(policy):
+        return ""
+    name = counted_as(policy)
+    if name != "ring":
+        return f"a plug-in: counted as {name}"
+    return "a plug-in: counted as one all-reduce of all ranks per bucket"
+
+
 def estimate(config: Config) -> Estimate:
     """The cost of running every policy of `config` (`syncsim run`: simulate, tables, files)."""
     shape = shape_of(config)
@@ -165,7 +177,7 @@ def estimate(config: Config) -> Estimate:
         load = policy_load(policy, shape, plan, sparse, config, float(config.iterations))
         loads.append(load)
         extra = Extra(faults.events, faults.recomputes, faults.fault_rows, shard_count(policy, shape))
-        note = "" if builtin(policy) else "a plug-in: counted as one all-reduce of all ranks per bucket"
+        note = _plugin_note(policy)
         program, fault_s, shard_s = _wall(load, config, shape), _fault_wall(extra, load), extra.shards * S_PER_SHARD
         wall_terms["SimPy events and flows"] += program
         wall_terms["fault and background events"] += fault_s

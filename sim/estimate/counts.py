@@ -8,7 +8,9 @@ bucket is `sim.estimate.traffic`. Here the phased and stepwise-changing programs
 and diloco: ring's in warm-up, then one all-reduce of the model every `period` steps; topk and powersgd:
 ring's in warm-up, then their compressed programs with their local ops) and turned into events. Event and
 recompute constants are fitted on measured runs (benchmarks/check_scale.py prints estimate against
-measurement); a plug-in policy counts as one all-reduce of all ranks per bucket.
+measurement); a plug-in policy counts as one all-reduce of all ranks per bucket, or as the built-in it names in
+a class attribute `counted_as` (a variant whose program is that built-in's with other collectives: its settings'
+`algorithm`, if any, names how its averages' all-reduces run).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from sim.estimate.traffic import (
     scale_traffic,
 )
 
-__all__ = ["EVENTS", "Extra", "Load", "Shape", "builtin", "fault_load", "index_set_mb", "outer_steps",
+__all__ = ["EVENTS", "Extra", "Load", "Shape", "builtin", "counted_as", "fault_load", "index_set_mb", "outer_steps",
            "policy_load", "shape_of", "shard_count", "sparse_buckets"]  # fmt: skip
 
 
@@ -98,7 +100,7 @@ def policy_load(
 ) -> Load:
     """`policy`'s load over `iterations` (a phased policy: the sum of its phases); `sparse`: the plan's
     sparse buckets and their rows (`sparse_buckets`)."""
-    name = policy.name if builtin(policy) else "ring"
+    name = counted_as(policy)
     if name == "sync_switch":
         s = policy.settings
         first, then = policy.first, policy.then  # type: ignore[attr-defined]
@@ -188,6 +190,15 @@ def outer_steps(name: str, s: Any, local_steps: float) -> float:
 
 def builtin(policy: Policy) -> bool:
     return f"{type(policy).__module__}:{type(policy).__qualname__}" in BUILTIN.values()
+
+
+def counted_as(policy: Policy) -> str:
+    """The built-in whose program the estimate counts for `policy`: its own; a plug-in's `counted_as` when
+    that names a built-in; else `ring`'s."""
+    if builtin(policy):
+        return policy.name
+    declared = getattr(type(policy), "counted_as", None)
+    return declared if declared in BUILTIN else "ring"
 
 
 def sparse_buckets(plan: ComputePlan) -> tuple[int, float]:

@@ -57,6 +57,23 @@ def ring_traffic(p: float, steps_per_rank: float, stepwise: bool, shape: Shape, 
                    fabric_routes=shape.racks, op_rows=1.0)  # fmt: skip
 
 
+def butterfly_traffic(p: float, stepwise: bool, shape: Shape) -> Traffic:
+    """One butterfly all-reduce over `p` ranks (sim/engine/butterfly.py): two phases of a flow per ordered pair
+    (pipelined: one coupled transfer a phase), every pair's path held at once."""
+    if p <= 1:
+        return Traffic(collectives=1.0, op_rows=1.0)
+    pairs = p * (p - 1)
+    return Traffic(1.0, 2 * pairs if stepwise else 2.0, 2 * pairs, entries=pairs * shape.path_links,
+                   node_routes=pairs, fabric_routes=shape.racks**2, op_rows=1.0)  # fmt: skip
+
+
+def all_reduce_traffic(p: float, algorithm: str, stepwise: bool, shape: Shape, entries: float) -> Traffic:
+    """One all-reduce over `p` ranks run as `algorithm` (policies.ops.ALLREDUCE_ALGORITHMS)."""
+    if algorithm == "butterfly":
+        return butterfly_traffic(p, stepwise, shape)
+    return ring_traffic(p, 2, stepwise, shape, entries)
+
+
 def bucket_traffic(name: str, s: Any, shape: Shape, config: Config, sparse: bool, rows: float) -> Traffic:
     """The traffic of one bucket in one iteration."""
     w, stepwise = float(shape.workers), config.simulation.collective_model == "stepwise"
@@ -165,16 +182,20 @@ def periodic_traffic(
 ) -> Traffic:
     """local_sgd's family over a run: a ring of all ranks per warm-up bucket; with replicas of g > 1 ranks an
     all-reduce inside each replica per later bucket, and each average as the 2-D all-reduce (reduce-scatter
-    and all-gather inside the w/g replicas, all-reduce across in g groups); else one ring per average."""
+    and all-gather inside the w/g replicas, all-reduce across in g groups); else one all-reduce of all ranks per
+    average. The averages' all-reduces run as the settings' `algorithm` where they have one (a plug-in's;
+    default the ring)."""
     ring = bucket_traffic("ring", s, shape, config, False, 0.0)
     g, w = replica_size(getattr(s, "replica", "rank"), shape), float(shape.workers)
-    if g <= 1:
-        return scale_traffic(ring, warm_buckets + averages)
+    algorithm = getattr(s, "algorithm", "ring")
     stepwise = config.simulation.collective_model == "stepwise" and ideal_network(config)
+    if g <= 1:
+        average = all_reduce_traffic(w, algorithm, stepwise, shape, float(shape.links))
+        return add_traffic(scale_traffic(ring, warm_buckets), scale_traffic(average, averages))
     inside = scale_traffic(ring_traffic(g, 2, stepwise, shape, float(shape.links)), w / g)
     average = add_traffic(
         scale_traffic(ring_traffic(g, 1, stepwise, shape, 0.0), 2 * w / g),
-        scale_traffic(ring_traffic(w / g, 2, stepwise, shape, 0.0), g),
+        scale_traffic(all_reduce_traffic(w / g, algorithm, stepwise, shape, 0.0), g),
     )
     return add_traffic(
         add_traffic(scale_traffic(ring, warm_buckets), scale_traffic(inside, local_buckets)),
