@@ -10,7 +10,7 @@ Plug-in: `name: hivemind_diloco:HivemindDiLoCo` in a config beside this file (do
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import ClassVar, Literal
+from typing import Literal
 
 from pydantic import Field
 
@@ -32,7 +32,6 @@ class HivemindDiLoCo(DiLoCo):
 
     name = "hivemind_diloco"
     Settings = HivemindDiLoCoSettings
-    counted_as: ClassVar[str] = "diloco"  # the cost estimate counts its program as diloco's (sim/estimate/)
 
     def _average_op(self, kind: type[Collective], group: Group, nbytes: float, where: dict) -> Collective:
         op = super()._average_op(kind, group, nbytes, where)

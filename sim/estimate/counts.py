@@ -8,9 +8,9 @@ bucket is `sim.estimate.traffic`. Here the phased and stepwise-changing programs
 and diloco: ring's in warm-up, then one all-reduce of the model every `period` steps; topk and powersgd:
 ring's in warm-up, then their compressed programs with their local ops) and turned into events. Event and
 recompute constants are fitted on measured runs (benchmarks/check_scale.py prints estimate against
-measurement); a plug-in policy counts as one all-reduce of all ranks per bucket, or as the built-in it names in
-a class attribute `counted_as` (a variant whose program is that built-in's with other collectives: its settings'
-`algorithm`, if any, names how its averages' all-reduces run).
+measurement); a plug-in policy counts as the nearest built-in it derives from (a variant whose program is that
+built-in's with other collectives: its settings' `algorithm`, if any, names how its averages' all-reduces run),
+else as one all-reduce of all ranks per bucket.
 """
 
 from __future__ import annotations
@@ -193,12 +193,15 @@ def builtin(policy: Policy) -> bool:
 
 
 def counted_as(policy: Policy) -> str:
-    """The built-in whose program the estimate counts for `policy`: its own; a plug-in's `counted_as` when
-    that names a built-in; else `ring`'s."""
-    if builtin(policy):
-        return policy.name
-    declared = getattr(type(policy), "counted_as", None)
-    return declared if declared in BUILTIN else "ring"
+    """The built-in whose program the estimate counts for `policy`: its own; for a plug-in, the nearest
+    built-in class it derives from (a variant of diloco runs diloco's program with other collectives); else
+    `ring`'s."""
+    names = {path: name for name, path in BUILTIN.items()}
+    for cls in type(policy).__mro__:
+        name = names.get(f"{cls.__module__}:{cls.__qualname__}")
+        if name is not None:
+            return name
+    return "ring"
 
 
 def sparse_buckets(plan: ComputePlan) -> tuple[int, float]:
