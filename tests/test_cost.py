@@ -82,8 +82,8 @@ def test_a_plug_in_counts_as_a_ring_and_says_so() -> None:
 @pytest.mark.parametrize("model", ["pipelined", "stepwise"])
 def test_a_plug_in_counted_as_diloco_counts_its_butterfly_averages(model: str) -> None:
     """hivemind_diloco (configs/papers) derives from diloco, so it is counted as diloco; its averages'
-    all-reduces are butterflies (two phases of a flow per ordered pair; pipelined: one transfer each), counted in place of
-    the ring's: exactly the flows the run starts (counts of a program, nothing measured), events near the
+    all-reduces are butterflies (two phases of a flow per ordered pair; pipelined: one transfer each), counted
+    in place of the ring's: exactly the flows the run starts (counts of a program, nothing measured), events near the
     measured, and the note says how it was counted."""
     add_search_folder(ROOT / "configs" / "papers")
     data = small(["diloco"], sparse=False)
