@@ -288,6 +288,8 @@ class PolicyHookState:
     stores: dict[int, tuple[list[tuple[int, ...]], TensorStore]] = field(
         default_factory=dict
     )  # bucket -> shapes, store
+    # bucket -> shapes, TensorStore.state_dict: loaded from a checkpoint, applied when the bucket is next seen
+    pending: dict[int, tuple[list[tuple[int, ...]], dict[str, Any]]] = field(default_factory=dict)
 
     def store(self, bucket: dist.GradBucket) -> Optional[TensorStore]:
         """The policy's buffers for `bucket` (None: it declares none): bucket-sized, kept across steps;
@@ -299,15 +301,23 @@ class PolicyHookState:
         held = self.stores.get(index)
         if held is None or held[0] != shapes:
             held = self.stores[index] = (shapes, TensorStore(buffer, buffer, self.buffers, shapes))
+            saved = self.pending.pop(index, None)
+            if saved is not None and saved[0] == shapes:  # a checkpoint's buffers for this very bucket
+                held[1].load_state_dict(saved[1])
         held[1].tensors[GRADIENTS] = buffer
         return held[1]
 
     def state_dict(self) -> dict[str, Any]:
-        return {"step": self.step, "buckets": self.buckets, "policy": self.policy.state_dict()}
+        """The step, the policy's state and every bucket's buffers (PowerSGD's residuals and warm-start
+        factors, as torch's PowerSGDState keeps them)."""
+        stores = {index: (shapes, store.state_dict()) for index, (shapes, store) in self.stores.items()}
+        return {"step": self.step, "buckets": self.buckets, "policy": self.policy.state_dict(), "stores": stores}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.step, self.buckets = int(state["step"]), int(state["buckets"])
         self.policy.load_state_dict(dict(state["policy"]))
+        self.stores.clear()  # rebuilt from the checkpoint's as DDP hands each bucket over again
+        self.pending = {int(i): (list(shapes), saved) for i, (shapes, saved) in dict(state.get("stores", {})).items()}
 
 
 def policy_hook(state: PolicyHookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:

@@ -17,7 +17,14 @@ from policies.ops import AllReduce, Group, Payload, ReduceScatter  # noqa: E402
 from policies.registry import create  # noqa: E402
 from policies.view import ModelInfo  # noqa: E402
 from real.averager import PolicyAverager, make_averager  # noqa: E402
-from real.hooks import FlatReplica, cluster_view, default_steps, make_hook_state, policy_hook  # noqa: E402
+from real.hooks import (  # noqa: E402
+    FlatReplica,
+    PolicyHookState,
+    cluster_view,
+    default_steps,
+    make_hook_state,
+    policy_hook,
+)
 from sim.errors import PolicyError  # noqa: E402
 
 WORLD = 4
@@ -74,6 +81,60 @@ def test_setup_errors_name_the_field() -> None:
 
 
 # --------------------------------------------------------------------------------------- four ranks
+class _Bucket:
+    """What `PolicyHookState.store` reads of a DDP GradBucket."""
+
+    def __init__(self, index: int, shapes: list[tuple[int, ...]]) -> None:
+        self._index, self._shapes = index, shapes
+        self._buffer = torch.zeros(sum(torch.Size(shape).numel() for shape in shapes))
+
+    def index(self) -> int:
+        return self._index
+
+    def buffer(self) -> Any:
+        return self._buffer
+
+    def gradients(self) -> list[Any]:
+        return [torch.zeros(shape) for shape in self._shapes]
+
+
+def test_a_checkpoint_keeps_every_buckets_buffers_factors_and_optimizer_state() -> None:
+    """PowerSGD's residuals and warm-start Q survive `state_dict` / `load_state_dict` (through torch.save), bucket
+    by bucket, applied when DDP hands the same bucket over again; a bucket of other tensors starts afresh."""
+    import io
+
+    policy = create("powersgd", {"rank": 1})
+    shapes = [[(3, 4)], [(5,)]]
+    policy.bind(cluster_view(VIEW), ModelInfo(68.0, (48.0, 20.0), bucket_shapes=(((3, 4),), ((5,),))))
+
+    def fresh() -> PolicyHookState:
+        return PolicyHookState(policy, 0, None, 2, buffers=list(policy.buffers()))  # type: ignore[arg-type]
+
+    state = fresh()
+    for index, bucket_shapes in enumerate(shapes):
+        store = state.store(_Bucket(index, bucket_shapes))
+        assert store is not None
+        store.tensor("powersgd_error").fill_(index + 1.5)
+        store.factors.tensor("powersgd_q", (0, store.tensor("powersgd_error").numel())).fill_(index - 2.0)
+        store.states["outer"] = {"momentum": torch.full((4,), 7.0 + index)}
+    saved = io.BytesIO()
+    torch.save(state.state_dict(), saved)
+    saved.seek(0)
+    loaded = fresh()
+    loaded.load_state_dict(torch.load(saved, weights_only=False))
+    for index, bucket_shapes in enumerate(shapes):
+        store = loaded.store(_Bucket(index, bucket_shapes))
+        assert store is not None
+        assert torch.equal(store.tensor("powersgd_error"), torch.full_like(store.tensor("powersgd_error"), index + 1.5))
+        (q,) = store.factors.tensors.values()
+        assert torch.equal(q, torch.full_like(q, index - 2.0))
+        assert torch.equal(store.states["outer"]["momentum"], torch.full((4,), 7.0 + index))
+    other = fresh()
+    other.load_state_dict(state.state_dict())
+    store = other.store(_Bucket(0, [(2, 6)]))  # same size, other tensors: DDP rebuilt its buckets
+    assert store is not None and not store.tensor("powersgd_error").any() and not store.factors.tensors
+
+
 def _mlp() -> Any:
     torch.manual_seed(0)  # the same initial model on every rank, as DDP's broadcast would make it anyway
     return torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.Tanh(), torch.nn.Linear(7, 3))

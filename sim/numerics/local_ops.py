@@ -22,8 +22,8 @@ Rules:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
-from typing import Optional
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Optional
 
 import torch
 
@@ -121,6 +121,24 @@ class TensorStore:
                 _write(self.tensor(op.residual), ranges, source - out)
         else:
             raise TypeError(f"no tensor rule for {type(op).__name__}")
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint keeps: the policy's buffers (not the parameters and gradients, which the model
+        holds), its optimizers' state and its factors, as copies."""
+        return {
+            "tensors": {k: t.detach().clone() for k, t in self.tensors.items() if k not in (PARAMETERS, GRADIENTS)},
+            "states": {k: {n: t.detach().clone() for n, t in v.items()} for k, v in self.states.items()},
+            "factors": {key: t.detach().clone() for key, t in self.factors.tensors.items()},
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Back to a `state_dict`: buffers copied in place, optimizer state and factors replaced (on this
+        store's device)."""
+        device = self.tensor(PARAMETERS).device
+        for name, tensor in state["tensors"].items():
+            self.tensor(name).copy_(tensor)
+        self.states = {k: {n: t.clone().to(device) for n, t in v.items()} for k, v in state["states"].items()}
+        self.factors.tensors = {key: t.clone().to(device) for key, t in state["factors"].items()}
 
     def take_from(self, source: TensorStore, op: Broadcast, ranges: Sequence[Range]) -> None:
         """`op` (a Broadcast) from `source`'s store to this one over `ranges`: the tensor `op.buffer`, or
