@@ -1,4 +1,4 @@
-"""Numerics mode with a wire type (sim/numerics/replicas.py `_wired`): in fp32 the ring and the 2-D
+"""Numerics mode with a wire type (sim/numerics/wire_rules.py `wired`): in fp32 the ring and the 2-D
 all-reduce still make the single-process updates (to fp32 round-off); in int8 and fp4 every replica
 ends on the same parameters, which the rounding moves off the fp32 run."""
 

@@ -64,7 +64,7 @@ from sim.numerics.replica import Range, Replica, bucket_ranges, partition, throu
 from sim.numerics.servers import ServerTensors, Update
 from sim.numerics.sparse_rules import Pairs, on_wire, reduce_pairs, scatter, sent_pairs, split_by_owner
 from sim.numerics.tasks import Task
-from sim.numerics.wire_cast import reduced_chunk, round_trip
+from sim.numerics.wire_rules import same_sizes, wired
 
 __all__ = ["Replicas", "Range", "bucket_ranges", "partition"]
 
@@ -166,7 +166,7 @@ class Replicas:
             self._sparse(op, data, ranks, buckets)
             return
         if op.wire is not None and len(ranks) > 1:
-            self._wired(op, data, ranks, buckets)
+            wired(op, data, ranks, buckets, self.replicas, self.policy)
             return
         if isinstance(op, AllGather):
             self._all_gather(op, data, ranks, buckets)
@@ -228,53 +228,9 @@ class Replicas:
         ranges = [(0, data[r].numel()) for r in ranks]
         self._same_sizes(op, ranges)
         if op.wire is not None and len(ranks) > 1:
-            self._wired(op, data, ranks, buckets, ranges)  # type: ignore[arg-type]
+            wired(op, data, ranks, buckets, self.replicas, self.policy, ranges)  # type: ignore[arg-type]
         else:
             self._all_reduce(op, data, ranks, ranges)  # type: ignore[arg-type]
-
-    def _wired(
-        self,
-        op: Collective,
-        data: Rows,
-        ranks: Sequence[int],
-        buckets: Mapping[int, Optional[int]],
-        ranges: Optional[Sequence[Range]] = None,
-    ) -> None:
-        """A dense op with a `wire`: the members' chunks reduced and gathered as `wire_cast` says
-        (`ranges`: the members' ranges when the caller resolved them, a fragment's gathered copies)."""
-        wire, block, reps, p = op.wire, op.block, self.replicas, len(ranks)
-        assert wire is not None
-        if isinstance(op, AllGather):
-            whole = []
-            for r in ranks:
-                enclosing = reps[r].pop_slice(buckets[r])
-                whole.append(enclosing if enclosing is not None else reps[r].range(buckets[r]))
-            self._same_sizes(op, whole)
-            parts = [partition(a, b, [1.0] * p) for a, b in whole]
-            arrived = [round_trip(data[r][parts[i][i][0] : parts[i][i][1]], wire, block) for i, r in enumerate(ranks)]
-            for j, q in enumerate(ranks):  # every member, the sender too, holds what travelled
-                for i in range(p):
-                    a, b = parts[j][i]
-                    data[q][a:b] = arrived[i]
-            return
-        if not isinstance(op, (AllReduce, ReduceScatter)):
-            raise PolicyError(f"policy {self.policy!r}: numerics mode has no rule for {op!r} with a wire")
-        if ranges is None:
-            ranges = [reps[r].range(buckets[r]) for r in ranks]
-            self._same_sizes(op, ranges)
-        parts = [partition(a, b, [1.0] * p) for a, b in ranges]
-        gather = isinstance(op, AllReduce)
-        chunks = [[data[q][parts[j][c][0] : parts[j][c][1]] for j, q in enumerate(ranks)] for c in range(p)]
-        reduced = [reduced_chunk(chunks[c], c, wire, block, gather) / p for c in range(p)]
-        for i, r in enumerate(ranks):
-            if gather:
-                for c in range(p):
-                    lo, hi = parts[i][c]
-                    data[r][lo:hi] = reduced[c]
-            else:
-                lo, hi = parts[i][i]
-                data[r][lo:hi] = reduced[i]
-                reps[r].push_slice(buckets[r], (lo, hi))
 
     def _on_wire(self, op: Collective) -> Optional[torch.dtype]:
         """The type `op` sends its values in: `wire` for gradients between two or more members."""
@@ -360,8 +316,7 @@ class Replicas:
         self.stores[rank].apply(op, op_ranges(self.ranges, self._region(op, rank, bucket), op.fragment))  # type: ignore[attr-defined]
 
     def _same_sizes(self, op: Collective, ranges: Sequence[Range]) -> None:
-        if len({b - a for a, b in ranges}) != 1:
-            raise PolicyError(f"policy {self.policy!r}: members of {op!r} hold tensors of different sizes {ranges}")
+        same_sizes(self.policy, op, ranges)
 
     # ----------------------------------------------------------------------------- servers
     def push_updates(self, rank: int, bucket: Optional[int], pushes: Sequence[Push]) -> list[Update]:
