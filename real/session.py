@@ -30,6 +30,7 @@ import torch
 import torch.distributed as dist
 
 from policies.base import Bucket
+from policies.membership import Membership
 from policies.phases import Progress
 from real import device_use, partial, transport
 from real.accounting import RankReport
@@ -46,6 +47,7 @@ from real.results import ServerReport, assemble, write
 from real.server import Evaluation, ShardServer
 from real.worker import WorkerSetup, train
 from sim.config import Config
+from sim.engine.faults import absences_of
 from sim.engine.op_checks import OpValidator
 from sim.engine.phase_budget import SharedClaims
 from sim.engine.run import bind_policy
@@ -160,7 +162,8 @@ def _keep_partial(
         time.sleep(1.0)
     reports = partial.read(out, index, run_id)
     entry = config.policies[index]
-    run = assemble(entry, task, reports, 0.0)
+    membership = Membership(cluster.world_size, absences_of(config, cluster))  # who is scored when
+    run = assemble(entry, task, reports, 0.0, membership=membership)
     run.error = error
     write(config, cluster, _real_plan(config, plan, cluster), [*runs, run], out)
     partial.clear(out)
@@ -185,7 +188,7 @@ def _run_policy(
     (real/partial.py) for rank 0; a finished policy's reports reach rank 0 through `gather_object`,
     which pickles them, but only between this run's own processes over the control group (no file)."""
     entry = config.policies[index]
-    policy = bind_policy(entry, index, cluster, plan, config.workload.wire_precision)
+    policy = bind_policy(entry, index, cluster, plan, config.workload.wire_precision, absences_of(config, cluster))
     specs = list(policy.all_servers())
     workers = need.workers
     buckets = [Bucket(b, bucket.nbytes, len(plan.buckets)) for b, bucket in enumerate(plan.buckets)]
@@ -227,7 +230,7 @@ def _run_policy(
     if rank != 0:
         return None
     assert gathered is not None
-    return assemble(entry, task, gathered, time.time() - wall, cfg.eval_workers)
+    return assemble(entry, task, gathered, time.time() - wall, cfg.eval_workers, policy.bound_view.membership)
 
 
 class _RankRun:

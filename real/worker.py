@@ -6,6 +6,11 @@ concurrently; the local optimizer step on buckets nobody else updates; the end_s
 Unlike the simulator, backward is one autograd call, so bucket programs start when the whole
 gradient is ready rather than overlapping backward (the models here are small; docs/real.md).
 
+Departures (`faults.departures`, policies.membership): a rank away at a step runs nothing of it (no
+hook, no forward or backward, no batch drawn, no optimizer step, no row); it resumes at the step it comes
+back at, where the policy's `begin_step` hands it the state it missed, or ends its phase if it never does.
+The live ranks' collectives run over process groups of the live ranks only, so nobody waits for it.
+
 Evaluation: with a synchronous budget the replica is copied every `eval_every` iterations, for rank 0
 to evaluate after the policy (`real/results.py`), as numerics mode evaluates it.
 
@@ -59,7 +64,7 @@ class WorkerSetup:
 
 def train(setup: WorkerSetup, report: RankReport) -> int:
     """Run the phase's iterations, appending a row per iteration to `report` as it goes; returns
-    how many it ran."""
+    how many steps of the phase passed (those this rank was away for included)."""
     s, ex = setup, setup.executor
     policy, rank, replica = s.policy, s.rank, ex.replica
     forward_order = list(s.buckets)[::-1]  # the first layers sit in the last bucket backward produced
@@ -68,12 +73,14 @@ def train(setup: WorkerSetup, report: RankReport) -> int:
     crash = crash_point(rank)
     claims = _Claims(s.clock_rank, ex.timeout_s, ahead=not s.adaptive) if shared else None
     step, last, seen = s.start, None, 0
+    end_step = s.start + s.iterations
     while True:
         start = time.perf_counter()
         if claims is not None:
             allowed = claims.next(last)
         else:
-            allowed = step < s.start + s.iterations
+            step = resume_at(policy, rank, step, end_step)
+            allowed = step < end_step
             if allowed and s.decisions is not None and last is not None:
                 over, waited = s.decisions.after(last)
                 ex.blocked.append((step, start, start + waited))
@@ -115,6 +122,16 @@ def train(setup: WorkerSetup, report: RankReport) -> int:
         ticks.extend(wire.goodbye(shard, replica.params.numel()))
     wait_all(ticks, ex.timeout_s)
     return step - s.start
+
+
+def resume_at(policy: Policy, rank: int, step: int, end: int) -> int:
+    """The first step from `step` on at which `rank` trains (policies.membership); `end` (the phase's end)
+    if it is away from there to the end."""
+    view = policy.view  # None: an unbound policy, every rank at every step
+    if view is None or not view.membership.changes or step >= end:
+        return step
+    back = view.membership.next_live(rank, step)
+    return end if back is None else min(back, end)
 
 
 def wait_all(works: Sequence[Any], timeout_s: float) -> None:
