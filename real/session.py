@@ -36,6 +36,7 @@ from real import device_use, partial, transport
 from real.accounting import RankReport
 from real.backends import backend_for, training_device, workers_per_node
 from real.buffers import RankTensors
+from real.departures import Departures, Rendezvous
 from real.executor import RankExecutor
 from real.groups import ProcessGroups, planned_groups
 from real.layout import Placement, placement
@@ -345,7 +346,7 @@ class _RankRun:
             setup = WorkerSetup(
                 self.rank, phase.policy, ex, self.buckets, phase.steps(workers), shard_ranks, clock_rank, self.t0,
                 cfg.eval_every, progress.step, progress.phases, not phase.synchronous, phase.adaptive, decisions,
-                self.config.iterations,
+                self.config.iterations, self._departures(phase, progress),
             )  # fmt: skip
             ran = train(setup, self.report)
             return ran * workers if phase.synchronous else 0
@@ -363,6 +364,15 @@ class _RankRun:
         self.staleness += server.staleness
         self.snapshots += server.snapshots
         return claims.claimed if claims is not None else 0
+
+    def _departures(self, phase: Any, progress: Progress) -> Optional[Departures]:
+        """This worker's steps where workers leave and come back in a synchronous phase (None: they do not)."""
+        membership = phase.policy.bound_view.membership
+        if not membership.changes or not phase.synchronous:
+            return None
+        end = progress.step + phase.steps(self.workers)
+        rendezvous = Rendezvous(f"{self.entry.display}/{progress.phases}")
+        return Departures(membership, self.rank, progress.step, end, rendezvous)
 
     def _restart(self, from_servers: bool, updates: int) -> None:
         """Checkpoint and restart (real/phases.py): every replica and shard takes the model."""

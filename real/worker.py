@@ -8,8 +8,9 @@ gradient is ready rather than overlapping backward (the models here are small; d
 
 Departures (`faults.departures`, policies.membership): a rank away at a step runs nothing of it (no
 hook, no forward or backward, no batch drawn, no optimizer step, no row); it resumes at the step it comes
-back at, where the policy's `begin_step` hands it the state it missed, or ends its phase if it never does.
-The live ranks' collectives run over process groups of the live ranks only, so nobody waits for it.
+back at, where the policy's `begin_step` hands it the state it missed, or ends its phase if it never does
+(`real/departures.py`, which also says how it waits for the others meanwhile). The live ranks' collectives
+run over process groups of the live ranks only, so nobody waits for it.
 
 Evaluation: with a synchronous budget the replica is copied every `eval_every` iterations, for rank 0
 to evaluate after the policy (`real/results.py`), as numerics mode evaluates it.
@@ -37,6 +38,7 @@ from policies.base import Bucket, Policy
 from policies.phases import Timing
 from real import protocol as wire
 from real.accounting import RankReport
+from real.departures import Departures
 from real.executor import RankExecutor
 from real.phases import Decisions
 from real.placement import host_copy
@@ -60,6 +62,7 @@ class WorkerSetup:
     adaptive: bool = False  # asynchronous: claims carry timings; synchronous: `decisions` decide
     decisions: Optional[Decisions] = None
     run_iterations: int = 0  # the config's iterations: the last one is evaluated from the final state
+    departures: Optional[Departures] = None  # where workers leave and come back: this rank's steps
 
 
 def train(setup: WorkerSetup, report: RankReport) -> int:
@@ -79,7 +82,8 @@ def train(setup: WorkerSetup, report: RankReport) -> int:
         if claims is not None:
             allowed = claims.next(last)
         else:
-            step = resume_at(policy, rank, step, end_step)
+            if s.departures is not None:
+                step = s.departures.next_step(policy, step)
             allowed = step < end_step
             if allowed and s.decisions is not None and last is not None:
                 over, waited = s.decisions.after(last)
@@ -116,22 +120,14 @@ def train(setup: WorkerSetup, report: RankReport) -> int:
             global_model = ex.tensors.store.tensor(held) if held is not None and ex.tensors is not None else None
             snapshot(report, step, end - t, replica.params, len(replica.losses), global_model)
     ex.drain()  # launched collectives nobody waited for, before the phase's groups serve another
+    if s.departures is not None:
+        s.departures.finish()
     if s.decisions is not None:
         s.decisions.close()
     for shard in s.shard_ranks:
         ticks.extend(wire.goodbye(shard, replica.params.numel()))
     wait_all(ticks, ex.timeout_s)
     return step - s.start
-
-
-def resume_at(policy: Policy, rank: int, step: int, end: int) -> int:
-    """The first step from `step` on at which `rank` trains (policies.membership); `end` (the phase's end)
-    if it is away from there to the end."""
-    view = policy.view  # None: an unbound policy, every rank at every step
-    if view is None or not view.membership.changes or step >= end:
-        return step
-    back = view.membership.next_live(rank, step)
-    return end if back is None else min(back, end)
 
 
 def wait_all(works: Sequence[Any], timeout_s: float) -> None:

@@ -14,6 +14,7 @@ iteration rows for the steps it missed.
 
 from __future__ import annotations
 
+import re
 import threading
 from collections import defaultdict
 from pathlib import Path
@@ -227,7 +228,7 @@ def test_diloco_plans_the_live_ranks_group_and_the_hand_over_group() -> None:
 
 
 def test_an_away_rank_resumes_where_it_comes_back_or_ends_its_phase() -> None:
-    from real.worker import resume_at
+    from real.departures import resume_at
 
     policy, _ = bound(
         {"name": "local_sgd", "period": 5},
@@ -237,6 +238,61 @@ def test_an_away_rank_resumes_where_it_comes_back_or_ends_its_phase() -> None:
     assert resume_at(policy, 1, 5, 12) == 12  # back only after the phase's end
     assert [resume_at(policy, 2, s, 20) for s in (9, 10, 19)] == [9, 20, 20]  # never back
     assert [resume_at(policy, 0, s, 20) for s in (0, 5, 19)] == [0, 5, 19]
+
+
+def departures(policy: Any, rank: int, store: Any, end: int = 20) -> Any:
+    from real.departures import Departures, Rendezvous
+
+    return Departures(policy.bound_view.membership, rank, 0, end, Rendezvous("diloco/0", store, period=0.05))
+
+
+def test_a_rank_back_from_away_waits_until_the_rank_handing_it_over_opens_the_step() -> None:
+    store = torch.distributed.HashStore()
+    policy, _ = bound({"name": "local_sgd", "period": 5}, [{"ranks": [1], "leave_step": 5, "join_step": 15}])
+    joiner, source, other = departures(policy, 1, store), departures(policy, 0, store), departures(policy, 2, store)
+    opened, returned = threading.Event(), []
+    thread = threading.Thread(target=lambda: returned.append((joiner.next_step(policy, 5), opened.is_set())))
+    thread.start()
+    assert other.next_step(policy, 15) == 15 and thread.is_alive()  # rank 2 opens nothing: it hands nobody over
+    assert [source.next_step(policy, s) for s in (5, 14)] == [5, 14] and thread.is_alive()
+    opened.set()
+    assert source.next_step(policy, 15) == 15  # rank 0 starts step 15: it hands rank 1 over
+    thread.join(10)
+    assert returned == [(15, True)]
+
+
+def test_a_rank_away_to_the_end_waits_for_the_first_rank_live_at_the_last_step_to_end() -> None:
+    store = torch.distributed.HashStore()
+    policy, _ = bound({"name": "local_sgd", "period": 5}, [{"ranks": [0], "leave_step": 10}])
+    gone, first = departures(policy, 0, store), departures(policy, 1, store)
+    returned: list[int] = []
+    thread = threading.Thread(target=lambda: returned.append(gone.next_step(policy, 10)))
+    thread.start()
+    departures(policy, 2, store).finish()  # not the first live rank: opens nothing
+    thread.join(0.2)
+    assert thread.is_alive()
+    first.finish()
+    thread.join(10)
+    assert returned == [20]
+
+
+@pytest.mark.parametrize(
+    "stamp, why", [("state", "rank 0 stopped (failed)"), ("alive", "rank 0 silent for")], ids=["failed", "silent"]
+)
+def test_a_rank_back_from_away_stops_waiting_when_the_rank_to_hand_it_over_is_gone(stamp: str, why: str) -> None:
+    import time
+
+    from real.departures import PeerGone
+    from real.liveness import PREFIX, STATE
+
+    store = torch.distributed.HashStore()
+    if stamp == "state":
+        store.set(STATE + "0", "failed")
+    else:  # its last heartbeat a minute ago
+        store.set(PREFIX + "0", repr(time.time() - 60))
+    policy, _ = bound({"name": "local_sgd", "period": 5}, [{"ranks": [1], "leave_step": 5, "join_step": 15}])
+    with pytest.raises(PeerGone, match=re.escape(f"back at step 15, waiting for rank 0 to start it: {why}")):
+        departures(policy, 1, store).next_step(policy, 5)
 
 
 class Scores:
