@@ -12,15 +12,17 @@ collectives start at once, well within their timeout.
 
 from __future__ import annotations
 
+import threading
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, Optional
-
-import torch.distributed as dist
 
 from policies.base import Policy
 from policies.membership import Membership
 from real.liveness import PERIOD, PREFIX, STATE, connect
+
+FOREVER = timedelta(days=365)  # an away rank's wait ends when the key is set, or when its opener is gone
 
 
 class PeerGone(RuntimeError):
@@ -39,12 +41,12 @@ def resume_at(policy: Policy, rank: int, step: int, end: int) -> int:
 
 class Rendezvous:
     """Keys `syncsim/departures/<tag>/<step>` of the rendezvous store: a live rank opens a step, an away rank
-    waits until it is open while the rank that opens it is alive. `store`: a client (default: a new one to
-    MASTER_ADDR:MASTER_PORT; None there: no waiting, the collectives' own timeout bounds it)."""
+    waits until it is open while the rank that opens it is alive. `connect` makes a client of the store (default:
+    to MASTER_ADDR:MASTER_PORT; None there: no waiting, the collectives' own timeout bounds it)."""
 
-    def __init__(self, tag: str, store: Any = None, period: float = PERIOD) -> None:
-        self.tag, self.period = tag, period
-        self.store = store if store is not None else connect()
+    def __init__(self, tag: str, connect: Callable[[], Any] = connect, period: float = PERIOD) -> None:
+        self.tag, self.period, self.connect = tag, period, connect
+        self.store = connect()
 
     def key(self, step: int) -> str:
         return f"syncsim/departures/{self.tag}/{step}"
@@ -54,18 +56,29 @@ class Rendezvous:
             self.store.set(self.key(step), "open")
 
     def wait(self, step: int, opener: int) -> None:
-        """Return once `step` is open; raise PeerGone if `opener` stops or goes silent first."""
+        """Return once `step` is open; raise PeerGone if `opener` stops or goes silent first. The key is
+        waited for on a thread with a client of its own, which the store wakes as the key is set (polling
+        would delay the hand-over; a store wait that times out logs a warning each time); this thread watches
+        the opener meanwhile."""
         if self.store is None:
             return
-        keys = [self.key(step)]
-        while True:
+        opened, failed = threading.Event(), []
+        client = self.connect()
+
+        def block() -> None:
             try:
-                self.store.wait(keys, timedelta(seconds=self.period))
-                return
-            except dist.DistStoreError:  # not open yet (or the store is gone: `_silence` says so)
-                why = self._silence(opener)
-                if why is not None:
-                    raise PeerGone(f"back at step {step}, waiting for rank {opener} to start it: {why}") from None
+                client.wait([self.key(step)], FOREVER)
+            except Exception as exc:  # noqa: BLE001 - the store is gone: said below
+                failed.append(exc)
+            opened.set()
+
+        threading.Thread(target=block, daemon=True, name="syncsim-departure").start()
+        while not opened.wait(self.period):
+            why = self._silence(opener)
+            if why is not None:  # the thread stays blocked; the rank is about to stop
+                raise PeerGone(f"back at step {step}, waiting for rank {opener} to start it: {why}")
+        if failed:
+            raise PeerGone(f"back at step {step}: the rendezvous store went away ({failed[0]})")
 
     def _silence(self, rank: int) -> Optional[str]:
         """Why `rank` will not open a step: it said it stopped, or its heartbeat went stale (None: alive)."""

@@ -243,7 +243,7 @@ def test_an_away_rank_resumes_where_it_comes_back_or_ends_its_phase() -> None:
 def departures(policy: Any, rank: int, store: Any, end: int = 20) -> Any:
     from real.departures import Departures, Rendezvous
 
-    return Departures(policy.bound_view.membership, rank, 0, end, Rendezvous("diloco/0", store, period=0.05))
+    return Departures(policy.bound_view.membership, rank, 0, end, Rendezvous("diloco/0", lambda: store, period=0.05))
 
 
 def test_a_rank_back_from_away_waits_until_the_rank_handing_it_over_opens_the_step() -> None:
@@ -293,6 +293,7 @@ def test_a_rank_back_from_away_stops_waiting_when_the_rank_to_hand_it_over_is_go
     policy, _ = bound({"name": "local_sgd", "period": 5}, [{"ranks": [1], "leave_step": 5, "join_step": 15}])
     with pytest.raises(PeerGone, match=re.escape(f"back at step 15, waiting for rank 0 to start it: {why}")):
         departures(policy, 1, store).next_step(policy, 5)
+    store.set("syncsim/departures/diloco/0/15", "open")  # lets the thread that waited for the key end
 
 
 class Scores:
