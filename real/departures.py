@@ -95,10 +95,10 @@ class Rendezvous:
 
 
 class Departures:
-    """One worker's steps in one phase (`start` to `end`) of a run where `membership` changes."""
+    """One worker's steps in one phase (up to, not including, step `end`) of a run where `membership` changes."""
 
-    def __init__(self, membership: Membership, rank: int, start: int, end: int, rendezvous: Rendezvous) -> None:
-        self.membership, self.rank, self.start, self.end, self.rendezvous = membership, rank, start, end, rendezvous
+    def __init__(self, membership: Membership, rank: int, end: int, rendezvous: Rendezvous) -> None:
+        self.membership, self.rank, self.end, self.rendezvous = membership, rank, end, rendezvous
 
     def next_step(self, policy: Policy, step: int) -> int:
         """The step this rank trains next from `step` on (`end`: none). Coming back from away, it first waits
@@ -120,6 +120,7 @@ class Departures:
     def _opener(self, step: int) -> int:
         if step < self.end:
             source = self.membership.source(step)
-            assert source is not None  # a join nobody hands over is refused (LocalSGD.membership_problems)
+            if source is None:  # refused when the policy is bound (LocalSGD.membership_problems)
+                raise RuntimeError(f"nobody hands over the ranks joining at step {step}")
             return source
         return self.membership.live(self.end - 1)[0]

@@ -68,7 +68,7 @@ def assemble(
     away = membership is not None and membership.changes
     # the iterations the run covered: a worker away for some steps has no rows for them (numerics mode counts
     # them as done)
-    final = max(row[0] for row in run.iterations) + 1.0 if away else len(run.iterations) / len(workers)
+    final = max((row[0] for row in run.iterations), default=-1) + 1.0 if away else len(run.iterations) / len(workers)
     live = _Live(workers, membership)
     scored = live.at(final)
     serving = servers and first.serving  # the last phase ran servers

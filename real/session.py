@@ -372,7 +372,7 @@ class _RankRun:
             return None
         end = progress.step + phase.steps(self.workers)
         rendezvous = Rendezvous(f"{self.entry.display}/{progress.phases}")
-        return Departures(membership, self.rank, progress.step, end, rendezvous)
+        return Departures(membership, self.rank, end, rendezvous)
 
     def _restart(self, from_servers: bool, updates: int) -> None:
         """Checkpoint and restart (real/phases.py): every replica and shard takes the model."""

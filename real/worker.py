@@ -78,12 +78,12 @@ def train(setup: WorkerSetup, report: RankReport) -> int:
     step, last, seen = s.start, None, 0
     end_step = s.start + s.iterations
     while True:
+        if claims is None and s.departures is not None:  # away: the step starts once it is back (no row before)
+            step = s.departures.next_step(policy, step)
         start = time.perf_counter()
         if claims is not None:
             allowed = claims.next(last)
         else:
-            if s.departures is not None:
-                step = s.departures.next_step(policy, step)
             allowed = step < end_step
             if allowed and s.decisions is not None and last is not None:
                 over, waited = s.decisions.after(last)

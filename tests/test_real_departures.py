@@ -4,8 +4,10 @@ In-process: a Broadcast (real/broadcast.py) run through two ranks' executors, on
 stand-in for torch.distributed's broadcast calls, leaves the joiner with the root's tensor over the op's
 region and with exactly the root's optimizer state (names the joiner never had, int64 step counts), or
 drops the joiner's state where the root has none, as `TensorStore.take_from` says; the group plan dry-runs
-only live (rank, step) pairs; an away rank resumes where it comes back; the results score only the ranks
-live at each evaluated step, the global model from the first of them.
+only live (rank, step) pairs; an away rank runs no hook, forward or row for the steps it misses and its
+row starts once it is back (real/worker.py); it waits on the rendezvous store for the rank that hands it
+over, or stops waiting when that rank is gone (real/departures.py); the results score only the ranks live
+at each evaluated step, the global model from the first of them.
 
 On gloo processes (slow: one launch of 3 workers): DiLoCo with outer momentum and Local SGD, rank 1 away
 for steps 5..14 of 20, end on numerics mode's parameters and accuracy rows (`simulate`), and rank 1 has no
@@ -243,7 +245,7 @@ def test_an_away_rank_resumes_where_it_comes_back_or_ends_its_phase() -> None:
 def departures(policy: Any, rank: int, store: Any, end: int = 20) -> Any:
     from real.departures import Departures, Rendezvous
 
-    return Departures(policy.bound_view.membership, rank, 0, end, Rendezvous("diloco/0", lambda: store, period=0.05))
+    return Departures(policy.bound_view.membership, rank, end, Rendezvous("diloco/0", lambda: store, period=0.05))
 
 
 def test_a_rank_back_from_away_waits_until_the_rank_handing_it_over_opens_the_step() -> None:
@@ -294,6 +296,71 @@ def test_a_rank_back_from_away_stops_waiting_when_the_rank_to_hand_it_over_is_go
     with pytest.raises(PeerGone, match=re.escape(f"back at step 15, waiting for rank 0 to start it: {why}")):
         departures(policy, 1, store).next_step(policy, 5)
     store.set("syncsim/departures/diloco/0/15", "open")  # lets the thread that waited for the key end
+
+
+class Opened:
+    """A rendezvous whose waits take 1000 s of a fake clock (`now`) and whose opens are listed."""
+
+    def __init__(self, now: list[float]) -> None:
+        self.now, self.opened = now, []
+
+    def wait(self, step: int, opener: int) -> None:
+        self.now[0] += 1000.0
+
+    def open(self, step: int) -> None:
+        self.opened.append(step)
+
+
+def trained(monkeypatch: pytest.MonkeyPatch, rank: int, departures: list[dict[str, Any]]) -> tuple[Any, Any, Any]:
+    """`real.worker.train` of `rank` through 20 steps of local_sgd with `departures`, on a stand-in executor and
+    replica that list the steps their hooks, forwards and optimizer steps ran at; time is a counter."""
+    from real import worker
+    from real.accounting import RankReport
+    from real.departures import Departures
+
+    policy, _ = bound({"name": "local_sgd", "period": 5}, departures)
+    now = [0.0]
+
+    def tick() -> float:
+        now[0] += 1.0
+        return now[0]
+
+    monkeypatch.setattr(worker.time, "perf_counter", tick)
+    ran: dict[str, list[int]] = defaultdict(list)
+    replica = SimpleNamespace(
+        task=None, params=torch.zeros(1), losses=[], forward_done=ran["forward"].append, step_done=lambda: None
+    )
+    executor = SimpleNamespace(
+        replica=replica, blocked=[], timeout_s=1.0, tensors=None, drain=lambda: None,
+        run=lambda step, programs, chained=False: ran["hooks"].append(step),
+    )  # fmt: skip
+    rendezvous = Opened(now)
+    away = Departures(policy.bound_view.membership, rank, 20, rendezvous)  # type: ignore[arg-type]
+    setup = worker.WorkerSetup(rank, policy, executor, [], 20, [], None, 0.0, departures=away)  # type: ignore[arg-type]
+    report = RankReport(rank)
+    steps = worker.train(setup, report)
+    assert steps == 20
+    return report, ran, rendezvous
+
+
+def test_an_away_rank_runs_nothing_of_the_steps_it_misses_and_its_row_starts_once_it_is_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    back = [{"ranks": [1], "leave_step": 5, "join_step": 15}]
+    report, ran, rendezvous = trained(monkeypatch, 1, back)
+    expected = [*range(5), *range(15, 20)]
+    assert [row[0] for row in report.rows] == expected and ran["forward"] == expected
+    assert sorted(set(ran["hooks"])) == expected  # begin_step, on_forward, on_gradients, end_step: none away
+    start_15 = next(row[2] for row in report.rows if row[0] == 15)
+    assert start_15 > 1000.0  # after the wait (the fake clock jumped 1000), not from the end of step 4
+    assert rendezvous.opened == []  # rank 1 hands nobody over
+    report, _, rendezvous = trained(monkeypatch, 0, back)
+    assert len(report.rows) == 20 and rendezvous.opened == [15]  # rank 0 opens the step rank 1 comes back at
+    # away from step 10 to the end: ten rows, and the first rank live at the last step lets it go
+    gone = [{"ranks": [2], "leave_step": 10}]
+    report, ran, _ = trained(monkeypatch, 2, gone)
+    assert [row[0] for row in report.rows] == list(range(10)) and ran["forward"] == list(range(10))
+    assert trained(monkeypatch, 0, gone)[2].opened == [20]
 
 
 class Scores:
