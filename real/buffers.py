@@ -27,8 +27,9 @@ from typing import Any, Optional
 import torch
 
 from policies.lowrank import FactorBuffer
-from policies.ops import AllReduce, Barrier, Collective, LocalOp, Payload
+from policies.ops import AllReduce, Barrier, Broadcast, Collective, LocalOp, Payload
 from policies.tensors import Buffer
+from real.broadcast import HeldState
 from sim.numerics.local_ops import Range, TensorStore, op_ranges
 from sim.numerics.replica import Replica
 
@@ -62,10 +63,14 @@ class RankTensors:
 
     def target(self, op: Collective, bucket: Optional[int]) -> Any:
         """What `real.collectives.start` runs `op` on: the replica itself (no `tensor`, no `fragment`:
-        as before), a `BufferView`, or a `Narrowed` (a fragment; call its `write_back` once the
-        collective's own finish has run). Raises ValueError for an op a fragment cannot carry."""
+        as before), a `BufferView`, a `HeldState` (a Broadcast of optimizer state), or a `Narrowed` (a
+        fragment; call its `write_back` once the collective's own finish has run). Raises ValueError for an
+        op a fragment cannot carry."""
         if isinstance(op, Barrier) or op.payload is Payload.CONTROL:
             return self.replica  # carries nothing
+        if isinstance(op, Broadcast) and op.state is not None:  # a policy-owned optimizer's state
+            region = self.replica.range(bucket)
+            return HeldState(self.store, region, self.replica.rank, self.replica.policy)
         if op.buffer in self.store.factors:
             if bucket is None or op.fragment is not None or op.coding is not None or not isinstance(op, AllReduce):
                 raise ValueError(f"{op!r}: a factor buffer takes a dense AllReduce in a bucket's program only")

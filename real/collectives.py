@@ -12,7 +12,8 @@ the collective, cast back, and averaged in fp32; `nbytes` counts what was sent (
 16 bits). Sparse ops send their pairs' values in `wire` too (`real/sparse_collectives.py`), as do
 parameter-server pushes and pulls (`real/protocol.py`). Parameters, control tokens and replicas
 without a `wire` (DDP hooks: `real.hooks`) send their own type. An op with its own `wire` runs as
-`real/wire_collectives.py` says. `RingReduceScatter` lives in `real/ring.py`.
+`real/wire_collectives.py` says. `RingReduceScatter` lives in `real/ring.py`; Broadcast (what a worker
+joining the run is handed) in `real/broadcast.py`.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from typing import Any, Optional
 import torch
 import torch.distributed as dist
 
-from policies.ops import AllGather, AllReduce, Barrier, Collective, Payload, ReduceScatter
+from policies.ops import AllGather, AllReduce, Barrier, Broadcast, Collective, Payload, ReduceScatter
+from real.broadcast import start_broadcast
 from real.groups import group_order
 from real.ring import RingReduceScatter
 from real.sparse_collectives import Shares, start_sparse
@@ -53,6 +55,8 @@ def start(op: Collective, replica: Replica, bucket: Optional[int], pg: Any, shar
     if isinstance(op, Barrier) or op.payload is Payload.CONTROL:
         token = torch.zeros(1, device=replica.data(op).device)
         return Started(_call(dist.all_reduce, token, pg), None, 4)
+    if isinstance(op, Broadcast):  # a copy of the root's tensor or optimizer state, whatever the payload
+        return Started(*start_broadcast(op, replica, bucket, pg))
     if op.coding is not None:
         if shares is None:
             raise PolicyError(f"policy {replica.policy!r}: {op!r} is sparse, which this caller cannot run")

@@ -51,7 +51,7 @@ from typing import Any, Optional
 
 import torch
 
-from policies.ops import Collective, LocalOp, Op, Pull, Push, Wait, WaitForClock, step_ops
+from policies.ops import Broadcast, Collective, LocalOp, Op, Pull, Push, Wait, WaitForClock, step_ops
 from real import transport
 from real.buffers import Narrowed, RankTensors
 from real.collectives import Started, start
@@ -230,7 +230,8 @@ class RankExecutor:
         if op.handle is None:  # a launched op took its optimizer step when the worker reached it
             self.replica.arrive(op, slot.bucket)
         try:
-            target = self._tensors().target(op, slot.bucket) if op.tensor or op.fragment else self.replica
+            on_buffers = op.tensor or op.fragment or isinstance(op, Broadcast) and op.state is not None
+            target = self._tensors().target(op, slot.bucket) if on_buffers else self.replica
         except (KeyError, ValueError) as exc:
             raise self._fail(slot.step, op, _message(exc)) from exc
         slot.seq = self._sequence.get(key, 0)

@@ -34,10 +34,16 @@ MAX_GROUPS = 1024
 
 def planned_groups(policy: Policy, workers: int, steps: int, buckets: Sequence[Bucket]) -> list[Group]:
     """Every group of two or more ranks the policy's collectives use in `steps` steps, in first-use
-    order (members' order ignored: one process group serves every ring order of the same ranks)."""
+    order (members' order ignored: one process group serves every ring order of the same ranks). A rank
+    away at a step (`faults.departures`, policies.membership) runs no hook there, so only live (rank, step)
+    pairs are dry-run: the groups of the live ranks, and those that hand joiners their state, are created."""
     seen: dict[tuple[int, ...], Group] = {}
+    view = policy.view  # None: an unbound policy (DDP hooks' plans), every rank live
+    live = view.membership.is_live if view is not None and view.membership.changes else None
     for step in range(steps):
         for rank in range(workers):
+            if live is not None and not live(rank, step):
+                continue
             for _, _, op in step_hooks(policy, rank, step, buckets):
                 if isinstance(op, Collective) and op.group.size > 1:
                     key = tuple(sorted(op.group.ranks))

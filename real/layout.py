@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sim.config import Config
+from sim.engine.faults import absences_of
 from sim.engine.run import bind_policy
 from sim.errors import ConfigError
 
@@ -42,8 +43,9 @@ def placement(config: Config) -> Placement:
     _refuse_timing_only(config)
     cluster, plan = prepare(config)
     shard_hosts: list[str] = []
+    absences = absences_of(config, cluster)  # a departure a policy cannot follow is refused here
     for i, entry in enumerate(config.policies):
-        policy = bind_policy(entry, i, cluster, plan, config.workload.wire_precision)
+        policy = bind_policy(entry, i, cluster, plan, config.workload.wire_precision, absences)
         if any(phase.one_input_pipeline for phase in policy.phase_policies()):
             raise ConfigError(
                 f"policies[{i}]: 'replication: in_graph' is the simulator's model of one client feeding every "

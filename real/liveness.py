@@ -18,6 +18,7 @@ from typing import Any, Optional
 
 import torch.distributed as dist
 
+PERIOD = 0.5  # seconds between two stamps
 PREFIX = "syncsim/alive/"
 STATE = "syncsim/state/"
 
@@ -29,12 +30,14 @@ def named(rank: int, roles: Mapping[int, str]) -> str:
 
 
 class Heartbeat:
-    def __init__(self, rank: int, world: int, period: float = 0.5, roles: Optional[Mapping[int, str]] = None) -> None:
+    def __init__(
+        self, rank: int, world: int, period: float = PERIOD, roles: Optional[Mapping[int, str]] = None
+    ) -> None:
         """`roles`: rank -> what it runs ("worker", "parameter-server shard 0"), for the messages."""
         self.rank, self.world, self.period = rank, world, period
         self.roles: Mapping[int, str] = roles or {}
         self._stop = threading.Event()
-        self._store = _connect()
+        self._store = connect()
         self._thread: Optional[threading.Thread] = None
         if self._store is not None:
             self._store.set(PREFIX + str(rank), repr(time.time()))
@@ -88,7 +91,7 @@ class Heartbeat:
         self._stop.set()
 
 
-def _connect() -> Any:
+def connect() -> Any:
     """A private client of the rendezvous store (TCPStore at MASTER_ADDR:MASTER_PORT)."""
     addr, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
     if not addr or not port:

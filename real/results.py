@@ -12,12 +12,13 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 import pandas as pd
 import torch
 
+from policies.membership import Membership
 from real.accounting import RankReport, account
 from real.device_use import DeviceUse, rank_rows, rank_table
 from sim.config import Config, PolicyEntry
@@ -39,9 +40,15 @@ class ServerReport:
 
 
 def assemble(
-    entry: PolicyEntry, task: Any, gathered: Sequence[Any], wall_s: float, eval_workers: bool = True
+    entry: PolicyEntry,
+    task: Any,
+    gathered: Sequence[Any],
+    wall_s: float,
+    eval_workers: bool = True,
+    membership: Optional[Membership] = None,
 ) -> PolicyRun:
-    workers = [r for r in gathered if isinstance(r, RankReport)]
+    """`membership`: the ranks live at each step (policies.membership; None: every worker at every step)."""
+    workers = sorted((r for r in gathered if isinstance(r, RankReport)), key=lambda w: w.rank)
     servers = [r for r in gathered if isinstance(r, ServerReport)]
     run = PolicyRun(entry.display, entry.name)
     run.iterations, run.ops = account(workers)
@@ -53,23 +60,44 @@ def assemble(
     run.sim_time_s = max((row[6] for row in run.iterations), default=0.0)
     if not workers:
         return run
-    first = min(workers, key=lambda w: w.rank)
+    first = workers[0]
     run.phases = list(first.phases)
     run.checkpoints = [c.numpy() for c in first.checkpoints]
     params = torch.stack([w.parameters for w in workers])  # type: ignore[misc]
     run.parameters = params.numpy()
+    away = membership is not None and membership.changes
+    # the iterations the run covered: a worker away for some steps has no rows for them (numerics mode counts
+    # them as done)
+    final = max((row[0] for row in run.iterations), default=-1) + 1.0 if away else len(run.iterations) / len(workers)
+    live = _Live(workers, membership)
+    scored = live.at(final)
     serving = servers and first.serving  # the last phase ran servers
     if serving:
         consensus = _servers_model(task.initial, servers, [s.params for s in servers])
-    elif first.global_model is not None:  # the policy's global model: every worker holds the same (worker 0's)
-        consensus = first.global_model  # type: ignore[assignment]
+    elif first.global_model is not None:  # the policy's global model: every live worker holds the same
+        consensus = workers[scored[0]].global_model  # type: ignore[assignment]  # the first live one's
     else:
-        consensus = params.mean(dim=0)
+        consensus = params[scored].mean(dim=0)
     run.scored = "servers" if serving else first.global_tensor or "mean"
     run.consensus = consensus.numpy()
-    final = len(run.iterations) / max(1, len(workers))
-    run.accuracy = _evaluate(task, workers, servers, params, consensus, final, run.sim_time_s, eval_workers)
+    run.accuracy = _evaluate(task, workers, servers, params, consensus, final, run.sim_time_s, eval_workers, live)
     return run
+
+
+class _Live:
+    """Which workers (positions in the rank-ordered reports) an evaluation after `iteration` iterations
+    scores: those that trained step `iteration - 1`, as numerics mode scores them (every one without
+    `membership`)."""
+
+    def __init__(self, workers: Sequence[RankReport], membership: Optional[Membership]) -> None:
+        self.position = {w.rank: i for i, w in enumerate(workers)}
+        self.membership = membership if membership is not None and membership.changes else None
+
+    def at(self, iteration: float) -> list[int]:
+        if self.membership is None or iteration < 1:
+            return list(self.position.values())
+        ranks = self.membership.live(int(iteration) - 1)
+        return [self.position[r] for r in ranks if r in self.position]
 
 
 def _evaluate(
@@ -81,50 +109,53 @@ def _evaluate(
     iteration: float,
     now: float,
     eval_workers: bool,
+    live: _Live,
 ) -> list[tuple]:
     """Held-out loss and accuracy of the consensus (then of every replica, with `eval_workers`) as
     numerics mode reports them: at the start, at each snapshot, and at the end.
 
-    The consensus at a snapshot is the shards' parameters (where every shard took one: phases with
-    servers), or the policy's global model (worker 0's `global_tensor` buffer), or else the replicas'
-    mean (where every worker took one: synchronous budgets);
-    replicas are evaluated where every worker took a snapshot. A row's train loss is the mean
-    minibatch loss since the previous row."""
+    Only the workers `live` at an evaluated iteration (that trained its last step) are scored, and
+    waited for: a worker away then took no snapshot. The consensus at a snapshot is the shards'
+    parameters (where every shard took one: phases with servers), or the policy's global model (the
+    first live worker's `global_tensor` buffer), or else the live replicas' mean (where every live
+    worker took one: synchronous budgets); replicas are evaluated where every live worker took a
+    snapshot. A row's train loss is the mean minibatch loss since the previous row."""
     rows: list[tuple] = []
+    taken = [0] * len(workers)  # losses already reported, per worker
 
-    def add(
-        it: float, t: float, model: torch.Tensor, replicas: Sequence[torch.Tensor], windows: list[list[float]]
-    ) -> None:
-        losses = [x for w in windows for x in w]
-        rows.append((it, t, -1, _mean(losses), *task.evaluate(model)))
+    def add(it: float, t: float, model: torch.Tensor, scored: Sequence[int], replicas: Sequence[torch.Tensor]) -> None:
+        windows = []
+        for i in scored:  # each scored worker's losses since its last row, up to this snapshot (the end: all)
+            upto = by_worker[i][it][3] if it in by_worker[i] else len(workers[i].losses) if final else taken[i]
+            windows.append(workers[i].losses[taken[i] : upto])
+            taken[i] = upto
+        rows.append((it, t, -1, _mean([x for w in windows for x in w]), *task.evaluate(model)))
         if eval_workers and replicas:
-            for w, p, window in zip(workers, replicas, windows):
-                rows.append((it, t, w.rank, _mean(window), *task.evaluate(p)))
+            for i, p, window in zip(scored, replicas, windows):
+                rows.append((it, t, workers[i].rank, _mean(window), *task.evaluate(p)))
 
     initial = task.initial
-    add(0.0, 0.0, initial, [initial] * len(workers), [[] for _ in workers])
-    taken = [0] * len(workers)  # losses already reported, per worker
     by_worker = [{snap[0]: snap for snap in w.snapshots} for w in workers]
-    lead = min(range(len(workers)), key=lambda i: workers[i].rank)
+    final = False
+    add(0.0, 0.0, initial, live.at(0), [initial] * len(workers))
     by_server = [{snap[0]: snap for snap in s.snapshots} for s in servers]
     at_servers = set.intersection(*(set(d) for d in by_server)) if servers else set()
-    at_workers = set.intersection(*(set(d) for d in by_worker)) if workers else set()
+    snapped = set().union(*(set(d) for d in by_worker))
+    at_workers = {it for it in snapped if all(it in by_worker[i] for i in live.at(it))}
     for it in sorted(at_servers | at_workers):
+        scored = live.at(it)
         if it in at_servers:
             model = _servers_model(initial, servers, [snaps[it][2] for snaps in by_server])
             t = max(snaps[it][1] for snaps in by_server)
-        else:
-            held = by_worker[lead][it][4]  # the policy's global model, as numerics mode scores it (worker 0's)
-            model = held if held is not None else torch.stack([snaps[it][2] for snaps in by_worker]).mean(dim=0)
-            t = max(snaps[it][1] for snaps in by_worker)
-        replicas = [snaps[it][2] for snaps in by_worker] if all(it in snaps for snaps in by_worker) else []
-        windows = []
-        for i, (w, snaps) in enumerate(zip(workers, by_worker)):
-            upto = snaps[it][3] if it in snaps else taken[i]
-            windows.append(w.losses[taken[i] : upto])
-            taken[i] = upto
-        add(float(it), t, model, replicas, windows)
-    add(iteration, now, consensus, list(params), [w.losses[n:] for w, n in zip(workers, taken)])
+        else:  # the policy's global model, as numerics mode scores it (the first live worker's)
+            held = by_worker[scored[0]][it][4]
+            model = held if held is not None else torch.stack([by_worker[i][it][2] for i in scored]).mean(dim=0)
+            t = max(by_worker[i][it][1] for i in scored)
+        replicas = [by_worker[i][it][2] for i in scored] if all(it in by_worker[i] for i in scored) else []
+        add(float(it), t, model, scored, replicas)
+    final = True
+    scored = live.at(iteration)
+    add(iteration, now, consensus, scored, [params[i] for i in scored])
     return rows
 
 

@@ -30,11 +30,13 @@ import torch
 import torch.distributed as dist
 
 from policies.base import Bucket
+from policies.membership import Membership
 from policies.phases import Progress
 from real import device_use, partial, transport
 from real.accounting import RankReport
 from real.backends import backend_for, training_device, workers_per_node
 from real.buffers import RankTensors
+from real.departures import Departures, Rendezvous
 from real.executor import RankExecutor
 from real.groups import ProcessGroups, planned_groups
 from real.layout import Placement, placement
@@ -46,6 +48,7 @@ from real.results import ServerReport, assemble, write
 from real.server import Evaluation, ShardServer
 from real.worker import WorkerSetup, train
 from sim.config import Config
+from sim.engine.faults import absences_of
 from sim.engine.op_checks import OpValidator
 from sim.engine.phase_budget import SharedClaims
 from sim.engine.run import bind_policy
@@ -160,7 +163,8 @@ def _keep_partial(
         time.sleep(1.0)
     reports = partial.read(out, index, run_id)
     entry = config.policies[index]
-    run = assemble(entry, task, reports, 0.0)
+    membership = Membership(cluster.world_size, absences_of(config, cluster))  # who is scored when
+    run = assemble(entry, task, reports, 0.0, membership=membership)
     run.error = error
     write(config, cluster, _real_plan(config, plan, cluster), [*runs, run], out)
     partial.clear(out)
@@ -185,7 +189,7 @@ def _run_policy(
     (real/partial.py) for rank 0; a finished policy's reports reach rank 0 through `gather_object`,
     which pickles them, but only between this run's own processes over the control group (no file)."""
     entry = config.policies[index]
-    policy = bind_policy(entry, index, cluster, plan, config.workload.wire_precision)
+    policy = bind_policy(entry, index, cluster, plan, config.workload.wire_precision, absences_of(config, cluster))
     specs = list(policy.all_servers())
     workers = need.workers
     buckets = [Bucket(b, bucket.nbytes, len(plan.buckets)) for b, bucket in enumerate(plan.buckets)]
@@ -227,7 +231,7 @@ def _run_policy(
     if rank != 0:
         return None
     assert gathered is not None
-    return assemble(entry, task, gathered, time.time() - wall, cfg.eval_workers)
+    return assemble(entry, task, gathered, time.time() - wall, cfg.eval_workers, policy.bound_view.membership)
 
 
 class _RankRun:
@@ -342,7 +346,7 @@ class _RankRun:
             setup = WorkerSetup(
                 self.rank, phase.policy, ex, self.buckets, phase.steps(workers), shard_ranks, clock_rank, self.t0,
                 cfg.eval_every, progress.step, progress.phases, not phase.synchronous, phase.adaptive, decisions,
-                self.config.iterations,
+                self.config.iterations, self._departures(phase, progress),
             )  # fmt: skip
             ran = train(setup, self.report)
             return ran * workers if phase.synchronous else 0
@@ -360,6 +364,15 @@ class _RankRun:
         self.staleness += server.staleness
         self.snapshots += server.snapshots
         return claims.claimed if claims is not None else 0
+
+    def _departures(self, phase: Any, progress: Progress) -> Optional[Departures]:
+        """This worker's steps where workers leave and come back in a synchronous phase (None: they do not)."""
+        membership = phase.policy.bound_view.membership
+        if not membership.changes or not phase.synchronous:
+            return None
+        end = progress.step + phase.steps(self.workers)
+        rendezvous = Rendezvous(f"{self.entry.display}/{progress.phases}")
+        return Departures(membership, self.rank, end, rendezvous)
 
     def _restart(self, from_servers: bool, updates: int) -> None:
         """Checkpoint and restart (real/phases.py): every replica and shard takes the model."""

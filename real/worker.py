@@ -6,6 +6,12 @@ concurrently; the local optimizer step on buckets nobody else updates; the end_s
 Unlike the simulator, backward is one autograd call, so bucket programs start when the whole
 gradient is ready rather than overlapping backward (the models here are small; docs/real.md).
 
+Departures (`faults.departures`, policies.membership): a rank away at a step runs nothing of it (no
+hook, no forward or backward, no batch drawn, no optimizer step, no row); it resumes at the step it comes
+back at, where the policy's `begin_step` hands it the state it missed, or ends its phase if it never does
+(`real/departures.py`, which also says how it waits for the others meanwhile). The live ranks' collectives
+run over process groups of the live ranks only, so nobody waits for it.
+
 Evaluation: with a synchronous budget the replica is copied every `eval_every` iterations, for rank 0
 to evaluate after the policy (`real/results.py`), as numerics mode evaluates it.
 
@@ -32,6 +38,7 @@ from policies.base import Bucket, Policy
 from policies.phases import Timing
 from real import protocol as wire
 from real.accounting import RankReport
+from real.departures import Departures
 from real.executor import RankExecutor
 from real.phases import Decisions
 from real.placement import host_copy
@@ -55,11 +62,12 @@ class WorkerSetup:
     adaptive: bool = False  # asynchronous: claims carry timings; synchronous: `decisions` decide
     decisions: Optional[Decisions] = None
     run_iterations: int = 0  # the config's iterations: the last one is evaluated from the final state
+    departures: Optional[Departures] = None  # where workers leave and come back: this rank's steps
 
 
 def train(setup: WorkerSetup, report: RankReport) -> int:
     """Run the phase's iterations, appending a row per iteration to `report` as it goes; returns
-    how many it ran."""
+    how many steps of the phase passed (those this rank was away for included)."""
     s, ex = setup, setup.executor
     policy, rank, replica = s.policy, s.rank, ex.replica
     forward_order = list(s.buckets)[::-1]  # the first layers sit in the last bucket backward produced
@@ -68,12 +76,15 @@ def train(setup: WorkerSetup, report: RankReport) -> int:
     crash = crash_point(rank)
     claims = _Claims(s.clock_rank, ex.timeout_s, ahead=not s.adaptive) if shared else None
     step, last, seen = s.start, None, 0
+    end_step = s.start + s.iterations
     while True:
+        if claims is None and s.departures is not None:  # away: the step starts once it is back (no row before)
+            step = s.departures.next_step(policy, step)
         start = time.perf_counter()
         if claims is not None:
             allowed = claims.next(last)
         else:
-            allowed = step < s.start + s.iterations
+            allowed = step < end_step
             if allowed and s.decisions is not None and last is not None:
                 over, waited = s.decisions.after(last)
                 ex.blocked.append((step, start, start + waited))
@@ -109,6 +120,8 @@ def train(setup: WorkerSetup, report: RankReport) -> int:
             global_model = ex.tensors.store.tensor(held) if held is not None and ex.tensors is not None else None
             snapshot(report, step, end - t, replica.params, len(replica.losses), global_model)
     ex.drain()  # launched collectives nobody waited for, before the phase's groups serve another
+    if s.departures is not None:
+        s.departures.finish()
     if s.decisions is not None:
         s.decisions.close()
     for shard in s.shard_ranks:
