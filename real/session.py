@@ -21,7 +21,6 @@ import os
 import re
 import sys
 import time
-from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Optional
@@ -45,6 +44,7 @@ from real.phases import Decisions, agree_used, restart
 from real.placement import on_host, optimizer_on, task_on
 from real.precision import PrecisionTask, configure_tf32
 from real.results import ServerReport, assemble, write
+from real.salvage import keep_partial, real_plan
 from real.server import Evaluation, ShardServer
 from real.worker import WorkerSetup, train
 from sim.config import Config
@@ -113,12 +113,13 @@ def main(config: Config, out: Path, timeout_s: float, backend: str = "auto") -> 
             )
             if rank == 0 and run is not None:
                 runs.append(run)
-                write(config, cluster, _real_plan(config, plan, cluster), runs, out)
+                write(config, cluster, real_plan(config, plan, cluster), runs, out)
     except RankFailure as exc:
         print(f"rank {rank} ({need.role(rank)}): {exc}", file=sys.stderr)
         code = PEER_FAILED
         if rank == 0:
-            _keep_partial(config, cluster, plan, task, runs, len(runs), str(exc), out, timeout_s, run_id)
+            membership = Membership(cluster.world_size, absences_of(config, cluster))  # who is scored when
+            keep_partial(config, cluster, plan, task, runs, len(runs), str(exc), out, timeout_s, run_id, membership)
     finally:
         heartbeat.close()
         if code == 0:
@@ -136,38 +137,6 @@ def _leave(code: int) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
-
-
-def _keep_partial(
-    config: Config,
-    cluster: Any,
-    plan: Any,
-    task: Any,
-    runs: list[Any],
-    index: int,
-    error: str,
-    out: Path,
-    wait_s: float,
-    run_id: str,
-) -> None:
-    """Rank 0, after a failure: the policy's rows every surviving worker saved (this run's files in
-    `<out>/partial/`, real/partial.py: plain data, never unpickled objects), marked failed; the
-    files are deleted once merged."""
-    deadline = time.monotonic() + min(wait_s, 10.0)
-    seen = -1
-    while time.monotonic() < deadline:  # the others save theirs as their own timeouts fire
-        found = len(partial.files(out, index, run_id))
-        if found == seen:
-            break
-        seen = found
-        time.sleep(1.0)
-    reports = partial.read(out, index, run_id)
-    entry = config.policies[index]
-    membership = Membership(cluster.world_size, absences_of(config, cluster))  # who is scored when
-    run = assemble(entry, task, reports, 0.0, membership=membership)
-    run.error = error
-    write(config, cluster, _real_plan(config, plan, cluster), [*runs, run], out)
-    partial.clear(out)
 
 
 def _run_policy(
@@ -414,9 +383,3 @@ def _first_sentence(exc: BaseException) -> str:
     text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     text = re.sub(r"^\[[^\]]*\.(cc|cpp|h):\d+\]\s*", "", text)
     return text.split(". This is typically")[0][:200]
-
-
-def _real_plan(config: Config, plan: Any, cluster: Any) -> Any:
-    """The plan the tables use: a worker's real batch is the numerics batch, not the workload's."""
-    assert config.numerics is not None
-    return replace(plan, batch_size=per_worker_batch(config.numerics.global_batch, cluster.world_size))

@@ -14,7 +14,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from real import partial, session  # noqa: E402
+from real import partial, salvage  # noqa: E402
 from real.accounting import RankReport  # noqa: E402
 from real.device_use import DeviceUse  # noqa: E402
 from real.results import ServerReport  # noqa: E402
@@ -86,11 +86,11 @@ def test_a_planted_pickle_or_an_older_run_is_neither_run_nor_merged(
     partial.save(out, 0, 4, "01d", worker_report(4))  # an older run's report
     partial.save(out, 0, 1, run, worker_report(1))  # this run's
     merged: list[Any] = []
-    monkeypatch.setattr(session, "assemble", lambda entry, task, reports, wall: merged.extend(reports) or _Run())
-    monkeypatch.setattr(session, "write", lambda *args: None)
-    monkeypatch.setattr(session, "_real_plan", lambda *args: None)
+    monkeypatch.setattr(salvage, "assemble", lambda entry, task, reports, wall, **_: merged.extend(reports) or _Run())
+    monkeypatch.setattr(salvage, "write", lambda *args: None)
+    monkeypatch.setattr(salvage, "real_plan", lambda *args: None)
     config: Any = type("C", (), {"policies": [object()]})()
-    session._keep_partial(config, None, None, None, [], 0, "stopped", out, 0.0, run)
+    salvage.keep_partial(config, None, None, None, [], 0, "stopped", out, 0.0, run)
     assert not marker.exists()  # nothing in the folder ran
     assert [r.rank for r in merged] == [1]  # only this run's report; the older run's is not mixed in
     assert f"skipped {folder / f'0-rank2.{run}.pt'}: not a saved report" in capsys.readouterr().err
