@@ -21,18 +21,32 @@ from __future__ import annotations
 import platform
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
+from dataclasses import replace
+from pathlib import Path
 from typing import Any, Optional
 
 import torch
 from torch import nn
 
+from real.model_input import InputSpec
 from real.precision import autocast, check, configure_tf32
+from real.user_model import (
+    build_module,
+    describe_loss,
+    first_calls,
+    layout_shapes,
+    loss_function,
+    module_layout,
+    output_tensor,
+    sample_inputs,
+)
 from sim.catalog.zoo import canonical_name, get_model
 from sim.catalog.zoo.recsys import CRITEO_HASHED_FEATURES
 from sim.catalog.zoo.transformers import SEQUENCE_LENGTHS
-from sim.compute.profile import ComputeProfile, LayerTime, Spread
+from sim.compute.profile import MAX_LAYERS, ComputeProfile, LayerTime, Spread
+from sim.errors import UsageError
 from sim.numerics.zoo_nets import FIELDS, build_zoo_module, flat_layout
 from sim.numerics.zoo_task import IMAGE_MODELS, objective, token_sequences
 
@@ -106,8 +120,82 @@ def _measure(
     torch.manual_seed(seed)
     module = build_zoo_module(name).to(where).train()
     x, y = (t.to(where) for t in sample_batch(name, batch, seed))
-    loss_fn = objective(name)[0]
     layout = flat_layout(module, spec)
+    layers, steps = _time(module, (x,), y, objective(name)[0], layout, precision, where, warmup, repeats)
+    return ComputeProfile(
+        name, batch, precision, tuple(layers), device_label(where), _notes(warmup, repeats, seed), *_step(steps)
+    )
+
+
+def measure_module_profile(
+    target: str,
+    inputs: Sequence[InputSpec],
+    batch: int,
+    classes: Optional[int] = None,
+    precision: str = "fp32",
+    device: Optional[str] = None,
+    warmup: int = 3,
+    repeats: int = 10,
+    seed: int = 0,
+    folder: Optional[Path] = None,
+) -> ComputeProfile:
+    """Time one training iteration of the user's module `target` (`module:factory`, real.user_model) on a
+    seeded batch of `inputs` at `batch`, layer by layer, recording each layer's parameter shapes: a
+    profile that stands for the model (`workload.model: profiled`)."""
+    check(precision)
+    where = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if where.type == "cuda" and where.index is None:
+        where = torch.device("cuda", torch.cuda.current_device())
+    with on_device(where):
+        torch.manual_seed(seed)
+        module = build_module(target, folder).to(where).train()
+        g = torch.Generator().manual_seed(seed)
+        args = [t.to(where) for t in sample_inputs(inputs, batch, g)]
+        with torch.no_grad(), autocast(precision, where):  # a first call: the layers' order, the output's shape
+            called, out = first_calls(module, lambda: module(*args), target)
+        loss_fn, y = loss_function(classes, output_tensor(out, target), g, target)
+        layout = module_layout(module, called)
+        if len(layout) > MAX_LAYERS:
+            raise UsageError(
+                f"{target}: {len(layout):,} layers (modules owning parameters); a profile holds {MAX_LAYERS:,}"
+            )
+        layers, steps = _time(module, args, y, loss_fn, layout, precision, where, warmup, repeats)
+        shaped = tuple(replace(t, shapes=s) for t, s in zip(layers, layout_shapes(module, layout)))
+    notes = {
+        "input": [str(spec) for spec in inputs],
+        "loss": describe_loss(classes),
+        **_notes(warmup, repeats, seed),
+    }
+    return ComputeProfile(target, batch, precision, shaped, device_label(where), notes, *_step(steps))
+
+
+def device_label(where: torch.device) -> str:
+    """The device as a profile names it: the GPU's name, or the CPU's kind and its threads."""
+    if where.type == "cuda":
+        return torch.cuda.get_device_name(where)
+    return f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+
+
+def _notes(warmup: int, repeats: int, seed: int) -> dict[str, Any]:
+    return {"torch": str(torch.__version__), "warmup": warmup, "repeats": repeats, "statistic": "median", "seed": seed}
+
+
+def _step(steps: list[float]) -> tuple[float, Spread]:
+    return statistics.median(steps), Spread.of(steps)
+
+
+def _time(
+    module: nn.Module,
+    args: Sequence[torch.Tensor],
+    y: Any,
+    loss_fn: Callable[[Any, Any], torch.Tensor],
+    layout: list[tuple[str, list[str]]],
+    precision: str,
+    where: torch.device,
+    warmup: int,
+    repeats: int,
+) -> tuple[list[LayerTime], list[float]]:
+    """Each layer's median forward and backward seconds with their spreads, and each timed step's seconds."""
     clock = Clock(where)
     forward_marks: dict[int, Any] = {}
     ready_marks: dict[int, Any] = {}
@@ -124,7 +212,7 @@ def _measure(
             clock.wait()
             start = clock.stamp()
             with autocast(precision, where):
-                loss = loss_fn(module(x), y)
+                loss = loss_fn(module(*args), y)
             backward_start = clock.stamp()
             loss.backward()
             end = clock.stamp()
@@ -147,13 +235,7 @@ def _measure(
                 Spread.of(backward),
             )
         )
-    if where.type == "cuda":
-        device_name = torch.cuda.get_device_name(where)
-    else:
-        device_name = f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
-    notes = {"torch": str(torch.__version__), "warmup": warmup, "repeats": repeats, "statistic": "median", "seed": seed}
-    step = statistics.median(steps)
-    return ComputeProfile(name, batch, precision, tuple(layers), device_name, notes, step, Spread.of(steps))
+    return layers, steps
 
 
 def _hooks(

@@ -110,7 +110,8 @@ def test_a_bad_profile_file_is_one_line_and_exit_2(tmp_path: Path, capsys: pytes
     write_profile(fake(), tmp_path / "p.yaml")
     data = yaml.safe_load((tmp_path / "p.yaml").read_text())
     cases = {
-        "version": ({**data, "version": 2}, "version 2; this syncsim reads version 1"),
+        "version": ({**data, "version": 3}, "version 3; this syncsim reads versions 1 and 2"),
+        "shapes": ({**data, "version": 2}, "layers[0].shapes: expected a list of tensor shapes"),  # version 2 has them
         "format": ({**data, "format": "x"}, "not a compute profile"),
         "time": ({**data, "layers": [{**data["layers"][0], "backward_s": -1}]}, "layers[0].backward_s: expected"),
         "spread": (

@@ -8,8 +8,9 @@ import sys
 from pathlib import Path
 
 from real.emulate.shaping import QUEUES  # stdlib only: the parser is built without torch
+from real.model_input import FORM, TARGET_FORM, parse_input, parse_target  # stdlib only, likewise
 from sim.catalog.gpus import PRECISIONS
-from sim.catalog.zoo import TORCH_MODELS
+from sim.catalog.zoo import TORCH_MODELS, canonical_name
 from sim.cli.common import Subparsers, add_set, hold, require_torch
 from sim.errors import ConfigError, UsageError
 from sim.flags import SECONDS, count
@@ -206,11 +207,44 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     return 0 if result.passed else 1
 
 
+def profile_model(text: str) -> str:
+    """`syncsim profile`'s MODEL (argparse `type`): a zoo model with a torch.nn twin, or `module:factory`."""
+    if ":" in text:
+        parse_target(text)  # an argument error naming what is wrong; nothing is imported
+        return text
+    if canonical_name(text) in TORCH_MODELS:
+        return canonical_name(text)
+    raise argparse.ArgumentTypeError(
+        f"{text!r}: expected a zoo model with a torch.nn version ({', '.join(TORCH_MODELS)}) or your own {TARGET_FORM}"
+    )
+
+
 def add_profile(sub: Subparsers) -> None:
-    """`syncsim profile MODEL`: per-layer compute times of a zoo model on this machine's device."""
-    prof = sub.add_parser("profile", help="measure a zoo model's per-layer compute times on this machine's device")
-    prof.add_argument("model", choices=TORCH_MODELS, help="a zoo model with a torch.nn version")
+    """`syncsim profile MODEL`: per-layer compute times of a zoo model, or your own module, on this machine's device."""
+    prof = sub.add_parser(
+        "profile", help="measure a zoo model's or your own module's per-layer compute times on this machine's device"
+    )
+    prof.add_argument(
+        "model",
+        type=profile_model,
+        help=f"a zoo model with a torch.nn version ({', '.join(TORCH_MODELS)}), or your own module: {TARGET_FORM} "
+        "and factory() returns a torch.nn.Module (docs/profiles.md)",
+    )
     prof.add_argument("--batch", type=count(1), required=True, help="samples per iteration (per GPU)")
+    prof.add_argument(
+        "--input",
+        dest="inputs",
+        type=parse_input,
+        action="append",
+        metavar="SPEC",
+        help=f"your module only, required: one sample of a forward argument, {FORM}; repeat it for each argument",
+    )
+    prof.add_argument(
+        "--classes",
+        type=count(2),
+        help="your module only: the loss is cross-entropy over this many classes (the output's last dimension) "
+        "against uniform targets; default: the output's mean",
+    )
     prof.add_argument(
         "--precision",
         choices=PRECISIONS,
@@ -228,22 +262,34 @@ def add_profile(sub: Subparsers) -> None:
 
 
 def _cmd_profile(args: argparse.Namespace) -> int:
+    own = ":" in args.model
+    if not own and (args.inputs or args.classes is not None):
+        flag = "--input" if args.inputs else "--classes"
+        raise UsageError(f"{flag}: only for your own module ({TARGET_FORM}); a zoo model brings its own input and loss")
+    if own and not args.inputs:
+        raise UsageError(f"--input: required for {args.model}: one sample of each forward argument, {FORM}")
     require_torch("profile")
     import torch
 
-    from real.profiler import measure_profile
+    from real.profiler import measure_module_profile, measure_profile
     from sim.compute.profile import unsteady_spans, write_profile
 
     args.config = "the command line"  # what another error's message names
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         raise UsageError(f"--device: {args.device!r} needs a CUDA device and this machine has none; allowed here: cpu")
     device = None if args.device == "auto" else args.device
-    profile = measure_profile(args.model, args.batch, args.precision, device, args.warmup, args.repeats, args.seed)
+    settings = (args.precision, device, args.warmup, args.repeats, args.seed)
+    if own:
+        profile = measure_module_profile(args.model, args.inputs, args.batch, args.classes, *settings)
+    else:
+        profile = measure_profile(args.model, args.batch, *settings)
     path = write_profile(profile, args.out)
+    params = f", {sum(t.params for t in profile.layers):,} parameters" if profile.shaped else ""
+    use = "workload.model: profiled and workload.profile" if profile.shaped else "workload.profile"
     print(
         f"{profile.model} at batch {profile.batch_size}, {profile.precision}, on {profile.device}: forward "
         f"{profile.forward_s * 1e3:.2f} ms, backward {profile.backward_s * 1e3:.2f} ms over {len(profile.layers)} "
-        f"layers (median of {args.repeats})\nprofile: {path} (use it with workload.profile)"
+        f"layers{params} (median of {args.repeats})\nprofile: {path} (use it with {use})"
     )
     if unsteady := unsteady_spans(profile):
         _warn_unsteady(unsteady, args.repeats)

@@ -27,7 +27,22 @@ gradients being ready (backward's start, for the first) to its own: what delays 
 
 The spreads (minimum, quartiles, maximum over the timed repeats) say how steady the medians are;
 they were added to version 1 as optional keys, so a profile without them reads as before (its
-spreads are None) and an older syncsim reads a newer profile, ignoring them. A span is *unsteady*
+spreads are None) and an older syncsim reads a newer profile, ignoring them.
+
+Version 2 is the profile of a user's own module (`syncsim profile module:factory`), which stands for
+the model itself (`workload.model: profiled`): `model` is the `module:factory` it was built by, and
+every layer also carries its trainable tensors' shapes in the module's parameter order, and their
+count of values (`params`, which must equal the shapes' sum), from which the simulator takes the
+gradient bytes and the tensors a low-rank codec factors:
+
+    version: 2
+    model: my_model:build
+    params: 43018              # the whole model's, for reading
+    layers:
+      - {name: conv, params: 448, shapes: [[16, 3, 3, 3], [16]], forward_s: 0.0011, backward_s: 0.0014}
+
+A zoo model's profile is still written as version 1, so an older syncsim still reads it; one that
+reads only version 1 refuses a version 2 file by its version, in one line. A span is *unsteady*
 (`unsteady_spans`, which `syncsim profile` warns about) when its interquartile range exceeds
 `UNSTEADY_IQR` (a quarter) of its median, or its maximum exceeds `UNSTEADY_RANGE` (twice) its minimum:
 other work sharing the device or the CPU that launches its kernels, or changing clocks, spreads repeats
@@ -60,6 +75,7 @@ from typing import Any, Optional, Union
 
 import yaml
 
+from sim.catalog.zoo.spec import Shape
 from sim.config.reading import MB, read_bounded
 from sim.config.types import MAX_MS
 from sim.config.yaml12 import FieldError, dump, load
@@ -74,7 +90,10 @@ MAX_BREAKS = 40 * MAX_LAYERS + 2_000
 _BREAKS = (b"\n", b"\r", b",", b":", "\x85".encode(), "\u2028".encode(), "\u2029".encode())
 MAX_BYTES = 2 * MB  # `write_profile` writes well under 1 kB a layer: a measured profile is tens of kB
 MAX_SPAN_S = MAX_MS / 1e3  # seconds: the compute of one iteration a config may give (about 3 hours)
-VERSION = 1
+VERSION = 2  # the newest this syncsim writes: a user module's profile, with its layers' shapes
+ZOO_VERSION = 1  # a zoo model's profile (no shapes: the zoo has them), readable by older syncsims
+READS = (1, 2)
+MAX_PARAMS = 10**13  # trainable values in a profiled model: ten trillion, 40 TB of fp32 weights
 UNSTEADY_IQR = 0.25  # a span whose interquartile range exceeds this fraction of its median is unsteady
 UNSTEADY_RANGE = 2.0  # ... or whose maximum exceeds this multiple of its minimum
 JUDGED_SHARE = 0.01  # spans shorter than this fraction of the step's median are not judged
@@ -120,6 +139,12 @@ class LayerTime:
     backward_s: float
     forward_spread: Optional[Spread] = None  # None: a profile written before spreads were recorded
     backward_spread: Optional[Spread] = None
+    shapes: Optional[tuple[Shape, ...]] = None  # a user module's trainable tensors; None: a zoo layer
+
+    @property
+    def params(self) -> int:
+        """Values held by the layer's tensors (0 when their shapes are not recorded)."""
+        return sum(math.prod(shape) for shape in self.shapes or ())
 
 
 @dataclass(frozen=True)
@@ -140,6 +165,12 @@ class ComputeProfile:
     @property
     def backward_s(self) -> float:
         return math.fsum(layer.backward_s for layer in self.layers)
+
+    @property
+    def shaped(self) -> bool:
+        """Does the profile carry its layers' shapes (a user module's, version 2), so that it can stand
+        for the model?"""
+        return bool(self.layers) and all(layer.shapes is not None for layer in self.layers)
 
 
 def unsteady_spans(profile: ComputeProfile) -> list[str]:
@@ -164,10 +195,12 @@ def write_profile(profile: ComputeProfile, path: Union[str, Path]) -> Path:
     step = {} if profile.step_s is None else {"step_s": profile.step_s}
     if profile.step_spread is not None:
         step["step_spread"] = profile.step_spread.as_dict()
+    shaped = profile.shaped
     data = {
         "format": FORMAT,
-        "version": VERSION,
+        "version": VERSION if shaped else ZOO_VERSION,
         "model": profile.model,
+        **({"params": sum(layer.params for layer in profile.layers)} if shaped else {}),
         "batch_size": profile.batch_size,
         "precision": profile.precision,
         "device": profile.device,
@@ -184,7 +217,10 @@ def write_profile(profile: ComputeProfile, path: Union[str, Path]) -> Path:
 
 
 def _layer_row(layer: LayerTime) -> dict[str, Any]:
-    row: dict[str, Any] = {"name": layer.name, "forward_s": layer.forward_s, "backward_s": layer.backward_s}
+    row: dict[str, Any] = {"name": layer.name}
+    if layer.shapes is not None:  # lists: flow style writes each shape on the layer's line, [16, 3, 3, 3]
+        row.update(params=layer.params, shapes=[list(shape) for shape in layer.shapes])
+    row.update(forward_s=layer.forward_s, backward_s=layer.backward_s)
     for key, spread in (("forward_spread", layer.forward_spread), ("backward_spread", layer.backward_spread)):
         if spread is not None:
             row[key] = spread.as_dict()
@@ -213,6 +249,26 @@ def _seconds(value: Any, where: str) -> float:
     return float(value)
 
 
+def _shapes(row: dict[str, Any], where: str) -> tuple[Shape, ...]:
+    """A version 2 layer's `shapes` (lists of dimensions, each an integer >= 1; [] a scalar), checked
+    against its `params`."""
+    shapes = row.get("shapes")
+    if not isinstance(shapes, list) or not all(
+        isinstance(shape, list) and all(type(d) is int and 1 <= d <= MAX_PARAMS for d in shape) for shape in shapes
+    ):
+        raise ConfigError(
+            f"{where}.shapes: expected a list of tensor shapes, each a list of integers >= 1 "
+            f"(e.g. [[16, 3, 3, 3], [16]]); got {shapes!r}"
+        )
+    out = tuple(tuple(shape) for shape in shapes)
+    values = sum(math.prod(shape) for shape in out)
+    if values > MAX_PARAMS:
+        raise ConfigError(f"{where}.shapes: {values:,} values; at most {MAX_PARAMS:,} in a profiled model")
+    if row.get("params") != values or isinstance(row.get("params"), bool):
+        raise ConfigError(f"{where}.params: expected {values:,}, the values its shapes hold; got {row.get('params')!r}")
+    return out
+
+
 def _parse(path: Union[str, Path], where: str) -> Any:
     """The YAML data of a profile file, after checking its size and line count cheaply (before parsing)."""
     try:
@@ -238,8 +294,9 @@ def read_profile(path: Union[str, Path]) -> ComputeProfile:
     data = _parse(path, where)
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ConfigError(f"{where}: not a compute profile (expected `format: {FORMAT}`; `syncsim profile` writes one)")
-    if data.get("version") != VERSION:
-        raise ConfigError(f"{where}: version {data.get('version')!r}; this syncsim reads version {VERSION}")
+    version = data.get("version")
+    if version not in READS or isinstance(version, bool):
+        raise ConfigError(f"{where}: version {version!r}; this syncsim reads versions {' and '.join(map(str, READS))}")
     for key, kind in (("model", str), ("batch_size", int), ("precision", str), ("layers", list)):
         if not isinstance(data.get(key), kind) or isinstance(data.get(key), bool):
             raise ConfigError(f"{where}: {key}: expected {kind.__name__}, got {data.get(key)!r}")
@@ -253,7 +310,10 @@ def read_profile(path: Union[str, Path]) -> ComputeProfile:
             raise ConfigError(f"{where}: layers[{i}]: expected a mapping with name, forward_s and backward_s")
         times = [_seconds(row.get(key), f"{where}: layers[{i}].{key}") for key in ("forward_s", "backward_s")]
         spreads = [_spread(row.get(k), f"{where}: layers[{i}].{k}") for k in ("forward_spread", "backward_spread")]
-        layers.append(LayerTime(row["name"], *times, *spreads))
+        shapes = _shapes(row, f"{where}: layers[{i}]") if version >= 2 else None  # version 1: the zoo's
+        layers.append(LayerTime(row["name"], *times, *spreads, shapes))
+    if version >= 2 and sum(layer.params for layer in layers) > MAX_PARAMS:
+        raise ConfigError(f"{where}: layers: over {MAX_PARAMS:,} values in all; at most that in a profiled model")
     notes = data.get("notes") if isinstance(data.get("notes"), dict) else {}
     step_s = data.get("step_s")
     if step_s is not None:
@@ -273,15 +333,14 @@ def read_profile(path: Union[str, Path]) -> ComputeProfile:
 def check_profile(profile: ComputeProfile, model: str, layer_names: list[str], batch_size: int, precision: str) -> None:
     """Refuse a profile measured for another model, batch size, precision or layer list."""
     where = "workload.profile"
+    if profile.shaped:
+        raise ConfigError(
+            f"{where}: the profile of your own module {profile.model!r}, which stands for the model: "
+            "set workload.model: profiled"
+        )
     if profile.model != model:
         raise ConfigError(f"{where}: measured for model {profile.model!r}; the workload trains {model!r}")
-    if profile.batch_size != batch_size:
-        raise ConfigError(
-            f"{where}: measured at batch_size {profile.batch_size}; the workload's is {batch_size} "
-            f"(measure again with `syncsim profile {model} --batch {batch_size}`)"
-        )
-    if profile.precision != precision:
-        raise ConfigError(f"{where}: measured at precision {profile.precision}; the workload's is {precision}")
+    check_run(profile, batch_size, precision)
     names = [t.name for t in profile.layers]
     if names != layer_names:
         shorter = min(len(names), len(layer_names))
@@ -290,3 +349,17 @@ def check_profile(profile: ComputeProfile, model: str, layer_names: list[str], b
             f"{where}: its layers differ from the zoo's {model} at position {first} "
             f"({len(names)} layers against {len(layer_names)}); measure it again with this syncsim"
         )
+
+
+def check_run(profile: ComputeProfile, batch_size: int, precision: str) -> None:
+    """Refuse a profile measured at another batch size or precision than the workload's."""
+    where = "workload.profile"
+    if profile.batch_size != batch_size:
+        given = profile.notes.get("input")  # a user module's input specifications, as measured
+        inputs = "".join(f" --input {s}" for s in given if isinstance(s, str)) if isinstance(given, list) else ""
+        raise ConfigError(
+            f"{where}: measured at batch_size {profile.batch_size}; the workload's is {batch_size} "
+            f"(measure again with `syncsim profile {profile.model}{inputs} --batch {batch_size}`)"
+        )
+    if profile.precision != precision:
+        raise ConfigError(f"{where}: measured at precision {profile.precision}; the workload's is {precision}")

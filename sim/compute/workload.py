@@ -4,6 +4,8 @@ time comes from the default compute model (sim/compute/roofline.py: per op, abou
 arithmetic and memory traffic, plus kernel launches, issued as `workload.implementation` says), or
 from FLOPs at a given fraction of peak (`workload.efficiency`, backward twice the forward), or from a measured profile
 (`workload.profile`, sim.compute.profile) that gives every layer's forward and backward seconds.
+The profile of a user's own module (`workload.model: profiled`) gives its layers as well: their
+tensors' shapes, so their gradient bytes at the workload's precision, in the order it measured them.
 The optimizer step (`workload.optimizer_ms`, once every `accumulation_steps` iterations) is apart from
 forward and backward; at 0 it is part of their time.
 """
@@ -11,15 +13,18 @@ forward and backward; at 0 it is part of their time.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 from sim.catalog.gpus import GpuSpec
 from sim.catalog.zoo import ModelSpec
-from sim.catalog.zoo.spec import Shape
+from sim.catalog.zoo.spec import Layer, Shape
 from sim.compute.buckets import MASTER_BYTES, MB, GradientBucket, bucket_shapes, cut_buckets, model_spec, wire_bytes
-from sim.compute.profile import check_profile, read_profile
+from sim.compute.profile import ComputeProfile, check_profile, check_run, read_profile
 from sim.compute.roofline import model_seconds
 from sim.compute.sparsity import BucketLayout, bucket_layouts
 from sim.config import WorkloadConfig
+from sim.config.schema import PROFILED
+from sim.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -53,13 +58,31 @@ class ComputePlan:
         return self.forward_s + self.backward_s
 
 
-def layer_seconds(cfg: WorkloadConfig, spec: ModelSpec, gpu: GpuSpec) -> tuple[float, list[float], list[float]]:
+def profiled_spec(profile: ComputeProfile, batch_size: int, precision: str) -> ModelSpec:
+    """The model a user module's profile stands for (`workload.model: profiled`): a layer per profiled
+    layer, in its order, with its tensors' shapes. FLOPs are unknown and unused: the profile gives the times."""
+    if not profile.shaped:
+        raise ConfigError(
+            f"workload.profile: a profile of the zoo model {profile.model!r} records no layer shapes, so it cannot "
+            f"stand for the model; set workload.model: {profile.model}, or profile your own module "
+            "with `syncsim profile module:factory` (docs/profiles.md)"
+        )
+    check_run(profile, batch_size, precision)
+    layers = tuple(Layer(t.name, t.params, 0.0, shapes=t.shapes or ()) for t in profile.layers)
+    return ModelSpec(profile.model, layers, source=f"profiled on {profile.device}")
+
+
+def layer_seconds(
+    cfg: WorkloadConfig, spec: ModelSpec, gpu: GpuSpec, profile: Optional[ComputeProfile] = None
+) -> tuple[float, list[float], list[float]]:
     """The forward pass's seconds, and each layer's forward and backward seconds: measured
-    (`profile`), spread over FLOPs (a synthetic model's `compute_ms`, or a given `efficiency`, with
-    backward twice the forward), or else the default compute model (sim/compute/roofline.py)."""
+    (`profile`, read from `cfg.profile` unless given), spread over FLOPs (a synthetic model's `compute_ms`,
+    or a given `efficiency`, with backward twice the forward), or else the default compute model
+    (sim/compute/roofline.py)."""
     if cfg.profile is not None:  # measured times replace any estimate, layer by layer
-        profile = read_profile(cfg.profile)
-        check_profile(profile, spec.name, [layer.name for layer in spec.layers], cfg.batch_size, cfg.precision)
+        profile = profile or read_profile(cfg.profile)
+        if cfg.model != PROFILED:  # a profiled model's layers are the profile's own
+            check_profile(profile, spec.name, [layer.name for layer in spec.layers], cfg.batch_size, cfg.precision)
         return profile.forward_s, [t.forward_s for t in profile.layers], [t.backward_s for t in profile.layers]
     if cfg.model == "synthetic" or cfg.efficiency is not None:
         if cfg.model == "synthetic":
@@ -75,12 +98,15 @@ def layer_seconds(cfg: WorkloadConfig, spec: ModelSpec, gpu: GpuSpec) -> tuple[f
 
 def compute_plan(cfg: WorkloadConfig, gpu: GpuSpec) -> ComputePlan:
     """The per-iteration timeline of `cfg` on `gpu`."""
-    spec = model_spec(cfg)
+    profile = read_profile(cfg.profile) if cfg.profile is not None else None
+    spec = (
+        profiled_spec(profile, cfg.batch_size, cfg.precision) if profile and cfg.model == PROFILED else model_spec(cfg)
+    )
     if cfg.model == "synthetic":
         grad_bytes = [cfg.gradient_mb * MB / len(spec.layers)] * len(spec.layers)  # type: ignore[operator]
     else:
         grad_bytes = [layer.params * wire_bytes(cfg) for layer in spec.layers]
-    forward_s, forward, backward = layer_seconds(cfg, spec, gpu)
+    forward_s, forward, backward = layer_seconds(cfg, spec, gpu, profile)
     buckets = cut_buckets(cfg, spec, grad_bytes, forward, backward)
     total = float(sum(grad_bytes))
     # parameters are the fp32 master weights in every precision (autocast computes in 16 bits from

@@ -34,6 +34,7 @@ from sim.config.types import (
 
 WARMUP_ITERATIONS = 3  # a real run's summary leaves out its warm-up by default (`Config.summary_warmup`)
 MAX_ACCUMULATION = 65536  # micro-batches per optimizer step: far beyond any global batch a paper accumulates
+PROFILED = "profiled"  # workload.model: the user's own module, whose profile gives its layers and times
 
 
 ClusterConfig = Annotated[
@@ -45,7 +46,10 @@ __all__ = ["ClusterBase", "CustomLink", "CustomNode"]  # re-exported: sim.config
 class WorkloadConfig(Strict):
     """The model being trained and how each GPU computes it."""
 
-    model: str = Field(description="synthetic, or a zoo model: " + ", ".join(MODEL_NAMES))
+    model: str = Field(
+        description="synthetic; profiled: your own module, its layers and times from `profile` "
+        "(`syncsim profile module:factory`, docs/profiles.md); or a zoo model: " + ", ".join(MODEL_NAMES)
+    )
     batch_size: Count = Field(32, description="samples per GPU per iteration")
     precision: Literal["fp32", "tf32", "fp16", "bf16"] = Field(
         "fp32",
@@ -137,8 +141,8 @@ class WorkloadConfig(Strict):
     @field_validator("model")
     @classmethod
     def _known_model(cls, value: str) -> str:
-        if value != "synthetic" and canonical_name(value) not in MODEL_NAMES:
-            raise ValueError(f"unknown model {value!r}; allowed: synthetic, {', '.join(MODEL_NAMES)}")
+        if value not in ("synthetic", PROFILED) and canonical_name(value) not in MODEL_NAMES:
+            raise ValueError(f"unknown model {value!r}; allowed: synthetic, {PROFILED}, {', '.join(MODEL_NAMES)}")
         return value
 
     @model_validator(mode="after")
@@ -151,11 +155,18 @@ class WorkloadConfig(Strict):
         else:
             for name in synthetic_only:
                 if getattr(self, name) is not None:
-                    raise ValueError(f"{name}: applies only to model 'synthetic' (a zoo model sets it)")
+                    raise ValueError(f"{name}: applies only to model 'synthetic' (another model's layers set it)")
             if self.sparsity.lookups is not None:
                 raise ValueError("sparsity.lookups: applies only to model 'synthetic' (a zoo model's tables set it)")
+        if self.model == PROFILED and self.profile is None:
+            raise ValueError(
+                f"profile: required when model is '{PROFILED}' (the profile of your module gives its layers and "
+                "times: `syncsim profile module:factory`)"
+            )
         if self.profile is not None and self.model == "synthetic":
-            raise ValueError("profile: applies only to zoo models (a synthetic workload's compute_ms sets its time)")
+            raise ValueError(
+                "profile: applies only to zoo models and profiled (a synthetic workload's compute_ms sets its time)"
+            )
         if self.profile is not None and self.efficiency is not None:
             raise ValueError("efficiency: not used when a profile gives the measured times; remove one of the two")
         if self.implementation != "eager" and (
