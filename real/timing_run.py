@@ -15,6 +15,7 @@ from sim.catalog.zoo import canonical_name
 from sim.catalog.zoo.transformers import SEQUENCE_LENGTHS
 from sim.cluster.topology import build_cluster
 from sim.config import Config, parse_config
+from sim.config.schema import PROFILED
 from sim.errors import ConfigError
 
 
@@ -28,6 +29,11 @@ def with_timing_numerics(config: Config) -> Config:
         raise ConfigError(
             "numerics: the real backend trains a model, and a synthetic workload has none; use a zoo model "
             "(workload.model) or add a numerics: section (see configs/real_2x2_digits.yaml)"
+        )
+    if workload.model == PROFILED:  # the module is the user's file, which the ranks do not build
+        raise ConfigError(
+            "numerics: the real backend trains a zoo model or a numerics: section's model, not a profiled module; "
+            "add a numerics: section to run it on real processes"
         )
     model = canonical_name(workload.model)
     workers = build_cluster(config.cluster, config.seed).world_size

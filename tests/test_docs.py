@@ -106,3 +106,34 @@ def test_the_plug_in_variant_runs_on_gloo_and_ends_on_numerics_modes_parameters(
         np.testing.assert_allclose(real[f"{run.label}/consensus"], run.consensus, rtol=1e-5, atol=1e-6)
     plug_in, built_in = (real[f"{run.label}/consensus"] for run in runs)
     assert not np.allclose(plug_in, built_in, atol=1e-4)  # the outer optimizers differ
+
+
+def test_profiles_page_takes_your_own_model_to_1024_gpus_as_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/profiles.md, "Your own model": its shell commands run as written in a copy of examples/, and the
+    config it shows is examples/my_model_1024.yaml."""
+    import shlex
+    import sys
+
+    import pandas as pd
+
+    pytest.importorskip("torch")
+    from sim.cli import main
+
+    section = (ROOT / "docs" / "profiles.md").read_text().split("## Your own model", 1)[1].split("\n## ", 1)[0]
+    commands = re.findall(r"```bash\n(.*?)```", section, re.S)[0]
+    assert (ROOT / "examples" / "my_model_1024.yaml").read_text() in YAML.findall(section)
+    shutil.copytree(ROOT / "examples", tmp_path / "examples", ignore=shutil.ignore_patterns("__pycache__", "results"))
+    monkeypatch.chdir(tmp_path)
+    try:
+        for line in commands.splitlines():
+            words = shlex.split(line)
+            if words[0] == "cd":
+                monkeypatch.chdir(Path.cwd() / words[1])
+            else:
+                assert words[0] == "syncsim" and main(words[1:]) == 0, line
+    finally:  # loaded from the copy: another test may load another copy
+        sys.modules.pop("my_model", None)
+    summary = pd.read_csv(tmp_path / "examples" / "results" / "my_model_1024" / "summary.csv")
+    assert summary["status"].tolist() == ["ok", "ok"]

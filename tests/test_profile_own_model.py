@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,10 @@ def measured(tmp_path_factory: pytest.TempPathFactory) -> Path:
     with pytest.MonkeyPatch.context() as patch:
         patch.chdir(folder)
         out = ["--out", "my_model_b8.yaml", "--device", "cpu", "--warmup", "1", "--repeats", "2"]
-        assert main([*PROFILE_ARGS, *out]) == 0
+        try:
+            assert main([*PROFILE_ARGS, *out]) == 0
+        finally:  # the module was loaded from this copy: another test may load another copy
+            sys.modules.pop("my_model", None)
     return folder / "my_model_b8.yaml"
 
 
@@ -157,3 +161,14 @@ def test_the_profile_command_refuses_flags_that_do_not_fit_the_model(
             main(["profile", *bad, *out])
         assert stop.value.code == 2
     assert not (tmp_path / "p.yaml").exists()
+
+
+def test_the_real_backend_says_it_cannot_train_a_profiled_module(
+    measured: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from real.timing_run import with_timing_numerics
+
+    with pytest.raises(ConfigError, match="^numerics: the real backend trains a zoo model or a numerics: section's"):
+        with_timing_numerics(load_config(config(measured.parent)))
+    assert main(["calibrate", str(config(measured.parent)), "--out", str(measured.parent / "cal.yaml")]) == 2
+    assert "workload.model: calibration profiles the workload's zoo model on every rank" in capsys.readouterr().err

@@ -150,10 +150,17 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     overrides = [*args.set, *flags]  # the calibration flags win over a --set of the same key
     from real.calibrate.datacenters import check_calibratable
     from sim.config import load_config
+    from sim.config.schema import PROFILED
 
     # a bad config or --set, or a cluster whose calibrated config could not keep its shape: one line, before
     # any process starts
-    check_calibratable(load_config(args.config, overrides).cluster)
+    config = load_config(args.config, overrides)
+    check_calibratable(config.cluster)
+    if config.workload.model == PROFILED and not config.numerics_on:  # the ranks profile a zoo model's twin
+        raise ConfigError(
+            "workload.model: calibration profiles the workload's zoo model on every rank, and cannot build a "
+            "profiled module there; add a numerics: section, or calibrate a config of a zoo model"
+        )
     outcome = launch(
         Path(args.config),
         Path(args.out),
