@@ -1,4 +1,5 @@
-"""`syncsim profile MODEL`: a zoo model's per-layer forward and backward seconds, measured here.
+"""`syncsim profile MODEL`: a zoo model's (or your own module's) per-layer forward and backward seconds,
+measured here.
 
 The model is the zoo's torch.nn twin (`sim.numerics.zoo_nets`) on a seeded synthetic batch of the
 zoo's input shape (224x224 images, 32x32 for the CIFAR networks, 128 BERT tokens, 1,024 GPT-2
@@ -14,6 +15,10 @@ the whole iteration's (`step_s`), so that a measurement disturbed by other work 
 (`sim.compute.profile.unsteady_spans`). The precision (fp32, tf32, fp16, bf16) is set as training
 sets it (`real.precision`): TF32 switches, and autocast for fp16 and bf16. fp16 profiles the scaled
 loss's backward as fp16 training runs it; the loss scale changes no kernel, so it is left out here.
+
+Your own module (`measure_module_profile`, `module:factory`) is built, fed and scored as
+`real.user_model` says, its layers stamped the same way, and its profile also records each layer's
+parameter shapes, so that it stands for the model (`workload.model: profiled`).
 """
 
 from __future__ import annotations

@@ -207,6 +207,19 @@ def test_the_caps_take_what_syncsim_writes_for_the_most_layers_allowed(tmp_path:
     assert read_profile(path).layers == layers
 
 
+def test_the_caps_take_a_modules_profile_with_its_shapes_for_the_most_layers_allowed(tmp_path: Path) -> None:
+    spread = Spread(0.000123456789012345, 0.000123456789012346, 0.000223456789012345, 0.000323456789012345)
+    name = "encoder.layer.23.attention.output.dense_with_a_long_module_path_name"
+    shapes = ((1024, 1024, 3, 3), (1024,))  # a convolution's weight and bias: what most layers hold
+    layers = tuple(LayerTime(f"{name}.{i}", 1.2345e-4, 2.3456e-4, spread, spread, shapes) for i in range(MAX_LAYERS))
+    notes = {"input": ["int64:1024:vocab=32000"], "loss": "cross-entropy over 32000 classes, uniform targets"}
+    profile = ComputeProfile("my_model:build", 64, "bf16", layers, "NVIDIA H200 141GB HBM3e", notes, 0.0123, spread)
+    raw = write_profile(profile, tmp_path / "p.yaml").read_bytes()
+    assert len(raw) <= MAX_BYTES and sum(raw.count(mark) for mark in (b"\n", b",", b":")) <= MAX_BREAKS
+    back = read_profile(tmp_path / "p.yaml")
+    assert back.layers == layers and back.shaped and back.layers[0].params == 1024 * 1024 * 9 + 1024
+
+
 def test_profile_settings_that_cannot_apply_are_refused(tmp_path: Path) -> None:
     write_profile(fake(), tmp_path / "p.yaml")
     with pytest.raises(ConfigError, match="efficiency: not used when a profile gives the measured times"):

@@ -85,7 +85,8 @@ from sim.files import atomic_write
 FORMAT = "syncsim-profile"
 MAX_LAYERS = 2_000  # the zoo's largest model has 149 (tests/test_profile.py keeps a margin)
 # line breaks, commas and colons: every YAML value but the first follows one, so this bounds the values
-# a parser builds (some microseconds each, in Python); `write_profile` writes about 25 a layer
+# a parser builds (some microseconds each, in Python); `write_profile` writes about 25 a layer (33 with
+# a weight's and a bias's shapes, version 2)
 MAX_BREAKS = 40 * MAX_LAYERS + 2_000
 _BREAKS = (b"\n", b"\r", b",", b":", "\x85".encode(), "\u2028".encode(), "\u2029".encode())
 MAX_BYTES = 2 * MB  # `write_profile` writes well under 1 kB a layer: a measured profile is tens of kB
