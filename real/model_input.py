@@ -54,7 +54,7 @@ def parse_input(text: str) -> InputSpec:
     """An `--input` specification (argparse `type`): an argument error naming what is wrong, else the spec."""
     parts = text.split(":")
     if len(parts) not in (2, 3):
-        raise argparse.ArgumentTypeError(f"expected {FORM}; got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected {FORM}, got {text}")
     dtype, dims = parts[0], parts[1]
     if dtype not in FLOAT_TYPES + INT_TYPES:
         raise argparse.ArgumentTypeError(f"dtype {dtype!r} in {text!r}; allowed: {', '.join(FLOAT_TYPES + INT_TYPES)}")

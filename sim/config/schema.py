@@ -142,7 +142,10 @@ class WorkloadConfig(Strict):
     @classmethod
     def _known_model(cls, value: str) -> str:
         if value not in ("synthetic", PROFILED) and canonical_name(value) not in MODEL_NAMES:
-            raise ValueError(f"unknown model {value!r}; allowed: synthetic, {PROFILED}, {', '.join(MODEL_NAMES)}")
+            raise ValueError(
+                f"unknown model {value!r}; allowed: synthetic, {', '.join(MODEL_NAMES)}, or {PROFILED} "
+                "(your own module, from its profile)"
+            )
         return value
 
     @model_validator(mode="after")
