@@ -141,6 +141,9 @@ def test_a_profile_that_cannot_stand_for_the_workload_is_one_line_naming_the_fie
     (folder / "bad.yaml").write_text(yaml.safe_dump(raw))
     with pytest.raises(ConfigError, match=r"layers\[0\].shapes: expected a list of tensor shapes"):
         prepare(load_config(config(folder, "bad.yaml")))
+    (folder / "bad.yaml").write_text(yaml.safe_dump({**raw, "layers": []}))
+    with pytest.raises(ConfigError, match="layers: none; a version 2 profile lists the module's layers"):
+        prepare(load_config(config(folder, "bad.yaml")))
 
 
 def test_the_profile_command_refuses_flags_that_do_not_fit_the_model(

@@ -37,7 +37,7 @@ gradient bytes and the tensors a low-rank codec factors:
 
     version: 2
     model: my_model:build
-    params: 43018              # the whole model's, for reading
+    params: 17546              # the whole model's, for reading
     layers:
       - {name: conv, params: 448, shapes: [[16, 3, 3, 3], [16]], forward_s: 0.0011, backward_s: 0.0014}
 
@@ -67,6 +67,7 @@ in a config), so that no sum of layers overflows.
 from __future__ import annotations
 
 import math
+import reprlib
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -219,7 +220,7 @@ def write_profile(profile: ComputeProfile, path: Union[str, Path]) -> Path:
 
 def _layer_row(layer: LayerTime) -> dict[str, Any]:
     row: dict[str, Any] = {"name": layer.name}
-    if layer.shapes is not None:  # lists: flow style writes each shape on the layer's line, [16, 3, 3, 3]
+    if layer.shapes is not None:  # lists: each shape is written on one line, [16, 3, 3, 3]
         row.update(params=layer.params, shapes=[list(shape) for shape in layer.shapes])
     row.update(forward_s=layer.forward_s, backward_s=layer.backward_s)
     for key, spread in (("forward_spread", layer.forward_spread), ("backward_spread", layer.backward_spread)):
@@ -259,7 +260,7 @@ def _shapes(row: dict[str, Any], where: str) -> tuple[Shape, ...]:
     ):
         raise ConfigError(
             f"{where}.shapes: expected a list of tensor shapes, each a list of integers >= 1 "
-            f"(e.g. [[16, 3, 3, 3], [16]]); got {shapes!r}"
+            f"(e.g. [[16, 3, 3, 3], [16]]); got {reprlib.repr(shapes)}"
         )
     out = tuple(tuple(shape) for shape in shapes)
     values = sum(math.prod(shape) for shape in out)
@@ -313,6 +314,8 @@ def read_profile(path: Union[str, Path]) -> ComputeProfile:
         spreads = [_spread(row.get(k), f"{where}: layers[{i}].{k}") for k in ("forward_spread", "backward_spread")]
         shapes = _shapes(row, f"{where}: layers[{i}]") if version >= 2 else None  # version 1: the zoo's
         layers.append(LayerTime(row["name"], *times, *spreads, shapes))
+    if version >= 2 and not layers:
+        raise ConfigError(f"{where}: layers: none; a version 2 profile lists the module's layers")
     if version >= 2 and sum(layer.params for layer in layers) > MAX_PARAMS:
         raise ConfigError(f"{where}: layers: over {MAX_PARAMS:,} values in all; at most that in a profiled model")
     notes = data.get("notes") if isinstance(data.get("notes"), dict) else {}
