@@ -74,7 +74,7 @@ def load_factory(target: str, folder: Optional[Path] = None) -> Callable[[], Any
             if isinstance(exc, Exception):  # the file's own error, in one line
                 raise _refuse(target, f"running {file.name} raised {type(exc).__name__}: {exc}") from None
             raise
-    elif not getattr(loaded, "__file__", None) or Path(loaded.__file__).resolve() != file:
+    elif (there := getattr(loaded, "__file__", None)) is None or Path(there).resolve() != file:
         raise _refuse(target, f"{file.name} would shadow the module {module_name!r} already imported; rename the file")
     obj: Any = loaded
     for part in factory.split("."):

@@ -313,7 +313,7 @@ def read_profile(path: Union[str, Path]) -> ComputeProfile:
         times = [_seconds(row.get(key), f"{where}: layers[{i}].{key}") for key in ("forward_s", "backward_s")]
         spreads = [_spread(row.get(k), f"{where}: layers[{i}].{k}") for k in ("forward_spread", "backward_spread")]
         shapes = _shapes(row, f"{where}: layers[{i}]") if version >= 2 else None  # version 1: the zoo's
-        layers.append(LayerTime(row["name"], *times, *spreads, shapes))
+        layers.append(LayerTime(row["name"], times[0], times[1], spreads[0], spreads[1], shapes))
     if version >= 2 and not layers:
         raise ConfigError(f"{where}: layers: none; a version 2 profile lists the module's layers")
     if version >= 2 and sum(layer.params for layer in layers) > MAX_PARAMS:

@@ -100,7 +100,9 @@ def compute_plan(cfg: WorkloadConfig, gpu: GpuSpec) -> ComputePlan:
     """The per-iteration timeline of `cfg` on `gpu`."""
     profile = read_profile(cfg.profile) if cfg.profile is not None else None
     spec = (
-        profiled_spec(profile, cfg.batch_size, cfg.precision) if profile and cfg.model == PROFILED else model_spec(cfg)
+        profiled_spec(profile, cfg.batch_size, cfg.precision)
+        if profile is not None and cfg.model == PROFILED
+        else model_spec(cfg)
     )
     if cfg.model == "synthetic":
         grad_bytes = [cfg.gradient_mb * MB / len(spec.layers)] * len(spec.layers)  # type: ignore[operator]
