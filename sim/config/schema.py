@@ -14,7 +14,16 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from sim.catalog.gpus import get_gpu
 from sim.catalog.zoo import MODEL_NAMES, canonical_name
 from sim.config.calibration import CalibrationConfig
-from sim.config.cluster import ClusterBase, CustomCluster, CustomLink, CustomNode, StarCluster, TwoTierCluster
+from sim.config.cluster import (
+    ClusterBase,
+    CustomCluster,
+    CustomLink,
+    CustomNode,
+    FatTreeCluster,
+    RailOptimizedCluster,
+    StarCluster,
+    TwoTierCluster,
+)
 from sim.config.datacenters import MultiDatacenterCluster
 from sim.config.faults import BackgroundFlow, FaultsConfig
 from sim.config.nccl import NcclSettings
@@ -37,9 +46,11 @@ MAX_ACCUMULATION = 65536  # micro-batches per optimizer step: far beyond any glo
 
 
 ClusterConfig = Annotated[
-    Union[StarCluster, TwoTierCluster, CustomCluster, MultiDatacenterCluster], Field(discriminator="topology")
+    Union[StarCluster, TwoTierCluster, FatTreeCluster, RailOptimizedCluster, CustomCluster, MultiDatacenterCluster],
+    Field(discriminator="topology"),
 ]
-__all__ = ["ClusterBase", "CustomLink", "CustomNode"]  # re-exported: sim.config.cluster defines them
+# re-exported: sim.config.cluster defines them
+__all__ = ["ClusterBase", "CustomLink", "CustomNode", "FatTreeCluster", "RailOptimizedCluster"]
 
 
 class WorkloadConfig(Strict):
