@@ -46,6 +46,7 @@ class _Layout:
     tree: tuple[Path, ...]  # the edges of NCCL's two trees between hosts, both ways, network links only
     ranks: tuple[int, ...]
     host_paths: Callable[[int], tuple[Path, Path]]
+    ways: int  # the ring's channels (its paths hold one ring per channel, one after another)
     _switch: tuple[Path, ...] | None = None
 
     def switch_paths(self) -> tuple[Path, ...]:
@@ -57,11 +58,14 @@ class _Layout:
 
 class Plan(NamedTuple):
     """A choice and its paths: `paths` carry `choice.wire_per_path` each, and a ring's or tree's
-    paths between hosts (`net_paths`, their network links only) `choice.net_wire_per_path`."""
+    paths between hosts (`net_paths`, their network links only) `choice.net_wire_per_path`, each
+    shared by the `ways` (`net_ways`) channels whose rings they belong to (rails: `Router.ring_hops`)."""
 
     choice: Choice
     paths: tuple[Path, ...]
     net_paths: tuple[Path, ...] = ()
+    ways: int = 1
+    net_ways: int = 1
 
 
 _KIND = {AllReduce: "all_reduce", Barrier: "all_reduce", ReduceScatter: "reduce_scatter", AllGather: "all_gather"}
@@ -122,24 +126,25 @@ class NcclPlanner:
         self._refresh()
         return self._plans.get(_key(op))
 
-    def plan(self, op: Collective, ring: tuple[Path, ...]) -> Plan:
-        """The choice for `op` and the paths it runs on (`ring`: the group's ring paths)."""
+    def plan(self, op: Collective, ring: tuple[Path, ...], ways: int = 1) -> Plan:
+        """The choice for `op` and the paths it runs on (`ring`: the group's ring paths, `ways` channel
+        rings one after another, each carrying an equal share)."""
         self._refresh()
         key = _key(op)
         found = self._plans.get(key)
         if found is None:
             if len(self._plans) >= PLAN_CACHE_LIMIT:
                 self._plans.clear()
-            found = self._plans[key] = self._make(op, ring, key[2])
+            found = self._plans[key] = self._make(op, ring, key[2], ways)
         return found
 
-    def _make(self, op: Collective, ring: tuple[Path, ...], nbytes: float) -> Plan:
+    def _make(self, op: Collective, ring: tuple[Path, ...], nbytes: float, ways: int) -> Plan:
         key = (type(op), op.group)
         layout = self._layouts.get(key)
         if layout is None:
             if len(self._layouts) >= PLAN_CACHE_LIMIT:
                 self._layouts.clear()
-            layout = self._layouts[key] = self._layout(op, ring)
+            layout = self._layouts[key] = self._layout(op, ring, ways)
         shape = dataclasses.replace(layout.shape, nbytes=nbytes)
         seen = shape if layout.seen is layout.shape else dataclasses.replace(layout.seen, nbytes=nbytes)
         choice = self._choices.get((seen, shape))
@@ -157,13 +162,14 @@ class NcclPlanner:
         if choice.algorithm in ("nvls", "nvls_tree"):  # each GPU to and from its NVSwitch (and the trees)
             return Plan(choice, layout.switch_paths(), layout.tree)
         if choice.algorithm == "tree":
-            return Plan(choice, layout.inside, layout.tree)
+            return Plan(choice, layout.inside, layout.tree, layout.ways)
         if layout.between and not isinstance(op, AllToAll):
-            return Plan(choice, layout.inside, layout.between)
+            return Plan(choice, layout.inside, layout.between, layout.ways, layout.ways)
         return Plan(choice, layout.paths)
 
-    def _layout(self, op: Collective, ring: tuple[Path, ...]) -> _Layout:
-        """Where `op`'s group sits, as the tuner sees it (with nbytes 0), and the paths each algorithm uses."""
+    def _layout(self, op: Collective, ring: tuple[Path, ...], ways: int = 1) -> _Layout:
+        """Where `op`'s group sits, as the tuner sees it (with nbytes 0), and the paths each algorithm uses.
+        A hop's rates are its `ways` channels' together."""
         ranks = op.group.ranks
         hosts = [self.rank_host[r] for r in ranks]
         per_host: dict[str, int] = {}
@@ -174,7 +180,7 @@ class NcclPlanner:
             kind = "all_to_all"
         else:
             paths, kind = ring, _KIND[type(op)]
-        crossing = [hosts[i] != hosts[(i + 1) % len(hosts)] for i in range(len(hosts))]
+        crossing = [hosts[i] != hosts[(i + 1) % len(hosts)] for i in range(len(hosts))] * (len(ring) // len(hosts))
         inside = tuple(p for p, c in zip(ring, crossing) if not c)
         # GPUDirect RDMA: a GPU reaches its NIC over PCIe, not through its NVLink (the GPU-host link)
         between = tuple(tuple(link for link in p if self.network[link]) for p, c in zip(ring, crossing) if c)
@@ -188,11 +194,11 @@ class NcclPlanner:
                 len(ranks),
                 len(per_host),
                 max(per_host.values()),
-                _alone_rate(paths, capacity),
-                len(between),
+                _alone_rate(paths, capacity) * (1 if kind == "all_to_all" else ways),  # a pair's, or a ring hop's
+                len(between) // ways,
                 max((float(self._network_latency[list(p)].sum()) for p in between), default=0.0),
-                _alone_rate(inside, capacity),
-                _alone_rate(between, capacity),
+                _alone_rate(inside, capacity) * ways,
+                _alone_rate(between, capacity) * ways,
                 nvls,
                 _alone_rate(tree, capacity) if tree else 0.0,
                 busiest_host_edges(len(per_host)) if tree else 0,
@@ -202,7 +208,7 @@ class NcclPlanner:
         seen = shape_on(self.seen) if self.seen is not self.capacity else shape
         if seen == shape:  # the same object, so plans can tell by identity that NCCL sees the network as it is
             seen = shape
-        return _Layout(shape, seen, paths, inside, between, tree, ranks, self.host_paths)
+        return _Layout(shape, seen, paths, inside, between, tree, ranks, self.host_paths, ways)
 
     def _tree_paths(self, ranks: Sequence[int], hosts: Sequence[str]) -> tuple[Path, ...]:
         """The network links between the hosts of every edge of NCCL's two trees, both ways (hosts
