@@ -12,8 +12,8 @@ On a rail-optimized fabric (switches and GPUs with a `rail` attribute, sim.clust
 GPU keeps to that GPU's rail: NCCL's PXN moves the data over NVLink to the source host's GPU on the
 destination's rail and sends it from that GPU's NIC (NVIDIA's NCCL 2.12 release notes and its blog
 "Doubling all2all performance with NCCL 2.12", 2022), so it never crosses between rails in the spine.
-A route to a server host keeps to the source GPU's rail. `ring_hops` gives a ring's hops: between two
-hosts one route per rail, as NCCL's channels each cross between hosts on a rail of their own.
+A route to a server host keeps to the source GPU's rail. `hops` gives a collective's hops (a ring's, a
+tree's edges): between two hosts one route per rail, as NCCL's channels each cross on a rail of their own.
 """
 
 from __future__ import annotations
@@ -44,32 +44,38 @@ class Router:
         self._rail_switch = {n: r for n, r in rails.items() if kinds[n] == "switch"}
         self._channels: dict[tuple[str, str, frozenset[int]], tuple[Path, ...]] = {}
         self._link_dst: dict[int, str] | None = None
+        self._host = nx.get_node_attributes(self.graph, "host") if self._rail_of else {}
 
     def ring_hops(self, nodes: Sequence[str]) -> list[tuple[Path, ...]]:
-        """The routes of each hop of a ring through GPU `nodes` (node i to i+1), one per channel. On a
-        rail-optimized fabric a hop between two hosts on each of which the ring has GPUs on several
-        common rails spreads over those rails, one route (and an equal share) each, as NCCL's channels
-        each cross on a NIC of their own; any other hop has the one route of `path`."""
-        host = nx.get_node_attributes(self.graph, "host") if self._rail_of else {}
+        """The routes of each hop of a ring through GPU `nodes` (node i to i+1), one per channel (`hops`)."""
+        return self.hops([(src, nodes[(i + 1) % len(nodes)]) for i, src in enumerate(nodes)], nodes)
+
+    def hops(self, pairs: Sequence[tuple[str, str]], group: Sequence[str]) -> list[tuple[Path, ...]]:
+        """The routes from GPU a to GPU b of each pair of a collective over GPU nodes `group`, one per
+        channel. On a rail-optimized fabric a hop between two hosts on each of which the group has GPUs
+        on several common rails spreads over those rails, one route (and an equal share) each, as NCCL's
+        channels each cross on a NIC of their own; any other hop has the one route of `path`."""
+        if not self._rail_of:
+            return [(self.path(a, b),) for a, b in pairs]
+        host = self._host
         rails_on: dict[str, set[int]] = {}
-        for node in nodes:
+        for node in group:
             if node in self._rail_of:
                 rails_on.setdefault(host[node], set()).add(self._rail_of[node])
-        hops = []
-        for i, src in enumerate(nodes):
-            dst = nodes[(i + 1) % len(nodes)]
+        out = []
+        for src, dst in pairs:
             shared: frozenset[int] = frozenset()
-            if rails_on and host.get(src) != host.get(dst):
+            if host.get(src) != host.get(dst):
                 shared = frozenset(rails_on.get(host.get(src), set()) & rails_on.get(host.get(dst), set()))
             if len(shared) < 2:
-                hops.append((self.path(src, dst),))
+                out.append((self.path(src, dst),))
                 continue
             key = (src, dst, shared)
             found = self._channels.get(key)
             if found is None:
                 found = self._channels[key] = tuple(self._route(src, dst, 0, rail) for rail in sorted(shared))
-            hops.append(found)
-        return hops
+            out.append(found)
+        return out
 
     def path(self, src: str, dst: str, channel: Hashable = 0) -> Path:
         """Link ids from node `src` to node `dst` (empty when they are the same node)."""

@@ -15,6 +15,7 @@ repeat, so do bucket sizes, and many groups (every host's) share a shape.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -44,6 +45,7 @@ class _Layout:
     inside: tuple[Path, ...]  # the ring's hops inside hosts
     between: tuple[Path, ...]  # the ring's hops between hosts, their network links only
     tree: tuple[Path, ...]  # the edges of NCCL's two trees between hosts, both ways, network links only
+    tree_ways: int  # the trees' channels (their paths hold one set of edges per channel, one after another)
     ranks: tuple[int, ...]
     host_paths: Callable[[int], tuple[Path, Path]]
     ways: int  # the ring's channels (its paths hold one ring per channel, one after another)
@@ -93,11 +95,13 @@ class NcclPlanner:
         algorithm: str = "auto",
         protocol: str = "auto",
         seen: np.ndarray | None = None,
+        hops: Callable[[Sequence[tuple[int, int]], Sequence[int]], list[tuple[Path, ...]]] | None = None,
     ) -> None:
         self.rank_host = [graph.nodes[node]["host"] for node in rank_nodes]
         self.capacity, self.network, self.fabric = capacity, network, fabric
         self.seen = capacity if seen is None else seen
         self.path, self.host_paths = path, host_paths
+        self.hops = hops or (lambda pairs, _group: [(path(a, b),) for a, b in pairs])
         self.algorithm, self.protocol = algorithm, protocol
         self._network_latency = latency * network  # a link's latency if it is a network link, else 0
         self._plans: dict[tuple[type, Group, float], Plan] = {}
@@ -160,9 +164,9 @@ class NcclPlanner:
             extra = shape.path_steps * delay
             choice = dataclasses.replace(choice, latency_s=choice.latency_s + extra, seconds=choice.seconds + extra)
         if choice.algorithm in ("nvls", "nvls_tree"):  # each GPU to and from its NVSwitch (and the trees)
-            return Plan(choice, layout.switch_paths(), layout.tree)
+            return Plan(choice, layout.switch_paths(), layout.tree, 1, layout.tree_ways)
         if choice.algorithm == "tree":
-            return Plan(choice, layout.inside, layout.tree, layout.ways)
+            return Plan(choice, layout.inside, layout.tree, layout.ways, layout.tree_ways)
         if layout.between and not isinstance(op, AllToAll):
             return Plan(choice, layout.inside, layout.between, layout.ways, layout.ways)
         return Plan(choice, layout.paths)
@@ -184,7 +188,7 @@ class NcclPlanner:
         inside = tuple(p for p, c in zip(ring, crossing) if not c)
         # GPUDirect RDMA: a GPU reaches its NIC over PCIe, not through its NVLink (the GPU-host link)
         between = tuple(tuple(link for link in p if self.network[link]) for p, c in zip(ring, crossing) if c)
-        tree = self._tree_paths(ranks, hosts) if kind == "all_reduce" and len(per_host) > 1 else ()
+        tree, tree_ways = self._tree_paths(ranks, hosts) if kind == "all_reduce" and len(per_host) > 1 else ((), 1)
         nvls = self._nvls_rate(ranks) if min(per_host.values()) > 1 else 0.0
 
         def shape_on(capacity: np.ndarray) -> Shape:
@@ -200,7 +204,7 @@ class NcclPlanner:
                 _alone_rate(inside, capacity) * ways,
                 _alone_rate(between, capacity) * ways,
                 nvls,
-                _alone_rate(tree, capacity) if tree else 0.0,
+                _alone_rate(tree, capacity) * tree_ways if tree else 0.0,
                 busiest_host_edges(len(per_host)) if tree else 0,
             )
 
@@ -208,21 +212,24 @@ class NcclPlanner:
         seen = shape_on(self.seen) if self.seen is not self.capacity else shape
         if seen == shape:  # the same object, so plans can tell by identity that NCCL sees the network as it is
             seen = shape
-        return _Layout(shape, seen, paths, inside, between, tree, ranks, self.host_paths, ways)
+        return _Layout(shape, seen, paths, inside, between, tree, tree_ways, ranks, self.host_paths, ways)
 
-    def _tree_paths(self, ranks: Sequence[int], hosts: Sequence[str]) -> tuple[Path, ...]:
+    def _tree_paths(self, ranks: Sequence[int], hosts: Sequence[str]) -> tuple[tuple[Path, ...], int]:
         """The network links between the hosts of every edge of NCCL's two trees, both ways (hosts
-        numbered as their first member appears, joined through that member)."""
+        numbered as their first member appears, joined through that member), and the channels they
+        are spread over (`hops`: one set of edges per channel, one after another)."""
         first: dict[str, int] = {}
         for rank, host in zip(ranks, hosts):
             first.setdefault(host, rank)
         members = list(first.values())
         network = self.network
         out = []
-        for child, parent in tree_edges(len(members)):
-            a, b = members[child], members[parent]
-            out += [tuple(link for link in self.path(x, y) if network[link]) for x, y in ((a, b), (b, a))]
-        return tuple(out)
+        edges = [(members[child], members[parent]) for child, parent in tree_edges(len(members))]
+        pairs = [pair for a, b in edges for pair in ((a, b), (b, a))]
+        routes = self.hops(pairs, ranks)
+        ways = math.lcm(*map(len, routes))
+        out = [tuple(link for link in hop[c % len(hop)] if network[link]) for c in range(ways) for hop in routes]
+        return tuple(out), ways
 
     def _nvls_rate(self, ranks: Sequence[int]) -> float:
         """Bytes/s each member reaches into and out of its NVSwitch with NVLS (0: the GPUs have none)."""
@@ -268,6 +275,9 @@ def planner_for(cluster: Cluster, simulation: SimulationConfig, router: Router, 
         gpu = gpus[rank]
         return router.path(gpu, host[gpu]), router.path(host[gpu], gpu)
 
+    def hops(pairs: Sequence[tuple[int, int]], group: Sequence[int]) -> list[tuple[Path, ...]]:
+        return router.hops([(gpus[a], gpus[b]) for a, b in pairs], [gpus[r] for r in group])
+
     beyond_nics = np.array([link.kind in ("uplink", "fabric") for link in cluster.links])
     return NcclPlanner(
         cluster.graph,
@@ -281,4 +291,5 @@ def planner_for(cluster: Cluster, simulation: SimulationConfig, router: Router, 
         simulation.nccl.algorithm,
         simulation.nccl.protocol,
         np.where(beyond_nics, np.inf, capacity) if beyond_nics.any() else None,
+        hops,
     )
