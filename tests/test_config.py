@@ -78,10 +78,13 @@ def test_policy_settings_pass_through_and_label() -> None:
         ),
         # fixed choices list the allowed values
         (
-            lambda c: c["cluster"].update(topology="fat_tree"),
-            "cluster.topology: unknown topology 'fat_tree'; allowed: star, two_tier, custom",
+            lambda c: c["cluster"].update(topology="torus"),
+            "cluster.topology: unknown topology 'torus'; allowed: star, two_tier, fat_tree, rail_optimized, custom",
         ),
-        (lambda c: c["cluster"].pop("topology"), "cluster.topology: required; allowed: star, two_tier, custom"),
+        (
+            lambda c: c["cluster"].pop("topology"),
+            "cluster.topology: required; allowed: star, two_tier, fat_tree, rail_optimized, custom",
+        ),
         (
             lambda c: c["cluster"].update(gpu="V1000"),
             "cluster.gpu: unknown GPU 'V1000'; allowed: K80, P100, V100, A100, H100",

@@ -16,9 +16,15 @@ DATASHEET = {
     "V100": (15.7, 125.0),
     "A100": (19.5, 312.0),
     "H100": (67.0, 1979.0 / 2),  # the datasheet's 1,979 is with 2:4 sparsity
+    # NVIDIA's HGX B200 table, per 8 GPUs: 600 TFLOPS FP32, 36 PFLOPS FP16 with sparsity (dense: half)
+    "B200": (600.0 / 8, 36000.0 / 8 / 2),
 }
 # Dense TF32 and BF16 tensor-core peaks (the datasheets' headline figures are with sparsity).
-TENSOR_PEAKS = {"A100": (312.0 / 2, 312.0), "H100": (989.4 / 2, 989.4)}
+TENSOR_PEAKS = {
+    "A100": (312.0 / 2, 312.0),
+    "H100": (989.4 / 2, 989.4),
+    "B200": (18000.0 / 8 / 2, 36000.0 / 8 / 2),  # HGX B200: 18 PFLOPS TF32, 36 BF16, per 8 GPUs, with sparsity
+}
 K80_BOARD_BASE_FP32_TFLOPS = 5.6  # two GK210 dies at the 562 MHz base clock (8.73 at the boost clock)
 
 
@@ -33,6 +39,15 @@ def test_peaks_match_datasheets(name: str) -> None:
     gpu = get_gpu(name)
     assert gpu.peak_flops("fp32") == pytest.approx(fp32 * 1e12, rel=1e-3)
     assert gpu.peak_flops("fp16") == pytest.approx(fp16 * 1e12, rel=1e-3)
+
+
+def test_b200_memory_and_nvlink_match_the_dgx_b200_datasheet() -> None:
+    """DGX B200: 8 GPUs with 1,440 GB of HBM3e at 64 TB/s in all; NVLink 5 at 1.8 TB/s per GPU, both
+    directions together (NVIDIA's DGX B200 datasheet)."""
+    b200 = get_gpu("B200")
+    assert b200.memory_gb == 1440 / 8 and b200.memory_bandwidth_gbs == 64000 / 8
+    assert b200.intra_host_gbps == 1800 / 2 * 8  # GB/s each way -> Gbit/s
+    assert b200.costs == get_gpu("H100").costs  # no B200 rows to fit: the H100's stand in
 
 
 def test_k80_is_one_die_without_fast_fp16() -> None:

@@ -211,6 +211,7 @@ FABRIC_CONSTANTS = [
     ("A100", "ring_gbs", 12 * 20.0),
     ("H100", "ring_gbs", 18 * 20.6),
     ("H200", "ring_gbs", 18 * 20.6),
+    ("B200", "ring_gbs", 18 * 40.1),  # SM100_NVLINK_BW 40.1, NVLink 5's 18 links
     # llMaxBws of tuning.cc: rows Volta-N1/Intel-N2/Intel-N4, Ampere-N1/AMD-N2/AMD-N4, Hopper-N1/AMD-N2/AMD-N4.
     # One host reads the GPU's row; across hosts the host CPU's (index1 = nNodes == 1 ? compCapIndex : AMD ? 1 : 0),
     # so the Hopper row's N2/N4 are never read: DGX-1 (Intel) 39.0/20.4, DGX A100 (AMD) 22.5/19.0, H100 and H200
@@ -219,6 +220,8 @@ FABRIC_CONSTANTS = [
     ("A100", "ll_max_gbs", (87.7, 22.5, 19.0)),
     ("H100", "ll_max_gbs", (141.0, 39.0, 20.4)),
     ("H200", "ll_max_gbs", (141.0, 39.0, 20.4)),
+    ("B200", "ll_max_gbs", (2 * 141.0, 39.0, 20.4)),  # the Blackwell-N1 row; DGX B200 runs Intel Xeons
+    ("B200", "nvls_gbs", 0.0),  # no published NVLS rate: left out
     # perChMaxNVLSTreeBws, Hopper N2 and N4, times 8 NVLS channels
     ("H100", "nvls_tree_bus_gbs", (8 * 57.7, 8 * 45.5)),
     ("A100", "nvls_tree_bus_gbs", (0.0, 0.0)),

@@ -179,6 +179,16 @@ _GPUS: dict[str, GpuSpec] = {
     "H200": GpuSpec(
         "H200", 67.0, 989.4, 141.0, 4800.0, 3600.0, _FITTED["H100"], tf32_tflops=494.7, bf16_tflops=989.4, sms=132
     ),
+    # B200 (HGX/DGX B200, 1,000 W): NVIDIA's HGX B200 table gives per 8-GPU board 36 PFLOPS FP16/BF16 and
+    # 18 PFLOPS TF32 on tensor cores (with 2:4 sparsity: dense is half) and 600 TFLOPS FP32; the DGX B200
+    # datasheet 1,440 GB of HBM3e at 64 TB/s in all, and NVLink 5 at 1.8 TB/s per GPU (900 GB/s each way).
+    # 148 SMs is what the CUDA runtime reports on it (no datasheet states it). No published or measured
+    # step on a B200 is in the tables yet, so its kernels take the H100's fitted costs as a stand-in
+    # (the newest fitted generation; SAME_DIE says so): a guess that Blackwell's efficiencies and
+    # launch costs are Hopper's, not a fit.
+    "B200": GpuSpec(
+        "B200", 75.0, 2250.0, 180.0, 8000.0, 7200.0, _FITTED["H100"], tf32_tflops=1125.0, bf16_tflops=2250.0, sms=148
+    ),
 }
 
 # Memory variants of a GPU in the catalog: (name, memory in GB) -> bandwidth in GB/s. The A100 SXM4
@@ -199,8 +209,9 @@ def memory_variant(name: str, memory_gb: int) -> GpuSpec:
     return replace(gpu, memory_gb=float(memory_gb), memory_bandwidth_gbs=MEMORY_VARIANTS[key])
 
 
-# GPUs that take another's fitted kernel constants (the same die): no published rows of their own
-SAME_DIE: dict[str, str] = {"H200": "H100"}
+# GPUs that take another's fitted kernel constants, having no published rows of their own: the same die
+# (H200), or a stand-in until rows exist (B200: a different die, see its entry)
+SAME_DIE: dict[str, str] = {"H200": "H100", "B200": "H100"}
 FITTED_GPUS: tuple[str, ...] = tuple(name for name in _GPUS if name not in SAME_DIE)
 
 GPU_NAMES: tuple[str, ...] = tuple(_GPUS)

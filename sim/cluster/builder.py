@@ -107,6 +107,7 @@ class Builder:
         self.links: list[Link] = []
         self.hosts: dict[str, dict] = {}  # name -> {rack, gpus, ranks, server, intra}
         self.rank_gpus: list[str] = []
+        self.owned: dict[str, set[str]] = {}  # rack -> switches of its own beyond its hosts' (a pod's aggregation)
         self.use(cfg)
 
     def use(self, cfg: ClusterBase) -> None:
@@ -137,6 +138,10 @@ class Builder:
             self.cable(gpu, name, self.intra_bps, self.cfg.intra_host_latency_us * US, "intra")
             gpu_nodes.append(gpu)
         self.hosts[name] = {"rack": rack, "gpus": gpu_nodes, "ranks": (), "server": server, "intra": self.intra_bps}
+
+    def own(self, rack: str, switch: str) -> None:
+        """Count `switch` inside `rack` though no host of it is cabled there (a pod's aggregation switch)."""
+        self.owned.setdefault(rack, set()).add(switch)
 
     def place_ranks(self, seed: int) -> None:
         """Number the GPUs (ranks) host by host, in the order the placement deals the hosts."""
@@ -187,7 +192,9 @@ class Builder:
             hosts = {n for n in self.graph.successors(switch) if self.graph.nodes[n]["kind"] in ("host", "server")}
             return hosts <= members
 
-        return members | {s for s in switches if own(s)}
+        racks = {self.hosts[h]["rack"] for h in members if h in self.hosts}
+        owned = {s for r in racks for s in self.owned.get(r, ())}
+        return members | owned | {s for s in switches if own(s)}
 
     def rack_uplink(self, rack_hosts: Sequence[str]) -> float:
         """Capacity from a rack to the rest of the fabric: the min cut between the rack's hosts (with

@@ -7,12 +7,19 @@ a route never passes through a third host, so every route is a simple path (vali
 wiring where two hosts would need one: `sim.config.custom_topology`). Among equal-cost fabric paths
 one is chosen by a stable hash of (seed, source, destination, channel), as switches hash a
 connection's 5-tuple: a connection keeps its path, and different seeds give different collisions.
+
+On a rail-optimized fabric (switches and GPUs with a `rail` attribute, sim.cluster.rails) a route to a
+GPU keeps to that GPU's rail: NCCL's PXN moves the data over NVLink to the source host's GPU on the
+destination's rail and sends it from that GPU's NIC (NVIDIA's NCCL 2.12 release notes and its blog
+"Doubling all2all performance with NCCL 2.12", 2022), so it never crosses between rails in the spine.
+A route to a server host keeps to the source GPU's rail. `hops` gives a collective's hops (a ring's, a
+tree's edges): between two hosts one route per rail, as NCCL's channels each cross on a rail of their own.
 """
 
 from __future__ import annotations
 
 import zlib
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 
 import networkx as nx
 
@@ -32,6 +39,43 @@ class Router:
         self._chains: dict[str, list[str]] = {}
         self._fabric_paths: dict[tuple[str, str], list[Path]] = {}
         self._routes: dict[tuple[str, str, Hashable], Path] = {}
+        rails = nx.get_node_attributes(self.graph, "rail")
+        self._rail_of = {n: r for n, r in rails.items() if kinds[n] == "gpu"}
+        self._rail_switch = {n: r for n, r in rails.items() if kinds[n] == "switch"}
+        self._channels: dict[tuple[str, str, frozenset[int]], tuple[Path, ...]] = {}
+        self._link_dst: dict[int, str] | None = None
+        self._host = nx.get_node_attributes(self.graph, "host") if self._rail_of else {}
+
+    def ring_hops(self, nodes: Sequence[str]) -> list[tuple[Path, ...]]:
+        """The routes of each hop of a ring through GPU `nodes` (node i to i+1), one per channel (`hops`)."""
+        return self.hops([(src, nodes[(i + 1) % len(nodes)]) for i, src in enumerate(nodes)], nodes)
+
+    def hops(self, pairs: Sequence[tuple[str, str]], group: Sequence[str]) -> list[tuple[Path, ...]]:
+        """The routes from GPU a to GPU b of each pair of a collective over GPU nodes `group`, one per
+        channel. On a rail-optimized fabric a hop between two hosts on each of which the group has GPUs
+        on several common rails spreads over those rails, one route (and an equal share) each, as NCCL's
+        channels each cross on a NIC of their own; any other hop has the one route of `path`."""
+        if not self._rail_of:
+            return [(self.path(a, b),) for a, b in pairs]
+        host = self._host
+        rails_on: dict[str, set[int]] = {}
+        for node in group:
+            if node in self._rail_of:
+                rails_on.setdefault(host[node], set()).add(self._rail_of[node])
+        out = []
+        for src, dst in pairs:
+            shared: frozenset[int] = frozenset()
+            if host.get(src) != host.get(dst):
+                shared = frozenset(rails_on.get(host.get(src), set()) & rails_on.get(host.get(dst), set()))
+            if len(shared) < 2:
+                out.append((self.path(src, dst),))
+                continue
+            key = (src, dst, shared)
+            found = self._channels.get(key)
+            if found is None:
+                found = self._channels[key] = tuple(self._route(src, dst, 0, rail) for rail in sorted(shared))
+            out.append(found)
+        return out
 
     def path(self, src: str, dst: str, channel: Hashable = 0) -> Path:
         """Link ids from node `src` to node `dst` (empty when they are the same node)."""
@@ -42,15 +86,19 @@ class Router:
             self._routes[key] = route
         return route
 
-    def _route(self, src: str, dst: str, channel: Hashable) -> Path:
+    def _route(self, src: str, dst: str, channel: Hashable, rail: int | None = None) -> Path:
         if src == dst:
             return ()
+        if rail is None:  # PXN: the destination GPU's rail, else (to a server) the source GPU's
+            rail = self._rail_of.get(dst, self._rail_of.get(src))
         up, down = self._chain(src), self._chain(dst)
         meet = next((n for n in up if n in down), None)
         if meet is not None:  # e.g. two GPUs of one host
             nodes = up[: up.index(meet) + 1] + list(reversed(down[: down.index(meet)]))
             return self._links(nodes)
         options = self._fabric_options(up[-1], down[-1])
+        if rail is not None:
+            options = self._on_rail(up[-1], down[-1], rail, options)
         choice = zlib.crc32(f"{self.seed}|{src}|{dst}|{channel}".encode()) % len(options)
         return self._links(up) + options[choice] + self._links(list(reversed(down)))
 
@@ -89,6 +137,23 @@ class Router:
                 options.sort()
             self._fabric_paths[key] = options
         return options
+
+    def _on_rail(self, a: str, b: str, rail: int, options: list[Path]) -> list[Path]:
+        """Of the fabric paths from `a` to `b`, those whose rail switches are all on `rail` (all of
+        them where none is: a host without that rail, or a fabric without rails)."""
+        key = (a, b, ("rail", rail))
+        found = self._fabric_paths.get(key)  # type: ignore[arg-type]
+        if found is None:
+            links = self._links_of
+            found = [p for p in options if all(self._rail_switch.get(links(i), rail) == rail for i in p)] or options
+            self._fabric_paths[key] = found  # type: ignore[index]
+        return found
+
+    def _links_of(self, link: int) -> str:
+        """The node a link of the graph enters."""
+        if self._link_dst is None:
+            self._link_dst = {d["link"]: v for _, v, d in self.graph.edges(data=True)}
+        return self._link_dst[link]
 
     def _with_endpoints(self, a: str, b: str) -> nx.DiGraph:
         return self.graph.subgraph([*self._switches, a, b])

@@ -1,5 +1,5 @@
-"""The single-site topologies (star, two_tier, custom) added to a `Builder`, their node and rack names
-under a prefix where the site is one datacenter of several (`sim.cluster.datacenters`)."""
+"""The single-site topologies (star, two_tier, fat_tree, rail_optimized, custom) added to a `Builder`, their
+node and rack names under a prefix where the site is one datacenter of several (`sim.cluster.datacenters`)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ from typing import Any, Optional
 
 from policies.view import RackInfo
 from sim.cluster.builder import GBPS, US, Builder
+from sim.cluster.fat_tree import add_fat_tree
+from sim.cluster.rails import add_rails
 from sim.config import CustomCluster, StarCluster, TwoTierCluster
 
 # rack -> (its hosts, its configured uplink in bytes/s, or None: the min cut, once the cluster is whole)
@@ -82,7 +84,13 @@ def add_custom(b: Builder, cfg: CustomCluster, prefix: str = "", rack: Optional[
     return racks
 
 
-SITES: dict[str, Callable[..., Racks]] = {"star": add_star, "two_tier": add_two_tier, "custom": add_custom}
+SITES: dict[str, Callable[..., Racks]] = {
+    "star": add_star,
+    "two_tier": add_two_tier,
+    "fat_tree": add_fat_tree,
+    "rail_optimized": add_rails,
+    "custom": add_custom,
+}
 
 
 def rack_infos(b: Builder, racks: Racks) -> dict[str, RackInfo]:

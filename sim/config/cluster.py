@@ -1,4 +1,5 @@
-"""The `cluster:` section's single-site topologies: star, two_tier and custom (docs/config.md);
+"""The `cluster:` section's single-site topologies: star, two_tier, fat_tree, rail_optimized and custom
+(docs/config.md);
 `sim.config.datacenters` joins several of them by WAN links."""
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from pydantic import Field, field_validator, model_validator
 
 from sim.catalog.gpus import GPU_NAMES
 from sim.config.custom_topology import wiring_problems
-from sim.config.types import MAX_COUNT, Count, Gbps, LatencyUs, Strict
+from sim.config.types import MAX_COUNT, MAX_FACTOR, Count, Gbps, LatencyUs, Strict
 
 MAX_HOST_MEMORY_GBS = 1e5  # 100 TB/s: past any CPU's memory system; a typo, not a host
 
@@ -80,6 +81,68 @@ class TwoTierCluster(ClusterBase):
     @property
     def gpu_total(self) -> int:
         return self.racks * self.hosts_per_rack * self.gpus_per_host
+
+
+Oversubscription = Annotated[float, Field(ge=1.0, le=MAX_FACTOR)]
+
+
+class FatTreeCluster(ClusterBase):
+    """Three tiers: racks of hosts under ToR switches, a pod's ToRs under its aggregation switches, every
+    aggregation switch under every spine switch; each tier's oversubscription set on its own. Policies
+    see each pod as a rack."""
+
+    topology: Literal["fat_tree"] = Field(description="fat_tree")
+    pods: Count = Field(description="number of pods")
+    racks_per_pod: Count = Field(description="ToR switches (racks) per pod")
+    hosts_per_rack: Count = Field(description="GPU hosts per rack")
+    aggregation_switches: Count = Field(
+        1, description="aggregation switches per pod; every ToR of the pod is cabled to each (ECMP)"
+    )
+    spine_switches: Count = Field(1, description="spine switches; every aggregation switch is cabled to each (ECMP)")
+    tor_oversubscription: Oversubscription = Field(
+        1.0,
+        description="a ToR's host bandwidth (hosts_per_rack * nics_per_host * nic_gbps) over its uplink to the "
+        "pod's aggregation switches; 1: non-blocking",
+    )
+    pod_oversubscription: Oversubscription = Field(
+        1.0,
+        description="a pod's ToR uplinks (racks_per_pod of them) over the pod's uplink to the spine; 1: non-blocking",
+    )
+
+    @property
+    def gpu_total(self) -> int:
+        return self.pods * self.racks_per_pod * self.hosts_per_rack * self.gpus_per_host
+
+
+class RailOptimizedCluster(ClusterBase):
+    """Rail groups of hosts: NIC i of every host in a group on the group's rail switch i, every rail switch
+    under every spine switch. GPU g of a host sits on rail g * nics_per_host // gpus_per_host. Traffic to a
+    GPU leaves its source host on the destination GPU's rail (NCCL's PXN: over NVLink to the GPU beside
+    that NIC), so between groups it climbs to the spine only from that rail; a collective's ring spreads
+    its hops between hosts over every rail, as NCCL's channels do. Policies see each group as a rack."""
+
+    topology: Literal["rail_optimized"] = Field(description="rail_optimized")
+    rail_groups: Count = Field(description="number of rail groups (scalable units)")
+    hosts_per_group: Count = Field(description="GPU hosts per rail group")
+    spine_switches: Count = Field(1, description="spine switches; every rail switch is cabled to each (ECMP)")
+    rail_oversubscription: Oversubscription = Field(
+        1.0,
+        description="a rail switch's host bandwidth (hosts_per_group * nic_gbps) over its uplink to the spine; "
+        "1: non-blocking",
+    )
+
+    @property
+    def gpu_total(self) -> int:
+        return self.rail_groups * self.hosts_per_group * self.gpus_per_host
+
+    @model_validator(mode="after")
+    def _rails(self) -> RailOptimizedCluster:
+        if self.gpus_per_host % self.nics_per_host:
+            raise ValueError(
+                f"nics_per_host: must divide gpus_per_host ({self.gpus_per_host}) so that every rail serves as "
+                f"many GPUs; got {self.nics_per_host}"
+            )
+        return self
 
 
 class CustomNode(Strict):

@@ -21,7 +21,8 @@ def _where(loc: tuple[Any, ...]) -> str:
 
 
 _FIELD = re.compile(r"[A-Za-z_]\w*(\[\d+\])*(\.[A-Za-z_]\w*(\[\d+\])*)*")
-BRANCHES = ("star", "two_tier", "custom", "multi_datacenter", "int", "float", "str", "bool")
+TOPOLOGIES = ("star", "two_tier", "fat_tree", "rail_optimized", "custom", "multi_datacenter")
+BRANCHES = (*TOPOLOGIES, "int", "float", "str", "bool")
 
 
 def _format_error(err: dict[str, Any]) -> str:
@@ -29,7 +30,7 @@ def _format_error(err: dict[str, Any]) -> str:
     msg = err["msg"].removeprefix("Value error, ")
     if kind in ("union_tag_not_found", "union_tag_invalid"):  # a cluster's or a datacenter's topology
         inner = "datacenters" in err["loc"]  # a datacenter is any topology but multi_datacenter
-        allowed = "star, two_tier, custom" + ("" if inner else ", multi_datacenter")
+        allowed = "star, two_tier, custom" if inner else ", ".join(TOPOLOGIES)
         if kind == "union_tag_not_found":
             return f"{where}.topology: required; allowed: {allowed}"
         return f"{where}.topology: unknown topology {err['ctx']['tag']!r}; allowed: {allowed}"

@@ -24,7 +24,9 @@ from sim.config.schema import (
     CustomCluster,
     CustomLink,
     CustomNode,
+    FatTreeCluster,
     PolicyEntry,
+    RailOptimizedCluster,
     SimulationConfig,
     StarCluster,
     TwoTierCluster,
@@ -123,7 +125,7 @@ def render() -> str:
         "",
         table(ClusterBase),
     ]
-    for model in (StarCluster, TwoTierCluster, CustomCluster):
+    for model in (StarCluster, TwoTierCluster, FatTreeCluster, RailOptimizedCluster, CustomCluster):
         tag = get_args(model.model_fields["topology"].annotation)[0]
         parts += ["", f"### `topology: {tag}`", "", model.__doc__ or "", "", table(model, skip=own + ("topology",))]
     parts += ["", "Each entry of `nodes`:", "", table(CustomNode), "", "Each entry of `links`:", "", table(CustomLink)]

@@ -14,7 +14,16 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from sim.catalog.gpus import get_gpu
 from sim.catalog.zoo import MODEL_NAMES, canonical_name
 from sim.config.calibration import CalibrationConfig
-from sim.config.cluster import ClusterBase, CustomCluster, CustomLink, CustomNode, StarCluster, TwoTierCluster
+from sim.config.cluster import (
+    ClusterBase,
+    CustomCluster,
+    CustomLink,
+    CustomNode,
+    FatTreeCluster,
+    RailOptimizedCluster,
+    StarCluster,
+    TwoTierCluster,
+)
 from sim.config.datacenters import MultiDatacenterCluster
 from sim.config.faults import BackgroundFlow, FaultsConfig
 from sim.config.nccl import NcclSettings
@@ -38,9 +47,11 @@ PROFILED = "profiled"  # workload.model: the user's own module, whose profile gi
 
 
 ClusterConfig = Annotated[
-    Union[StarCluster, TwoTierCluster, CustomCluster, MultiDatacenterCluster], Field(discriminator="topology")
+    Union[StarCluster, TwoTierCluster, FatTreeCluster, RailOptimizedCluster, CustomCluster, MultiDatacenterCluster],
+    Field(discriminator="topology"),
 ]
-__all__ = ["ClusterBase", "CustomLink", "CustomNode"]  # re-exported: sim.config.cluster defines them
+# re-exported: sim.config.cluster defines them
+__all__ = ["ClusterBase", "CustomLink", "CustomNode", "FatTreeCluster", "RailOptimizedCluster"]
 
 
 class WorkloadConfig(Strict):

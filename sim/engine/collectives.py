@@ -34,6 +34,7 @@ An op with a `wire` moves its declared `nbytes` like any other; the casts around
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple, Optional
 
@@ -139,18 +140,21 @@ class CollectiveRunner:
                     f"{op!r}: algorithm {op.algorithm!r} has no NCCL form; under simulation.network_model nccl "
                     "allowed: ring (or run it under network_model: ideal)"
                 )
-            choice, paths, net_paths = self._plan(op, self.planner)
+            plan = self._plan(op, self.planner)
+            choice, paths, net_paths = plan.choice, plan.paths, plan.net_paths
             ends, busy_until = self.env._now + choice.seconds, self.busy_until
             for rank in op.group.ranks:
                 if busy_until[rank] < ends:
                     busy_until[rank] = ends
-            lat, cap = choice.latency_s, choice.cap
-            wire = choice.wire_per_path * len(paths) + choice.net_wire_per_path * len(net_paths)
+            lat, ways, net_ways = choice.latency_s, plan.ways, plan.net_ways  # channels share a path's bytes
+            each, cap = choice.wire_per_path / ways, choice.cap / ways
+            net_each, net_cap = choice.net_wire_per_path / net_ways, choice.net_cap / net_ways
+            wire = each * len(paths) + net_each * len(net_paths)
             if not net_paths:
-                return Launched(self.net.transfer(paths, choice.wire_per_path, latency=lat, cap=cap, done=done), wire)
-            parts = [self.net.transfer(net_paths, choice.net_wire_per_path, latency=lat, cap=choice.net_cap)]
+                return Launched(self.net.transfer(paths, each, latency=lat, cap=cap, done=done), wire)
+            parts = [self.net.transfer(net_paths, net_each, latency=lat, cap=net_cap)]
             if paths:
-                parts.append(self.net.transfer(paths, choice.wire_per_path, latency=lat, cap=cap))
+                parts.append(self.net.transfer(paths, each, latency=lat, cap=cap))
             return Launched(self.env.all_of(parts), wire)
         if isinstance(op, AllToAll):
             return Launched(self._all_to_all(ranks, op.nbytes / p), (p - 1) * op.nbytes)
@@ -161,11 +165,14 @@ class CollectiveRunner:
         if steps is None:
             steps = self._steps[(type(op), p)] = ring_steps(op, p)
         wire = steps * op.nbytes if not isinstance(op, Barrier) else 0.0  # bytes on the wire, all members
-        paths, hop_latency = self._ring(op.group)
-        chunk = op.nbytes / p
+        paths, hop_latency, ways = self._ring(op.group)
+        chunk = op.nbytes / p / ways  # each channel ring carries its share
         if self.model == "pipelined":
             return Launched(self.net.transfer(paths, steps * chunk, latency=steps * hop_latency, done=done), wire)
-        return Launched(_StepwiseRing(self.env, self.net, paths, steps, chunk).done, wire)
+        if ways == 1:
+            return Launched(_StepwiseRing(self.env, self.net, paths, steps, chunk).done, wire)
+        rings = [_StepwiseRing(self.env, self.net, paths[c * p : (c + 1) * p], steps, chunk) for c in range(ways)]
+        return Launched(self.env.all_of([ring.done for ring in rings]), wire)
 
     def _broadcast(self, op: Broadcast, done: Optional[simpy.Event]) -> Launched:
         """A pipelined chain from the root through the other members in group order: every hop carries the
@@ -192,7 +199,10 @@ class CollectiveRunner:
 
     def _plan(self, op: Collective, planner: NcclPlanner) -> Plan:
         plan = planner.known(op)  # the ring's paths only when the plan is new (hashing a group costs)
-        return plan if plan is not None else planner.plan(op, self._ring(op.group)[0])  # all-to-all too
+        if plan is not None:
+            return plan
+        paths, _, ways = self._ring(op.group)
+        return planner.plan(op, paths, ways)  # all-to-all too
 
     def _sparse(self, op: Collective, step: int, buckets: Mapping[int, Any]) -> Launched:
         ranks = op.group.ranks
@@ -275,9 +285,12 @@ class CollectiveRunner:
             done.succeed()
         return Launched(done, float(sizes.sum()), received_imbalance(sizes.sum(axis=0)))
 
-    def _ring(self, group: Group) -> tuple[tuple[Path, ...], float]:
-        """The ring's paths (member i to i+1) and the longest one's latency, once per group: routes are
-        fixed, and link latencies change only by faults (the network's `latency_version` says when)."""
+    def _ring(self, group: Group) -> tuple[tuple[Path, ...], float, int]:
+        """The ring's paths (member i to i+1), the longest one's latency and its channels, once per group:
+        routes are fixed, and link latencies change only by faults (the network's `latency_version` says
+        when). On a rail-optimized fabric a hop between hosts has a route per rail (`Router.ring_hops`):
+        the ring is then that many channel rings, channel c's hops between hosts on its rail c, one after
+        another in `paths`, each carrying an equal share (one channel everywhere else)."""
         if self.net.latency_version != self._rings_version:
             self._rings.clear()
             self._rings_version = self.net.latency_version
@@ -285,9 +298,10 @@ class CollectiveRunner:
         if found is None:
             if len(self._rings) >= RING_CACHE_LIMIT:  # groups that change every step (DS-Sync's shuffles)
                 self._rings.clear()
-            ranks, p = group.ranks, len(group.ranks)
-            paths = tuple(self._path(ranks[i], ranks[(i + 1) % p]) for i in range(p))
-            found = self._rings[group] = (paths, max(self.net.path_latency(path) for path in paths))
+            hops = self.router.ring_hops([self.rank_nodes[r] for r in group.ranks])
+            ways = math.lcm(*map(len, hops))
+            paths = tuple(hop[c % len(hop)] for c in range(ways) for hop in hops)
+            found = self._rings[group] = (paths, max(self.net.path_latency(path) for path in paths), ways)
         return found
 
     def _mesh(self, group: Group) -> Mesh:

@@ -15,6 +15,7 @@ repeat, so do bucket sizes, and many groups (every host's) share a shape.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -44,8 +45,10 @@ class _Layout:
     inside: tuple[Path, ...]  # the ring's hops inside hosts
     between: tuple[Path, ...]  # the ring's hops between hosts, their network links only
     tree: tuple[Path, ...]  # the edges of NCCL's two trees between hosts, both ways, network links only
+    tree_ways: int  # the trees' channels (their paths hold one set of edges per channel, one after another)
     ranks: tuple[int, ...]
     host_paths: Callable[[int], tuple[Path, Path]]
+    ways: int  # the ring's channels (its paths hold one ring per channel, one after another)
     _switch: tuple[Path, ...] | None = None
 
     def switch_paths(self) -> tuple[Path, ...]:
@@ -57,11 +60,14 @@ class _Layout:
 
 class Plan(NamedTuple):
     """A choice and its paths: `paths` carry `choice.wire_per_path` each, and a ring's or tree's
-    paths between hosts (`net_paths`, their network links only) `choice.net_wire_per_path`."""
+    paths between hosts (`net_paths`, their network links only) `choice.net_wire_per_path`, each
+    shared by the `ways` (`net_ways`) channels whose rings they belong to (rails: `Router.ring_hops`)."""
 
     choice: Choice
     paths: tuple[Path, ...]
     net_paths: tuple[Path, ...] = ()
+    ways: int = 1
+    net_ways: int = 1
 
 
 _KIND = {AllReduce: "all_reduce", Barrier: "all_reduce", ReduceScatter: "reduce_scatter", AllGather: "all_gather"}
@@ -89,11 +95,13 @@ class NcclPlanner:
         algorithm: str = "auto",
         protocol: str = "auto",
         seen: np.ndarray | None = None,
+        hops: Callable[[Sequence[tuple[int, int]], Sequence[int]], list[tuple[Path, ...]]] | None = None,
     ) -> None:
         self.rank_host = [graph.nodes[node]["host"] for node in rank_nodes]
         self.capacity, self.network, self.fabric = capacity, network, fabric
         self.seen = capacity if seen is None else seen
         self.path, self.host_paths = path, host_paths
+        self.hops = hops or (lambda pairs, _group: [(path(a, b),) for a, b in pairs])
         self.algorithm, self.protocol = algorithm, protocol
         self._network_latency = latency * network  # a link's latency if it is a network link, else 0
         self._plans: dict[tuple[type, Group, float], Plan] = {}
@@ -122,24 +130,25 @@ class NcclPlanner:
         self._refresh()
         return self._plans.get(_key(op))
 
-    def plan(self, op: Collective, ring: tuple[Path, ...]) -> Plan:
-        """The choice for `op` and the paths it runs on (`ring`: the group's ring paths)."""
+    def plan(self, op: Collective, ring: tuple[Path, ...], ways: int = 1) -> Plan:
+        """The choice for `op` and the paths it runs on (`ring`: the group's ring paths, `ways` channel
+        rings one after another, each carrying an equal share)."""
         self._refresh()
         key = _key(op)
         found = self._plans.get(key)
         if found is None:
             if len(self._plans) >= PLAN_CACHE_LIMIT:
                 self._plans.clear()
-            found = self._plans[key] = self._make(op, ring, key[2])
+            found = self._plans[key] = self._make(op, ring, key[2], ways)
         return found
 
-    def _make(self, op: Collective, ring: tuple[Path, ...], nbytes: float) -> Plan:
+    def _make(self, op: Collective, ring: tuple[Path, ...], nbytes: float, ways: int) -> Plan:
         key = (type(op), op.group)
         layout = self._layouts.get(key)
         if layout is None:
             if len(self._layouts) >= PLAN_CACHE_LIMIT:
                 self._layouts.clear()
-            layout = self._layouts[key] = self._layout(op, ring)
+            layout = self._layouts[key] = self._layout(op, ring, ways)
         shape = dataclasses.replace(layout.shape, nbytes=nbytes)
         seen = shape if layout.seen is layout.shape else dataclasses.replace(layout.seen, nbytes=nbytes)
         choice = self._choices.get((seen, shape))
@@ -155,15 +164,16 @@ class NcclPlanner:
             extra = shape.path_steps * delay
             choice = dataclasses.replace(choice, latency_s=choice.latency_s + extra, seconds=choice.seconds + extra)
         if choice.algorithm in ("nvls", "nvls_tree"):  # each GPU to and from its NVSwitch (and the trees)
-            return Plan(choice, layout.switch_paths(), layout.tree)
+            return Plan(choice, layout.switch_paths(), layout.tree, 1, layout.tree_ways)
         if choice.algorithm == "tree":
-            return Plan(choice, layout.inside, layout.tree)
+            return Plan(choice, layout.inside, layout.tree, layout.ways, layout.tree_ways)
         if layout.between and not isinstance(op, AllToAll):
-            return Plan(choice, layout.inside, layout.between)
+            return Plan(choice, layout.inside, layout.between, layout.ways, layout.ways)
         return Plan(choice, layout.paths)
 
-    def _layout(self, op: Collective, ring: tuple[Path, ...]) -> _Layout:
-        """Where `op`'s group sits, as the tuner sees it (with nbytes 0), and the paths each algorithm uses."""
+    def _layout(self, op: Collective, ring: tuple[Path, ...], ways: int = 1) -> _Layout:
+        """Where `op`'s group sits, as the tuner sees it (with nbytes 0), and the paths each algorithm uses.
+        A hop's rates are its `ways` channels' together."""
         ranks = op.group.ranks
         hosts = [self.rank_host[r] for r in ranks]
         per_host: dict[str, int] = {}
@@ -174,11 +184,11 @@ class NcclPlanner:
             kind = "all_to_all"
         else:
             paths, kind = ring, _KIND[type(op)]
-        crossing = [hosts[i] != hosts[(i + 1) % len(hosts)] for i in range(len(hosts))]
+        crossing = [hosts[i] != hosts[(i + 1) % len(hosts)] for i in range(len(hosts))] * (len(ring) // len(hosts))
         inside = tuple(p for p, c in zip(ring, crossing) if not c)
         # GPUDirect RDMA: a GPU reaches its NIC over PCIe, not through its NVLink (the GPU-host link)
         between = tuple(tuple(link for link in p if self.network[link]) for p, c in zip(ring, crossing) if c)
-        tree = self._tree_paths(ranks, hosts) if kind == "all_reduce" and len(per_host) > 1 else ()
+        tree, tree_ways = self._tree_paths(ranks, hosts) if kind == "all_reduce" and len(per_host) > 1 else ((), 1)
         nvls = self._nvls_rate(ranks) if min(per_host.values()) > 1 else 0.0
 
         def shape_on(capacity: np.ndarray) -> Shape:
@@ -188,13 +198,13 @@ class NcclPlanner:
                 len(ranks),
                 len(per_host),
                 max(per_host.values()),
-                _alone_rate(paths, capacity),
-                len(between),
+                _alone_rate(paths, capacity) * (1 if kind == "all_to_all" else ways),  # a pair's, or a ring hop's
+                len(between) // ways,
                 max((float(self._network_latency[list(p)].sum()) for p in between), default=0.0),
-                _alone_rate(inside, capacity),
-                _alone_rate(between, capacity),
+                _alone_rate(inside, capacity) * ways,
+                _alone_rate(between, capacity) * ways,
                 nvls,
-                _alone_rate(tree, capacity) if tree else 0.0,
+                _alone_rate(tree, capacity) * tree_ways if tree else 0.0,
                 busiest_host_edges(len(per_host)) if tree else 0,
             )
 
@@ -202,21 +212,24 @@ class NcclPlanner:
         seen = shape_on(self.seen) if self.seen is not self.capacity else shape
         if seen == shape:  # the same object, so plans can tell by identity that NCCL sees the network as it is
             seen = shape
-        return _Layout(shape, seen, paths, inside, between, tree, ranks, self.host_paths)
+        return _Layout(shape, seen, paths, inside, between, tree, tree_ways, ranks, self.host_paths, ways)
 
-    def _tree_paths(self, ranks: Sequence[int], hosts: Sequence[str]) -> tuple[Path, ...]:
+    def _tree_paths(self, ranks: Sequence[int], hosts: Sequence[str]) -> tuple[tuple[Path, ...], int]:
         """The network links between the hosts of every edge of NCCL's two trees, both ways (hosts
-        numbered as their first member appears, joined through that member)."""
+        numbered as their first member appears, joined through that member), and the channels they
+        are spread over (`hops`: one set of edges per channel, one after another)."""
         first: dict[str, int] = {}
         for rank, host in zip(ranks, hosts):
             first.setdefault(host, rank)
         members = list(first.values())
         network = self.network
         out = []
-        for child, parent in tree_edges(len(members)):
-            a, b = members[child], members[parent]
-            out += [tuple(link for link in self.path(x, y) if network[link]) for x, y in ((a, b), (b, a))]
-        return tuple(out)
+        edges = [(members[child], members[parent]) for child, parent in tree_edges(len(members))]
+        pairs = [pair for a, b in edges for pair in ((a, b), (b, a))]
+        routes = self.hops(pairs, ranks)
+        ways = math.lcm(*map(len, routes))
+        out = [tuple(link for link in hop[c % len(hop)] if network[link]) for c in range(ways) for hop in routes]
+        return tuple(out), ways
 
     def _nvls_rate(self, ranks: Sequence[int]) -> float:
         """Bytes/s each member reaches into and out of its NVSwitch with NVLS (0: the GPUs have none)."""
@@ -262,6 +275,9 @@ def planner_for(cluster: Cluster, simulation: SimulationConfig, router: Router, 
         gpu = gpus[rank]
         return router.path(gpu, host[gpu]), router.path(host[gpu], gpu)
 
+    def hops(pairs: Sequence[tuple[int, int]], group: Sequence[int]) -> list[tuple[Path, ...]]:
+        return router.hops([(gpus[a], gpus[b]) for a, b in pairs], [gpus[r] for r in group])
+
     beyond_nics = np.array([link.kind in ("uplink", "fabric") for link in cluster.links])
     return NcclPlanner(
         cluster.graph,
@@ -275,4 +291,5 @@ def planner_for(cluster: Cluster, simulation: SimulationConfig, router: Router, 
         simulation.nccl.algorithm,
         simulation.nccl.protocol,
         np.where(beyond_nics, np.inf, capacity) if beyond_nics.any() else None,
+        hops,
     )

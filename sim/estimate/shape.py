@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sim.config import Config, CustomCluster, MultiDatacenterCluster, StarCluster
+from sim.config import Config, CustomCluster, FatTreeCluster, MultiDatacenterCluster, RailOptimizedCluster, StarCluster
 
 
 @dataclass(frozen=True)
@@ -55,6 +55,21 @@ def _site_shape(c: Any) -> Shape:
         w = sum(gpus)
         return Shape(w, len(gpus), racks, len(gpus) / max(racks, 1), max(gpus, default=1), servers,
                      2 * (w + len(c.links)), 6.0, racks > 1)  # fmt: skip
+    if isinstance(c, FatTreeCluster):  # a pod is a rack; a path climbs to the ToR, aggregation or spine tier
+        tors, aggs = c.pods * c.racks_per_pod, c.pods * c.aggregation_switches
+        hosts = tors * c.hosts_per_rack
+        w = hosts * c.gpus_per_host
+        links = 2 * (w + hosts + c.server_hosts + tors * c.aggregation_switches + aggs * c.spine_switches)
+        climb = 8.0 if c.pods > 1 else 6.0 if c.racks_per_pod > 1 else 4.0
+        over = c.tor_oversubscription > 1 or c.pod_oversubscription > 1
+        return Shape(w, hosts, c.pods, hosts / c.pods, c.gpus_per_host, c.server_hosts, links, climb, over)
+    if isinstance(c, RailOptimizedCluster):  # a rail group is a rack; between groups a path climbs to a spine
+        hosts = c.rail_groups * c.hosts_per_group
+        w = hosts * c.gpus_per_host
+        rails = c.rail_groups * c.nics_per_host
+        links = 2 * (w + hosts * c.nics_per_host + c.server_hosts + rails * c.spine_switches)
+        return Shape(w, hosts, c.rail_groups, c.hosts_per_group, c.gpus_per_host, c.server_hosts, links,
+                     6.0 if c.rail_groups > 1 else 4.0, c.rail_oversubscription > 1)  # fmt: skip
     hosts = c.hosts if isinstance(c, StarCluster) else c.racks * c.hosts_per_rack
     w = hosts * c.gpus_per_host
     if isinstance(c, StarCluster):

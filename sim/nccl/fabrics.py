@@ -77,6 +77,15 @@ _HOPPER_LL = (141.0, 39.0, 20.4)
 # (perChMaxNVLSTreeBws)
 _HOPPER_NVLS_TREE = (8 * 57.7, 8 * 45.5)
 
+# B200 (NVLink 5): NCCL's per-link figure for SM100 is 40.1 GB/s (SM100_NVLINK_BW, src/graph/topo.h), times its
+# 18 links. LL on one host: NCCL's Blackwell row of llMaxBws (2 x 141.0); across hosts the host CPU's row as
+# above (DGX B200 runs Intel Xeon Platinum 8570s: 39.0, 20.4).
+_BLACKWELL_LL = (2 * 141.0, 39.0, 20.4)
+_B200_ASSUMED = (
+    "assumed: no published B200 collectives are fitted, so Hopper's slices, ring plateau and 24 channels "
+    "stand in; NVLS is left out (no published per-GPU NVLS rate), so NCCL's choice here is ring or tree"
+)
+
 # Fitted by sim/nccl/fit.py to sim/catalog/published_collectives.csv; tests/test_nccl_fit.py refits them.
 # Volta has no rows: it borrows Ampere's (its NVLink and NCCL's figures for it are alike).
 _SLICES: dict[str, Slices] = {
@@ -92,6 +101,7 @@ _FABRICS: dict[str, Fabric] = {
     "A100": Fabric("ampere", 240.0, ll_max_gbs=_AMPERE_LL, slices=_SLICES["ampere"]),
     "H100": Fabric("hopper", 370.8, 275.0, _HOPPER_NVLS_TREE, ll_max_gbs=_HOPPER_LL, slices=_SLICES["hopper"]),
     "H200": Fabric("hopper", 370.8, 275.0, _HOPPER_NVLS_TREE, ll_max_gbs=_HOPPER_LL, slices=_SLICES["hopper"]),
+    "B200": Fabric("hopper", 18 * 40.1, ll_max_gbs=_BLACKWELL_LL, slices=_SLICES["hopper"], source=_B200_ASSUMED),
 }
 
 
