@@ -49,7 +49,7 @@ def relative_error(value: float, reference: float) -> float:
 def test_model_names_are_the_documented_set() -> None:
     assert set(MODEL_NAMES) == {
         "resnet50", "vgg16", "wrn26_10", "resnet32", "bert_base", "bert_large", "gpt2", "deepfm",
-        "transformer_xl", "transformer_xl_large", "gnmt", "ssd300",
+        "transformer_xl", "transformer_xl_large", "gnmt", "ssd300", "llama3_8b", "llama3_70b", "gpt3_175b",
     }  # fmt: skip
 
 

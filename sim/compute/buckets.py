@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sim.catalog.zoo import Layer, ModelSpec, get_model
+from sim.catalog.zoo.llm import decoder_model
 from sim.catalog.zoo.spec import Shape
 from sim.config import WorkloadConfig
 
@@ -37,11 +38,17 @@ class GradientBucket:
 
 
 def model_spec(cfg: WorkloadConfig) -> ModelSpec:
-    """The zoo model `cfg.model`, or the synthetic one: `synthetic_layers` equal layers of v values
+    """The zoo model `cfg.model`, the decoder-only model `workload.transformer` describes
+    (sim.catalog.zoo.llm), or the synthetic one: `synthetic_layers` equal layers of v values
     (the gradient's values, rounded per layer), each one tensor as near square as v allows, rows =
     isqrt(v) by cols = v // rows, plus a 1-D tensor of the v - rows * cols values left over when
     there are any. With `sparsity.lookups` each layer is an embedding table instead: v // embedding_dim
     rows of embedding_dim values (sim.compute.sparsity), plus the values left over, likewise."""
+    if cfg.model == "transformer":
+        assert cfg.transformer is not None  # the config validator ensures it
+        arch = cfg.transformer.architecture()
+        source = f"workload.transformer ({cfg.transformer.hf_config or 'its numbers'})"
+        return decoder_model("transformer", arch, source)
     if cfg.model != "synthetic":
         return get_model(cfg.model)
     assert cfg.gradient_mb is not None and cfg.compute_ms is not None  # the config validator ensures it

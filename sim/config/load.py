@@ -14,6 +14,7 @@ from sim.config.messages import describe
 from sim.config.overrides import apply_overrides
 from sim.config.reading import resolved
 from sim.config.schema import Config, PolicyEntry
+from sim.config.transformer import hf_config_beside
 from sim.config.wan import traces_beside
 from sim.config.yaml12 import dump
 from sim.config.yaml_io import check_size, plain, read_yaml
@@ -85,13 +86,14 @@ def load_config(path: Union[str, Path], overrides: Sequence[str] = ()) -> Config
 
 def read_config(path: Union[str, Path], overrides: Sequence[str] = ()) -> Any:
     """The mapping `load_config` validates: the file merged onto the config it `extends:`, `KEY=VALUE`
-    overrides applied (`sim.config.overrides`), a relative `workload.profile` and WAN bandwidth traces made
-    absolute. A sweep's file is refused, naming `syncsim sweep`."""
+    overrides applied (`sim.config.overrides`), a relative `workload.profile`, `workload.transformer.hf_config`
+    and WAN bandwidth traces made absolute. A sweep's file is refused, naming `syncsim sweep`."""
     data = resolve_extends(read_yaml(Path(path)), Path(path))
     if isinstance(data, dict) and "sweep" in data:
         raise ConfigError(f"sweep: {path} describes a sweep; run it with: syncsim sweep {path} --out DIR")
     folder = Path(path).parent
-    return traces_beside(_profile_beside(apply_overrides(data, overrides), folder), folder)
+    data = hf_config_beside(_profile_beside(apply_overrides(data, overrides), folder), folder)
+    return traces_beside(data, folder)
 
 
 def _profile_beside(data: Any, folder: Path) -> Any:

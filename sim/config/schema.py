@@ -29,6 +29,7 @@ from sim.config.faults import BackgroundFlow, FaultsConfig
 from sim.config.nccl import NcclSettings
 from sim.config.numerics import NumericsConfig
 from sim.config.sparsity import SparsityConfig
+from sim.config.transformer import TransformerConfig
 from sim.config.types import (
     MAX_COUNT,
     MAX_MS,
@@ -44,6 +45,7 @@ from sim.config.types import (
 WARMUP_ITERATIONS = 3  # a real run's summary leaves out its warm-up by default (`Config.summary_warmup`)
 MAX_ACCUMULATION = 65536  # micro-batches per optimizer step: far beyond any global batch a paper accumulates
 PROFILED = "profiled"  # workload.model: the user's own module, whose profile gives its layers and times
+TRANSFORMER = "transformer"  # workload.model: a decoder-only model built from workload.transformer
 
 
 ClusterConfig = Annotated[
@@ -58,8 +60,9 @@ class WorkloadConfig(Strict):
     """The model being trained and how each GPU computes it."""
 
     model: str = Field(
-        description="synthetic; profiled: your own module, its layers and times from `profile` "
-        "(`syncsim profile module:factory`, docs/profiles.md); or a zoo model: " + ", ".join(MODEL_NAMES)
+        description="synthetic; transformer: a decoder-only model described by `transformer`; profiled: your own "
+        "module, its layers and times from `profile` (`syncsim profile module:factory`, docs/profiles.md); or a zoo "
+        "model: " + ", ".join(MODEL_NAMES)
     )
     batch_size: Count = Field(32, description="samples per GPU per iteration")
     precision: Literal["fp32", "tf32", "fp16", "bf16"] = Field(
@@ -123,6 +126,10 @@ class WorkloadConfig(Strict):
     synthetic_layers: Annotated[int, Field(ge=1, le=100_000)] = Field(
         1, description="synthetic only: equal layers the gradient is split into"
     )
+    transformer: Optional[TransformerConfig] = Field(
+        None,
+        description="model transformer only: its architecture, as numbers or a Hugging Face config.json (docs/zoo.md)",
+    )
     sparsity: SparsityConfig = Field(SparsityConfig(), description="which gradients are sparse (docs/sparse.md)")
     input_samples_s: Optional[Annotated[float, Field(ge=1e-3, le=1e9)]] = Field(
         None,
@@ -152,12 +159,20 @@ class WorkloadConfig(Strict):
     @field_validator("model")
     @classmethod
     def _known_model(cls, value: str) -> str:
-        if value not in ("synthetic", PROFILED) and canonical_name(value) not in MODEL_NAMES:
+        if value not in ("synthetic", TRANSFORMER, PROFILED) and canonical_name(value) not in MODEL_NAMES:
             raise ValueError(
-                f"unknown model {value!r}; allowed: synthetic, {', '.join(MODEL_NAMES)}, or {PROFILED} "
-                "(your own module, from its profile)"
+                f"unknown model {value!r}; allowed: synthetic, {', '.join(MODEL_NAMES)}, {TRANSFORMER} (described by "
+                f"workload.transformer), or {PROFILED} (your own module, from its profile)"
             )
         return value
+
+    @model_validator(mode="after")
+    def _transformer_block(self) -> WorkloadConfig:
+        if self.model == TRANSFORMER and self.transformer is None:
+            raise ValueError("transformer: required when model is 'transformer' (its numbers, or hf_config)")
+        if self.model != TRANSFORMER and self.transformer is not None:
+            raise ValueError(f"transformer: applies only to model 'transformer' ({self.model!r} sets its own layers)")
+        return self
 
     @model_validator(mode="after")
     def _synthetic_fields(self) -> WorkloadConfig:

@@ -12,6 +12,7 @@ from functools import cache
 
 from sim.catalog.zoo.cnn import resnet32, resnet50, vgg16, wrn26_10
 from sim.catalog.zoo.gnmt import gnmt
+from sim.catalog.zoo.llm import gpt3_175b, llama3_8b, llama3_70b
 from sim.catalog.zoo.recsys import deepfm
 from sim.catalog.zoo.spec import Layer, ModelSpec
 from sim.catalog.zoo.ssd import ssd300
@@ -33,6 +34,9 @@ _BUILDERS: dict[str, Callable[[], ModelSpec]] = {
     "transformer_xl_large": transformer_xl_large,
     "gnmt": gnmt,
     "ssd300": ssd300,
+    "llama3_8b": llama3_8b,
+    "llama3_70b": llama3_70b,
+    "gpt3_175b": gpt3_175b,
 }
 
 MODEL_NAMES: tuple[str, ...] = tuple(_BUILDERS)

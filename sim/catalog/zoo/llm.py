@@ -1,0 +1,247 @@
+"""Decoder-only language models described by their architecture: Llama-style and GPT-style stacks.
+
+One builder covers the family: grouped-query attention (K and V projections of `kv_heads` heads),
+a GELU MLP (two linears) or a SwiGLU one (gate, up and down projections), LayerNorm or RMSNorm,
+learned or rotary positions, a vocabulary head tied to the token table or not, biases on or off.
+A sample is one sequence of `seq_len` tokens, trained on next-token prediction.
+
+Layers are the parameterised modules in forward order, named as Hugging Face's `LlamaForCausalLM`
+names them (`model.layers.{i}.self_attn.q_proj`, ...), one `nn.Linear` or norm each; the parameter-free
+work is folded into the layer before it (docs/zoo.md, builders.py): rotary embedding into the Q and K
+projections, fused attention into the V projection, SiLU and the gate product into the gate and up
+projections, each residual add into the projection that ends its sub-block, the loss into the head.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sim.catalog.zoo.builders import (
+    GELU_FLOPS,
+    TOKEN_ZIPF_S,
+    aligned,
+    attention_core_flops,
+    cross_entropy,
+    embedding,
+    layer_norm,
+    linear,
+    plus_flops,
+)
+from sim.catalog.zoo.spec import Layer, Lookup, ModelSpec, Op
+
+MLP_KINDS = ("gelu", "swiglu")
+NORM_KINDS = ("layernorm", "rmsnorm")
+POSITION_KINDS = ("learned", "rotary")
+# RMSNorm per element: square, sum, scale by the reciprocal root, multiply by the gain (no mean to subtract).
+RMS_NORM_FLOPS = 4
+# SiLU x * sigmoid(x): an exponential, an add and a divide for the sigmoid, then the product.
+SILU_FLOPS = 4
+# Rotary embedding per element of Q or K: x * cos + rotate_half(x) * sin, two products and a sum.
+ROPE_FLOPS = 3
+# ... and as Hugging Face's apply_rotary_pos_emb runs it: rotate_half's negation and concatenation,
+# the two products and the sum, five kernels that read and write about ten values per element.
+ROPE_MOVED, ROPE_KERNELS = 10, 5
+
+
+@dataclass(frozen=True, kw_only=True)
+class DecoderArchitecture:
+    """The numbers that fix a decoder-only transformer's tensors and its forward pass for one sequence.
+
+    `mlp_width` is the hidden width of the MLP (SwiGLU's gate and up projections each have it);
+    `max_positions` the rows of a learned position table (unused by rotary positions, which have no
+    parameters); `seq_len` the tokens per training sample.
+    """
+
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    mlp_width: int
+    vocab: int
+    seq_len: int
+    max_positions: int
+    mlp: str = "gelu"
+    norm: str = "layernorm"
+    positions: str = "learned"
+    tied_embeddings: bool = True
+    bias: bool = True
+
+    def __post_init__(self) -> None:
+        for field in ("layers", "hidden", "heads", "kv_heads", "mlp_width", "vocab", "seq_len", "max_positions"):
+            value = getattr(self, field)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{field}: {value!r}; allowed: an integer >= 1")
+        for field, kinds in (("mlp", MLP_KINDS), ("norm", NORM_KINDS), ("positions", POSITION_KINDS)):
+            if getattr(self, field) not in kinds:
+                raise ValueError(f"{field}: {getattr(self, field)!r}; allowed: {', '.join(kinds)}")
+        if self.hidden % self.heads:
+            raise ValueError(f"heads: {self.heads} does not divide hidden {self.hidden}; allowed: a divisor of it")
+        if self.heads % self.kv_heads:
+            raise ValueError(f"kv_heads: {self.kv_heads} does not divide heads {self.heads}; allowed: a divisor of it")
+        if self.positions == "learned" and self.seq_len > self.max_positions:
+            raise ValueError(
+                f"seq_len: {self.seq_len} is longer than the learned position table (max_positions "
+                f"{self.max_positions}); allowed: 1 to {self.max_positions}"
+            )
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+    @property
+    def kv_width(self) -> int:
+        """Outputs of the K (and of the V) projection: kv_heads heads of head_dim."""
+        return self.kv_heads * self.head_dim
+
+
+def norm(name: str, arch: DecoderArchitecture) -> Layer:
+    """The block's norm over one sequence: LayerNorm (gain and bias) or RMSNorm (gain only). Both run
+    in FP32 under autocast (nn.LayerNorm by autocast's op list, Hugging Face's LlamaRMSNorm by an explicit
+    upcast)."""
+    if arch.norm == "layernorm":
+        return layer_norm(name, arch.hidden, arch.seq_len)
+    values = arch.hidden * arch.seq_len
+    op = Op("elementwise", float(RMS_NORM_FLOPS * values), 2.0 * values, full_precision=True)
+    return Layer(name, arch.hidden, op.flops, ops=(op,), shapes=((arch.hidden,),))
+
+
+def _rotary(layer: Layer, width: int, arch: DecoderArchitecture) -> Layer:
+    """`layer` (the Q or K projection) with rotary embedding of its `width` outputs folded in."""
+    if arch.positions != "rotary":
+        return layer
+    values = width * arch.seq_len
+    return plus_flops(layer, ROPE_FLOPS * values, moved=ROPE_MOVED * values, kernels=ROPE_KERNELS)
+
+
+def attention_layers(prefix: str, arch: DecoderArchitecture) -> tuple[Layer, ...]:
+    """Q, K, V and output projections with rotary positions and fused causal attention folded in.
+
+    The attention kernel (`scaled_dot_product_attention`, FlashAttention) reads Q, and K and V at their
+    grouped-query width, writes the context and each row's softmax statistics; its FLOPs are the full
+    score square (builders.attention_core_flops: Q·K^T and P·V over every head), as published FLOP counts
+    take it. The heads are then merged (a copy) before the output projection, whose residual add
+    follows it.
+    """
+    d, kv, tokens = arch.hidden, arch.kv_width, arch.seq_len
+    width = float(tokens * d)
+    q = _rotary(linear(f"{prefix}.q_proj", d, d, tokens=tokens, bias=arch.bias), d, arch)
+    k = _rotary(linear(f"{prefix}.k_proj", d, kv, tokens=tokens, bias=arch.bias), kv, arch)
+    v = linear(f"{prefix}.v_proj", d, kv, tokens=tokens, bias=arch.bias)
+    core = attention_core_flops(tokens, d, arch.heads)
+    moved = 2 * width + 2.0 * tokens * kv + arch.heads * tokens  # Q, K, V in; context, statistics out
+    v = plus_flops(v, core, moved=moved, kind="matmul", width=arch.head_dim)
+    v = plus_flops(v, 0.0, moved=2 * width)  # merge heads
+    o = linear(f"{prefix}.o_proj", d, d, tokens=tokens, bias=arch.bias)
+    o = plus_flops(o, width, moved=3 * width)  # residual add: two reads, a write
+    return (q, k, v, o)
+
+
+def mlp_layers(prefix: str, arch: DecoderArchitecture) -> tuple[Layer, ...]:
+    """GELU: up projection with the activation, down projection with the residual add. SwiGLU: gate
+    projection with SiLU, up projection with the product of the two, down projection with the add."""
+    d, ff, tokens = arch.hidden, arch.mlp_width, arch.seq_len
+    inner = float(tokens * ff)
+    up = linear(f"{prefix}.up_proj", d, ff, tokens=tokens, bias=arch.bias)
+    if arch.mlp == "gelu":
+        first: tuple[Layer, ...] = (plus_flops(up, GELU_FLOPS * inner, moved=2 * inner),)
+    else:
+        gate = linear(f"{prefix}.gate_proj", d, ff, tokens=tokens, bias=arch.bias)
+        gate = plus_flops(gate, SILU_FLOPS * inner, moved=2 * inner)
+        first = (gate, plus_flops(up, inner, moved=3 * inner))  # act(gate) * up: two reads, a write
+    down = linear(f"{prefix}.down_proj", ff, d, tokens=tokens, bias=arch.bias)
+    width = float(tokens * d)
+    return first + (plus_flops(down, width, moved=3 * width),)
+
+
+def decoder_layers(arch: DecoderArchitecture) -> tuple[Layer, ...]:
+    """Every trainable layer of the model in forward order, with the loss over the vocabulary."""
+    tokens, d = arch.seq_len, arch.hidden
+    # an untied token table's gradient holds only the rows a batch looked up (as BERT's word table); a
+    # tied one is also the head, whose gradient touches every row (as GPT-2's wte)
+    words = None
+    if not arch.tied_embeddings:
+        words = Lookup(per_sample=tokens, zipf_s=TOKEN_ZIPF_S, hot_rows="first", source=f"{tokens} tokens a sequence")
+    layers = [embedding("model.embed_tokens", arch.vocab, d, words, reads=tokens)]
+    if arch.positions == "learned":
+        where = Lookup(per_sample=tokens, space=tokens, source=f"positions 0..{tokens - 1} of every sequence")
+        table = embedding("model.embed_positions", arch.max_positions, d, where)
+        layers.append(plus_flops(table, tokens * d, moved=3.0 * tokens * d))  # added to the token embeddings
+    for i in range(arch.layers):
+        prefix = f"model.layers.{i}"
+        layers.append(norm(f"{prefix}.input_layernorm", arch))
+        layers += attention_layers(f"{prefix}.self_attn", arch)
+        layers.append(norm(f"{prefix}.post_attention_layernorm", arch))
+        layers += mlp_layers(f"{prefix}.mlp", arch)
+    head_flops = 2.0 * d * arch.vocab * tokens
+    if arch.tied_embeddings:  # the head reuses the token table: its product is folded into the final norm
+        final = plus_flops(
+            norm("model.norm", arch),
+            head_flops,
+            moved=float(tokens * (d + arch.vocab)),
+            kind="matmul",
+            aligned=aligned(d, arch.vocab),
+            width=float(d),
+        )
+        layers.append(cross_entropy(final, arch.vocab, tokens))
+    else:
+        layers.append(norm("model.norm", arch))
+        layers.append(cross_entropy(linear("lm_head", d, arch.vocab, tokens=tokens, bias=False), arch.vocab, tokens))
+    return tuple(layers)
+
+
+def decoder_model(name: str, arch: DecoderArchitecture, source: str) -> ModelSpec:
+    """`arch` as a zoo model called `name`."""
+    return ModelSpec(name, decoder_layers(arch), source=source, sample=f"one {arch.seq_len:,}-token sequence")
+
+
+def llama3(hidden: int, layers: int, heads: int, mlp_width: int) -> DecoderArchitecture:
+    """Llama 3 at the given size (Llama Team 2024, arXiv:2407.21783, Table 3): 8 KV heads, SwiGLU,
+    RMSNorm, rotary positions, untied head, no biases, pre-trained at 8,192 tokens (its section 3.4.1);
+    the vocabulary is Meta's released config.json's 128,256 (the paper's 128K tokens and 256 reserved)."""
+    return DecoderArchitecture(
+        layers=layers,
+        hidden=hidden,
+        heads=heads,
+        kv_heads=8,
+        mlp_width=mlp_width,
+        vocab=128_256,
+        seq_len=8192,
+        max_positions=8192,
+        mlp="swiglu",
+        norm="rmsnorm",
+        positions="rotary",
+        tied_embeddings=False,
+        bias=False,
+    )
+
+
+# Brown et al. 2020 (arXiv:2005.14165) Table 2.1's largest row and section 2.1: GPT-2's architecture
+# (learned positions, pre-norm LayerNorm, GELU MLP of 4 x d_model, biases, head tied to the token table)
+# with 96 layers of d_model 12,288 and 96 heads over a 2,048-token context and GPT-2's 50,257 tokens.
+GPT3_175B = DecoderArchitecture(
+    layers=96,
+    hidden=12288,
+    heads=96,
+    kv_heads=96,
+    mlp_width=4 * 12288,
+    vocab=50257,
+    seq_len=2048,
+    max_positions=2048,
+)
+LLAMA3_8B = llama3(hidden=4096, layers=32, heads=32, mlp_width=14336)
+LLAMA3_70B = llama3(hidden=8192, layers=80, heads=64, mlp_width=28672)
+_LLAMA3_SOURCE = "Llama Team 2024 (arXiv:2407.21783), Table 3; Meta's model card"
+
+
+def llama3_8b() -> ModelSpec:
+    return decoder_model("llama3_8b", LLAMA3_8B, f"{_LLAMA3_SOURCE}: 8B (32 layers, d=4096, 8 KV heads)")
+
+
+def llama3_70b() -> ModelSpec:
+    return decoder_model("llama3_70b", LLAMA3_70B, f"{_LLAMA3_SOURCE}: 70B (80 layers, d=8192, 8 KV heads)")
+
+
+def gpt3_175b() -> ModelSpec:
+    return decoder_model(
+        "gpt3_175b", GPT3_175B, "Brown et al. 2020 (arXiv:2005.14165), Table 2.1: 175B (96 layers, d=12288)"
+    )
