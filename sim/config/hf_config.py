@@ -141,6 +141,9 @@ def _llama(data: dict[str, Any], path: str, arch: dict[str, Any]) -> dict[str, A
             f"hf_config: {path}: hidden_act {act!r}; allowed for a {data.get('model_type', 'llama')}: silu"
         )
     bias = data.get("attention_bias", False)
+    for key in ("attention_bias", "mlp_bias"):
+        if key in data and type(data[key]) is not bool:
+            raise ValueError(f"hf_config: {path}: {key}: {data[key]!r}; allowed: true or false")
     if data.get("mlp_bias", bias) != bias:
         raise ValueError(
             f"hf_config: {path}: attention_bias {bias} and mlp_bias {data['mlp_bias']} differ; "
