@@ -32,6 +32,7 @@ from sim.config.schema import (
     TwoTierCluster,
     WorkloadConfig,
 )
+from sim.config.transformer import TransformerConfig
 from sim.config.wan import WanLink, WanSettings
 
 _BOUNDS = ((at.Gt, ">"), (at.Ge, ">="), (at.Lt, "<"), (at.Le, "<="))
@@ -151,7 +152,10 @@ def render() -> str:
         "",
         table(WanLink),
     ]
-    parts += ["", "## `workload`", "", table(WorkloadConfig), "", "## `simulation`", "", table(SimulationConfig)]
+    parts += ["", "## `workload`", "", table(WorkloadConfig)]
+    transformer = " ".join((TransformerConfig.__doc__ or "").split())
+    parts += ["", "### `workload.transformer`", "", transformer, "", table(TransformerConfig)]
+    parts += ["", "## `simulation`", "", table(SimulationConfig)]
     parts += ["", "### `simulation.nccl`", "", NcclSettings.__doc__ or "", "", table(NcclSettings)]
     parts += ["", "### `simulation.nccl.constants`", "", NcclConstants.__doc__ or "", "", table(NcclConstants)]
     parts += [

@@ -35,7 +35,9 @@ class TransformerConfig(Strict):
         description="a local Hugging Face config.json (model_type llama, mistral or gpt2) giving the numbers; "
         "a relative path is relative to the config file",
     )
-    layers: Blocks = Field(None, description="transformer blocks")
+    layers: Blocks = Field(
+        None, description="transformer blocks (required unless hf_config gives it, as for hidden, heads, vocab)"
+    )
     hidden: Width = Field(None, description="model width (d_model)")
     heads: Width = Field(None, description="attention heads (dividing hidden)")
     kv_heads: Width = Field(
@@ -53,7 +55,9 @@ class TransformerConfig(Strict):
         "learned", description="learned: a position table added to the tokens; rotary: RoPE on Q and K (no parameters)"
     )
     vocab: Optional[Annotated[int, Field(ge=1, le=MAX_VOCAB)]] = Field(None, description="vocabulary size")
-    seq_len: Tokens = Field(None, description="tokens per sample (one sequence)")
+    seq_len: Tokens = Field(
+        None, description="tokens per sample (one sequence); with hf_config, default: its context length"
+    )
     max_positions: Tokens = Field(None, description="rows of a learned position table; default: seq_len")
     tied_embeddings: bool = Field(True, description="the vocabulary head reuses the token table")
     bias: bool = Field(True, description="biases on the attention and MLP projections")
