@@ -152,6 +152,9 @@ def _drawn_config(data: st.DataObject) -> tuple[Path, dict[str, Any]]:
     config = yaml.safe_load(source.read_text())
     if isinstance(config.get("extends"), str):
         config["extends"] = str((source.parent / config["extends"]).resolve())
+    transformer = config.get("workload", {}).get("transformer")
+    if isinstance(transformer, dict) and isinstance(transformer.get("hf_config"), str):  # likewise its config.json
+        transformer["hf_config"] = str((source.parent / transformer["hf_config"]).resolve())
     return source, config
 
 
@@ -418,6 +421,32 @@ EFFECT_BASES: dict[str, dict[str, Any]] = {
         "policies": [{"name": "diloco", "period": 1}],
         "simulation": {"trace": False, "network_model": "ideal"},
     },
+    # a decoder-only model by its numbers (learned positions, so that max_positions sizes a table)
+    "transformer": {
+        "iterations": 2,
+        "cluster": {"topology": "star", "hosts": 2},
+        "workload": {
+            "model": "transformer",
+            "batch_size": 2,
+            "transformer": {
+                "layers": 1,
+                "hidden": 32,
+                "heads": 4,
+                "kv_heads": 2,
+                "mlp": "swiglu",
+                "mlp_width": 64,
+                "norm": "rmsnorm",
+                "positions": "learned",
+                "vocab": 100,
+                "seq_len": 16,
+                "max_positions": 32,
+                "tied_embeddings": False,
+                "bias": False,
+            },
+        },
+        "policies": [{"name": "ring"}],
+        "simulation": {"trace": False},
+    },
     # a zoo model's own embedding tables (sparsity.embeddings: false makes them dense), a sparse policy
     "zoo tables": {
         "iterations": 2,
@@ -451,6 +480,8 @@ KNOWN_SILENT: dict[str, str] = {}  # sparsity.embeddings under lookups: now refu
 # fields no base can take, and where they are tested instead
 NOT_HERE: dict[str, str] = {
     "workload.profile": "needs a measured profile file: tests/test_profile.py",
+    "workload.transformer": "unset but for model transformer (refused elsewhere); the transformer base varies its keys",
+    "workload.transformer.hf_config": "needs a config.json file: tests/test_config_transformer.py",
     "numerics": "trains a model: tests/test_numerics_*.py",
     "policies": "each policy's own settings: tests/test_policies.py and the policy's tests",
     "cluster.topology": "picks the section's shape, so its other keys change with it: tests/test_topology.py",
