@@ -175,6 +175,9 @@ def test_a_file_that_is_not_a_json_object_is_refused(tmp_path: Path) -> None:
     assert errors(config({"hf_config": str(tmp_path / "bad.json")})).startswith(
         f"workload.transformer.hf_config: {tmp_path / 'bad.json'} is not JSON"
     )
+    assert errors(config({"hf_config": "a\0b.json"})) == (
+        "workload.transformer.hf_config: the path holds a NUL character; name a local config.json"
+    )
     missing = tmp_path / "none.json"
     assert errors(config({"hf_config": str(missing)})) == (
         f"workload.transformer.hf_config: cannot read {missing} (No such file or directory); name a local config.json"

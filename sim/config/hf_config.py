@@ -86,6 +86,8 @@ def read_hf_config(path: str) -> dict[str, Any]:
     """The architecture (`DecoderArchitecture`'s fields, less `seq_len`) that the config.json at `path`
     describes; ValueError naming `hf_config` and the key for a file that cannot be read, a missing key,
     an unknown one or a value this builder cannot represent."""
+    if "\0" in path:  # no file name holds one (os.open would raise an unworded ValueError)
+        raise ValueError("hf_config: the path holds a NUL character; name a local config.json")
     try:
         raw = read_bounded(path, "hf_config", MAX_BYTES, "a config.json")
         data = json.loads(raw)

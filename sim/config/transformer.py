@@ -112,7 +112,7 @@ def hf_config_beside(data: Any, folder: Path) -> Any:
     workload = data.get("workload") if isinstance(data, dict) else None
     block = workload.get("transformer") if isinstance(workload, dict) else None
     path = block.get("hf_config") if isinstance(block, dict) else None
-    if not isinstance(path, str) or not path or Path(path).is_absolute():
-        return data
+    if not isinstance(path, str) or not path or "\0" in path or Path(path).is_absolute():
+        return data  # a NUL is refused by read_hf_config, naming the field
     absolute = str(resolved(folder / path, "workload.transformer.hf_config"))
     return {**data, "workload": {**workload, "transformer": {**block, "hf_config": absolute}}}
