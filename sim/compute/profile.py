@@ -84,7 +84,7 @@ from sim.errors import ConfigError
 from sim.files import atomic_write
 
 FORMAT = "syncsim-profile"
-MAX_LAYERS = 2_000  # the zoo's largest model has 149 (tests/test_profile.py keeps a margin)
+MAX_LAYERS = 2_000  # the largest zoo model `syncsim profile` measures has 149 (tests/test_profile.py: a margin)
 # line breaks, commas and colons: every YAML value but the first follows one, so this bounds the values
 # a parser builds (some microseconds each, in Python); `write_profile` writes about 25 a layer (33 with
 # a weight's and a bias's shapes, version 2)
