@@ -217,3 +217,14 @@ def test_a_symlink_to_itself_is_one_line_naming_the_field_and_the_path(
     lines = [x.strip() for x in capsys.readouterr().err.splitlines()[1:]]
     assert len(lines) == 1 and lines[0].startswith(f"{field}: "), lines
     assert f"{loop}: its symbolic links loop" in lines[0]
+
+
+def test_a_path_with_a_nul_character_is_one_line_naming_the_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """os refuses a NUL byte in a path with a ValueError from deep inside; the config says which field."""
+    config = profiled(tmp_path, "a\0b.yaml")
+    assert main(["check", str(config)]) == 2
+    lines = [x.strip() for x in capsys.readouterr().err.splitlines()[1:]]
+    assert len(lines) == 1 and lines[0].startswith("workload.profile: '"), lines
+    assert lines[0].endswith("a\\x00b.yaml': a path cannot hold a NUL character"), lines

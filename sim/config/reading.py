@@ -50,6 +50,8 @@ def resolved(path: Union[str, os.PathLike[str]], field: str) -> Path:
     """`path` made absolute with its symbolic links followed; `ConfigError` naming `field` and the path
     where they cannot be followed: a link to itself, or a loop of links (Python 3.11 raises that as a
     RuntimeError, 3.13 as OSError ELOOP), which would otherwise end as a traceback."""
+    if "\0" in str(path):  # os functions refuse a NUL byte with a ValueError, deep inside
+        raise ConfigError(f"{field}: {str(path)!r}: a path cannot hold a NUL character")
     try:
         return Path(path).resolve()
     except RuntimeError:

@@ -112,13 +112,13 @@ class Layer:
                 f"layer {self.name!r}: shapes {self.shapes} hold {shape_values(self.shapes)} values, "
                 f"but params is {self.params}; they must be equal"
             )
+        if self.lookup is not None and (self.rows <= 0 or self.params % self.rows):
+            raise ValueError(f"layer {self.name!r}: a lookup table needs rows > 0 dividing params")
 
     @property
     def shaped(self) -> bool:
         """Whether the layer's tensor shapes are known (a layer without parameters has none to know)."""
         return bool(self.shapes) or self.params == 0
-        if self.lookup is not None and (self.rows <= 0 or self.params % self.rows):
-            raise ValueError(f"layer {self.name!r}: a lookup table needs rows > 0 dividing params")
 
 
 @dataclass(frozen=True)
