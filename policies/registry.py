@@ -120,9 +120,19 @@ def _load_file(name: str, module_name: str) -> Any:
         if getattr(loaded, "__file__", None) and Path(loaded.__file__).resolve() == file:
             return loaded
         raise _refuse(name, f"{file} would shadow the module {module_name!r} already imported; rename the file")
+    module = exec_file(module_name, file)
+    if module is None:
+        raise _refuse(name, f"{file} cannot be loaded as a Python file")
+    return module
+
+
+def exec_file(module_name: str, file: Path) -> Any:
+    """Run `file`'s top-level code once as module `module_name`, registered in `sys.modules` (so its
+    classes pickle by name) unless it raises; None when it cannot be loaded as a Python file. Plug-in
+    policies and `syncsim profile`'s user modules are loaded this way."""
     spec = importlib.util.spec_from_file_location(module_name, file)
     if spec is None or spec.loader is None:
-        raise _refuse(name, f"{file} cannot be loaded as a Python file")
+        return None
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module
     try:

@@ -24,6 +24,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from policies.registry import exec_file
 from real.model_input import TARGET_FORM, InputSpec, parse_target
 from sim.errors import UsageError
 
@@ -62,18 +63,12 @@ def load_factory(target: str, folder: Optional[Path] = None) -> Callable[[], Any
         found = importlib.util.find_spec(module_name)
         if found is not None and found.origin and Path(found.origin).resolve() != file:
             raise _refuse(target, f"{file.name} would shadow the installed module {module_name!r}; rename the file")
-        spec = importlib.util.spec_from_file_location(module_name, file)
-        if spec is None or spec.loader is None:
-            raise _refuse(target, f"{file} cannot be loaded as a Python file")
-        loaded = importlib.util.module_from_spec(spec)
-        sys.modules[module_name] = loaded
         try:
-            spec.loader.exec_module(loaded)
-        except BaseException as exc:
-            del sys.modules[module_name]
-            if isinstance(exc, Exception):  # the file's own error, in one line
-                raise _refuse(target, f"running {file.name} raised {type(exc).__name__}: {exc}") from None
-            raise
+            loaded = exec_file(module_name, file)
+        except Exception as exc:  # the file's own error, in one line
+            raise _refuse(target, f"running {file.name} raised {type(exc).__name__}: {exc}") from None
+        if loaded is None:
+            raise _refuse(target, f"{file} cannot be loaded as a Python file")
     elif (there := getattr(loaded, "__file__", None)) is None or Path(there).resolve() != file:
         raise _refuse(target, f"{file.name} would shadow the module {module_name!r} already imported; rename the file")
     obj: Any = loaded
