@@ -14,6 +14,10 @@ Lifecycle per worker and step::
                                         after another in forward order (last bucket first); forward
                                         of a bucket's layers waits for its program (a PS read, an
                                         FSDP-style all-gather), so reads overlap forward compute
+    on_backward(rank, step, bucket)     the parameters a bucket's backward needs: one program per bucket, run
+                                        one after another in backward order from backward's start; backward
+                                        of a bucket's layers waits for its program (FSDP's all-gather before
+                                        backward, when parameters were freed after forward)
     on_gradients(rank, step, bucket)    as each gradient bucket is ready during backward
     end_step(rank, step)                after backward and the local optimizer step (e.g. averaging)
 
@@ -103,6 +107,18 @@ class Policy:
         self.view = view
         self.model = model
 
+    @property
+    def optimizer_share(self) -> float:
+        """The share of the optimizer step each rank computes: 1 when every rank steps the whole model,
+        1/g when it steps only its 1/g shard (sharded data parallelism)."""
+        return 1.0
+
+    @property
+    def trains_replicas(self) -> bool:
+        """Whether numerics mode and the real backend carry out this policy's ops on real tensors; False
+        for a policy the simulator times but whose tensor rules are not written yet (refused there)."""
+        return True
+
     def membership_problems(self, membership: Membership) -> list[tuple[str, str]]:
         """(field, message) for each change of `membership` (workers leaving or joining, the config's
         `faults.departures`) this policy cannot follow; the field is relative to `faults.`. Default: a
@@ -143,6 +159,9 @@ class Policy:
         return ()
 
     def on_forward(self, rank: int, step: int, bucket: Bucket) -> Program:
+        return ()
+
+    def on_backward(self, rank: int, step: int, bucket: Bucket) -> Program:
         return ()
 
     def on_gradients(self, rank: int, step: int, bucket: Bucket) -> Program:

@@ -44,6 +44,7 @@ BUILTIN: dict[str, str] = {
     "topk": "policies.topk:TopK",
     "eager_diloco": "policies.eager_diloco:EagerDiLoCo",
     "powersgd": "policies.powersgd:PowerSGD",
+    "fsdp": "policies.fsdp:FSDP",
 }
 
 

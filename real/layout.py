@@ -46,6 +46,11 @@ def placement(config: Config) -> Placement:
     absences = absences_of(config, cluster)  # a departure a policy cannot follow is refused here
     for i, entry in enumerate(config.policies):
         policy = bind_policy(entry, i, cluster, plan, config.workload.wire_precision, absences)
+        if not all(phase.trains_replicas for phase in policy.phase_policies()):
+            raise ConfigError(
+                f"policies[{i}]: {policy.name} is timed by the simulator only; the real backend has no tensor rules "
+                "for it yet (syncsim run times it)"
+            )
         if any(phase.one_input_pipeline for phase in policy.phase_policies()):
             raise ConfigError(
                 f"policies[{i}]: 'replication: in_graph' is the simulator's model of one client feeding every "

@@ -53,9 +53,15 @@ def _prepare(config: Config) -> tuple[Cluster, ComputePlan, Any]:
     absences = absences_of(config, cluster)
     for i in range(len(config.policies)):
         try:
-            bind_policy(config.policies[i], i, cluster, plan, config.workload.wire_precision, absences)
+            policy = bind_policy(config.policies[i], i, cluster, plan, config.workload.wire_precision, absences)
         except ConfigError as exc:
             lines += str(exc).splitlines()
+            continue
+        if config.numerics_on and not all(p.trains_replicas for p in policy.phase_policies()):
+            lines.append(
+                f"policies[{i}]: {policy.name} is timed by the simulator, but numerics mode has no tensor rules for "
+                "it yet; set numerics.enabled: false (or leave numerics out) to time it"
+            )
     if lines:  # every problem at once
         raise ConfigError("\n".join(lines))
     task = None

@@ -25,7 +25,7 @@ QUICKSTART = ROOT / "configs" / "quickstart.yaml"
 EVENTS_FACTOR = 3.0
 FLOWS_FACTOR = 1.5
 DENSE = ["ring", "hierarchical", "ps", "asp", "ssp", "no_sync", "ds_sync", "sync_switch", "local_sgd", "diloco",
-         "streaming_diloco", "eager_diloco", "topk", "powersgd"]  # fmt: skip
+         "streaming_diloco", "eager_diloco", "topk", "powersgd", "fsdp"]  # fmt: skip
 # settings that make a 4-iteration run average (diloco: after steps 1 and 3; streaming: a fragment after 1 and 3)
 SETTINGS = {
     "diloco": {"period": 2},

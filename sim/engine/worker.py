@@ -4,8 +4,10 @@ Per iteration: the policy's begin_step program; forward in bucket-sized slices i
 each waiting for its bucket's on_forward program (run one after another from the start, so reads
 overlap forward); backward in bucket-sized slices (each bucket handed to the policy as it becomes
 ready, so communication overlaps the rest of backward, unless `plan.overlap_backward` is off: then all
-at once when backward ends); then the bucket programs, end_step, and every `accumulation_steps`-th
-iteration the optimizer step (compute).
+at once when backward ends), each slice first waiting for its bucket's on_backward program (run one after
+another from backward's start: FSDP's gathers before backward); then the bucket programs, end_step, and every
+`accumulation_steps`-th iteration the optimizer step (compute; a policy that shards it computes its
+`optimizer_share`).
 A worker away for some steps (`faults.departures`, policies.membership) runs none of them: it waits, with no
 rows, until the others start the step it comes back at.
 Under the NCCL model backward compute runs `overlap_slowdown` times slower while the rank's collectives
@@ -202,6 +204,8 @@ def worker(ctx: WorkerContext, rank: int) -> Generator[simpy.Event, Any, None]:
     n_buckets = len(plan.buckets)
     buckets = [Bucket(b, bucket.nbytes, n_buckets) for b, bucket in enumerate(plan.buckets)]
     reads_before_forward = type(policy).on_forward is not Policy.on_forward  # the base hook reads nothing
+    reads_before_backward = type(policy).on_backward is not Policy.on_backward
+    optimizer_s = plan.optimizer_s * policy.optimizer_share
     backward = [bucket.backward_s for bucket in plan.buckets]
     overlap = plan.overlap_backward
     after, segment, run, on_gradients = ctx.timers.after, compute.segment, executor.run, policy.on_gradients
@@ -258,7 +262,14 @@ def worker(ctx: WorkerContext, rank: int) -> Generator[simpy.Event, Any, None]:
         programs = []
         steady = compute.steady  # no straggler: a slice lasts backward_s x factor (x 1.0, as `segment` gives)
         busy_until, slowdown = ctx.busy_until, ctx.overlap_slowdown
-        for bucket, backward_s in zip(buckets, backward):
+        gathers = (
+            executor.run_in_turn(rank, step, [policy.on_backward(rank, step, b) for b in buckets], range(n_buckets))
+            if reads_before_backward
+            else None
+        )
+        for i, (bucket, backward_s) in enumerate(zip(buckets, backward)):
+            if gathers is not None and gathers[i] is not executor.settled:
+                yield gathers[i]  # the bucket's parameters, gathered again for its backward
             a = env._now  # (the `now` property is a call; this runs per rank and bucket)
             duration = backward_s * factor if steady else segment(rank, backward_s, factor)
             if busy_until is not None and busy_until[rank] > a:  # NCCL's kernels hold some SMs meanwhile
@@ -276,7 +287,7 @@ def worker(ctx: WorkerContext, rank: int) -> Generator[simpy.Event, Any, None]:
         yield executor.run(rank, step, policy.end_step(rank, step))
         if plan.updates_after(step):  # the optimizer step, once the accumulated gradients are in
             a = env._now
-            yield Timeout(env, segment(rank, plan.optimizer_s, factor))
+            yield Timeout(env, segment(rank, optimizer_s, factor))
             computing.append((a, env._now))
         end = env.now
         if executor.launches.computing:  # local ops ran in some step (only policies that issue them)

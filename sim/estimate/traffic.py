@@ -1,8 +1,8 @@
 """What one gradient bucket of a policy's program puts on the network in one iteration (`Traffic`), per
 builtin policy: ring: one collective of all ranks; hierarchical: local reduce-scatter and all-gather, cross
-all-reduce; ps/asp/ssp: a push and a pull per worker; ds_sync: its groups' all-reduces; sparse policies:
-all-gathers and pairwise exchanges; local_sgd's family: `periodic_traffic`. `sim.estimate.counts` turns it
-into events and recomputes over a run.
+all-reduce; fsdp: its gathers and reduce-scatter (and hybrid's all-reduce across); ps/asp/ssp: a push and a
+pull per worker; ds_sync: its groups' all-reduces; sparse policies: all-gathers and pairwise exchanges;
+local_sgd's family: `periodic_traffic`. `sim.estimate.counts` turns it into events and recomputes over a run.
 """
 
 from __future__ import annotations
@@ -92,6 +92,8 @@ def bucket_traffic(name: str, s: Any, shape: Shape, config: Config, sparse: bool
                        fabric_routes=shape.racks, op_rows=groups)  # fmt: skip
     if name == "ds_sync":
         return _ds_sync(s, shape, dense_stepwise)
+    if name == "fsdp":
+        return _fsdp(s, shape, dense_stepwise)
     if sparse and name in ("zen", "sparse_allgather", "sparcml", "omnireduce"):  # the last two: zen's program
         pairs = w * (w - 1)
         gather = gather_traffic(shape, config, rows)
@@ -168,6 +170,19 @@ def _ds_sync(s: Any, shape: Shape, stepwise: bool) -> Traffic:
                 traffic, scale_traffic(ring_traffic(size, 2, stepwise, shape, 0.0), groups / max(steps, 1))
             )
     return replace(traffic, entries=2.0 * shape.links, node_routes=2 * w, fabric_routes=shape.racks)
+
+
+def _fsdp(s: Any, shape: Shape, stepwise: bool) -> Traffic:
+    """policies/fsdp.py per unit: an all-gather before forward (and before backward under full and hybrid
+    sharding) and a reduce-scatter in the shard group; hybrid adds an all-reduce of the shard across replicas."""
+    w = float(shape.workers)
+    g = replica_size(s.shard_group, shape) if s.strategy == "hybrid" else w
+    gathers = 2.0 if s.strategy in ("full", "hybrid") and s.reshard_after_forward else 1.0
+    inside = scale_traffic(ring_traffic(g, 1, stepwise, shape, 0.0), (gathers + 1.0) * w / g)
+    if s.strategy != "hybrid" or g >= w:
+        return replace(inside, entries=float(shape.links), node_routes=w, fabric_routes=shape.racks)
+    across = scale_traffic(ring_traffic(w / g, 2, stepwise, shape, 0.0), g)
+    return replace(add_traffic(inside, across), entries=2.0 * shape.links, node_routes=2 * w, fabric_routes=shape.racks)
 
 
 def replica_size(level: str, shape: Shape) -> float:
