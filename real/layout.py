@@ -76,3 +76,8 @@ def _refuse_timing_only(config: Config) -> None:
             "workload.overlap_backward: false is the simulator's timing model; the real backend hands "
             "each bucket on as backward produces it; allowed here: true"
         )
+    if workload.activation_checkpointing:
+        raise ConfigError(
+            "workload.activation_checkpointing: true is the simulator's timing model; the real backend keeps "
+            "its activations; allowed here: false"
+        )

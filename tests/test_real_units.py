@@ -279,6 +279,7 @@ def test_the_real_backend_refuses_in_graph_replication_by_name() -> None:
     [
         ("accumulation_steps", 4, r"workload.accumulation_steps: 4 .*allowed here: 1"),
         ("overlap_backward", False, r"workload.overlap_backward: false .*allowed here: true"),
+        ("activation_checkpointing", True, r"workload.activation_checkpointing: true .*allowed here: false"),
     ],
 )
 def test_the_real_backend_refuses_the_simulators_timing_keys_by_name(key: str, value: object, message: str) -> None:

@@ -41,6 +41,19 @@ def test_compute_time_is_the_roofline_model_layer_by_layer() -> None:
     assert sum(b.forward_s for b in plan.buckets) == pytest.approx(sum(forward), rel=1e-12)
 
 
+def test_activation_checkpointing_adds_each_layers_forward_to_its_backward() -> None:
+    """Recomputing every layer's forward in backward: backward = the roofline's backward + its forward, bucket
+    by bucket; forward and the buckets' bytes are unchanged."""
+    plain = compute_plan(WorkloadConfig(model="bert_large", batch_size=16), V100)
+    again = compute_plan(WorkloadConfig(model="bert_large", batch_size=16, activation_checkpointing=True), V100)
+    forward, backward = model_seconds(V100, V100.costs, get_model("bert_large").layers, 16, "fp32")
+    assert again.forward_s == plain.forward_s
+    assert again.backward_s == pytest.approx(sum(backward) + sum(forward), rel=1e-12)
+    for a, b in zip(again.buckets, plain.buckets, strict=True):
+        assert a.nbytes == b.nbytes
+        assert a.backward_s == pytest.approx(b.backward_s + b.forward_s, rel=1e-12)
+
+
 def test_a_given_efficiency_is_flops_over_that_fraction_of_peak() -> None:
     plan = compute_plan(WorkloadConfig(model="bert_large", batch_size=16, efficiency=0.5), V100)
     per_flop = 16 / (V100.fp32_tflops * 1e12 * 0.5)

@@ -109,6 +109,8 @@ def compute_plan(cfg: WorkloadConfig, gpu: GpuSpec) -> ComputePlan:
     else:
         grad_bytes = [layer.params * wire_bytes(cfg) for layer in spec.layers]
     forward_s, forward, backward = layer_seconds(cfg, spec, gpu, profile)
+    if cfg.activation_checkpointing:  # each layer's backward first runs its forward again
+        backward = [b + f for b, f in zip(backward, forward)]
     buckets = cut_buckets(cfg, spec, grad_bytes, forward, backward)
     total = float(sum(grad_bytes))
     # parameters are the fp32 master weights in every precision (autocast computes in 16 bits from

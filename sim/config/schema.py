@@ -111,6 +111,11 @@ class WorkloadConfig(Strict):
         "communication (apex DDP without disable_allreduce), and every accumulation_steps-th ends with the "
         "optimizer step of optimizer_ms (timing only: numerics mode needs 1)",
     )
+    activation_checkpointing: bool = Field(
+        False,
+        description="recompute every layer's forward in backward (torch.utils.checkpoint around each layer): "
+        "each layer's backward takes its forward time longer; what it saves in memory is not modelled yet",
+    )
     optimizer_ms: Milliseconds = Field(
         0.0,
         description="each GPU's optimizer step (weight update, gradient clipping) after the gradient "
