@@ -57,6 +57,7 @@ def test_list(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["list"]) == 0
     out = capsys.readouterr().out
     assert ", ".join(sorted(available())) in out and "resnet50" in out and "H100" in out
+    assert "transformer (workload.transformer" in out and "profiled (" in out  # the model sources beside the zoo
 
 
 def test_bad_config_exits_2_without_traceback(tmp_path: Path) -> None:

@@ -177,5 +177,6 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
     print("policies:", ", ".join(sorted(available())))
     print("models:   synthetic,", ", ".join(MODEL_NAMES))
+    print("          transformer (workload.transformer: numbers or a config.json), profiled (your module's profile)")
     print("gpus:    ", ", ".join(GPU_NAMES))
     return 0
