@@ -47,6 +47,10 @@ class Membership:
             outside = [r for r in absence.ranks if not 0 <= r < self.world_size]
             if outside:
                 raise ValueError(f"ranks {outside} do not exist (world size {self.world_size})")
+        # policies ask at every step of every rank; membership changes only at these steps
+        joins = frozenset(a.join_step for a in self.absences if a.join_step is not None)
+        object.__setattr__(self, "_joins", joins)
+        object.__setattr__(self, "_live", {})
 
     @property
     def changes(self) -> bool:
@@ -60,11 +64,16 @@ class Membership:
         """The ranks that train at `step`, in rank order."""
         if not self.absences:
             return tuple(range(self.world_size))
-        return tuple(r for r in range(self.world_size) if self.is_live(r, step))
+        covering = tuple(i for i, a in enumerate(self.absences) if a.covers(step))  # few: one entry per pattern
+        found = self._live.get(covering)  # type: ignore[attr-defined]
+        if found is None:
+            away = {r for i in covering for r in self.absences[i].ranks}
+            found = self._live[covering] = tuple(r for r in range(self.world_size) if r not in away)  # type: ignore[attr-defined]
+        return found  # type: ignore[no-any-return]
 
     def joining(self, step: int) -> tuple[int, ...]:
         """Ranks live at `step` that were away at `step - 1` (none at step 0: every rank starts alike)."""
-        if step == 0 or not self.absences:
+        if step not in self._joins:  # type: ignore[attr-defined]
             return ()
         return tuple(r for r in self.live(step) if not self.is_live(r, step - 1))
 

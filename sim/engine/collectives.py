@@ -182,7 +182,7 @@ class CollectiveRunner:
         start = ranks.index(op.root)
         chain = ranks[start:] + ranks[:start]
         paths = [self._path(chain[i], chain[i + 1]) for i in range(len(chain) - 1)]
-        latency = (len(paths)) * max(self.net.path_latency(path) for path in paths)
+        latency = len(paths) * max(self.net.path_latency(path) for path in paths)
         return Launched(self.net.transfer(paths, op.nbytes, latency=latency, done=done), len(paths) * op.nbytes)
 
     def cast_s(self, op: Collective) -> tuple[float, float]:

@@ -89,9 +89,11 @@ class Evaluator:
         windows = [list(worker) for worker in reps.losses]
         for worker in reps.losses:
             worker.clear()
-        live = self.membership.live(max(self._done) - 1) if self.membership.changes else tuple(range(self.world))
-        done = self.completed / self.world if not self.membership.changes else float(max(self._done))
-        self._rows(done, now, reps.params[list(live)], [windows[r] for r in live], None, live)
+        if not self.membership.changes:
+            self._rows(self.completed / self.world, now, reps.params, windows)
+            return
+        live = self.membership.live(max(self._done) - 1)
+        self._rows(float(max(self._done)), now, reps.params[list(live)], [windows[r] for r in live], None, live)
 
     @property
     def scored(self) -> str:

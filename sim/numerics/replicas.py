@@ -374,7 +374,10 @@ class Replicas:
         live at the last step, now)."""
         if self.server is not None and self.serving:
             return self.server.params
-        live = list(self.membership.live(self.iterations - 1)) or list(range(self.world))
+        live = list(self.membership.live(self.iterations - 1)) if self.membership.changes else []
         if self.global_tensor is not None:
-            return global_model if global_model is not None else self.stores[live[0]].tensors[self.global_tensor]
-        return (self.params[live] if replicas is None else replicas).mean(dim=0)
+            first = live[0] if live else 0
+            return global_model if global_model is not None else self.stores[first].tensors[self.global_tensor]
+        if replicas is None:
+            replicas = self.params[live] if live else self.params  # a view unless some worker is away
+        return replicas.mean(dim=0)
