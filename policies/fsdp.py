@@ -71,10 +71,6 @@ class FSDP(Policy):
     def optimizer_share(self) -> float:
         return 1.0 / self.group_size
 
-    @property
-    def trains_replicas(self) -> bool:
-        return False
-
     def on_forward(self, rank: int, step: int, bucket: Bucket) -> Program:
         yield AllGather(self.shard_of[rank], bucket.nbytes, payload=Payload.PARAMETERS)
 

@@ -32,7 +32,8 @@ from real.ring import RingReduceScatter
 from real.sparse_collectives import Shares, start_sparse
 from real.wire_collectives import start_wired
 from sim.errors import PolicyError
-from sim.numerics.replica import Replica, partition
+from sim.numerics.replica import Replica
+from sim.numerics.shards import shards
 
 
 @dataclass
@@ -83,7 +84,7 @@ def start(op: Collective, replica: Replica, bucket: Optional[int], pg: Any, shar
     me = op.group.ranks.index(replica.rank)
     if isinstance(op, ReduceScatter):
         a, b = replica.range(bucket)
-        parts = partition(a, b, [1.0] * p)
+        parts = shards(a, b, p)
         lo, hi = parts[me]
         ring = RingReduceScatter(data, parts, op.group.ranks, me, pg, wire)
 
@@ -95,7 +96,7 @@ def start(op: Collective, replica: Replica, bucket: Optional[int], pg: Any, shar
     if isinstance(op, AllGather):
         enclosing = replica.pop_slice(bucket)
         a, b = enclosing if enclosing is not None else replica.range(bucket)
-        parts = partition(a, b, [1.0] * p)
+        parts = shards(a, b, p)
         width = max(hi - lo for lo, hi in parts)  # gloo gathers equal sizes: pad the short slices
         lo, hi = parts[me]
         mine = data.new_zeros(width, dtype=sent_type)

@@ -32,6 +32,7 @@ from real.groups import group_order
 from real.ring import RingReduceScatter
 from sim.errors import PolicyError
 from sim.numerics.replica import Replica, partition
+from sim.numerics.shards import shards
 from sim.numerics.wire_cast import NATIVE, codec_sum, decode, encode, encoded_bytes, native, round_trip
 
 
@@ -93,7 +94,7 @@ def start_wired(op: Collective, replica: Replica, bucket: Optional[int], pg: Any
     if isinstance(op, AllGather):
         enclosing = replica.pop_slice(bucket)
         a, b = enclosing if enclosing is not None else replica.range(bucket)
-        parts = partition(a, b, [1.0] * p)
+        parts = shards(a, b, p)
         lo, hi = parts[me]
         mine = _encoded(data[lo:hi].to(torch.float32), wire, block)
         got: list[torch.Tensor] = []
@@ -109,9 +110,9 @@ def start_wired(op: Collective, replica: Replica, bucket: Optional[int], pg: Any
     if not isinstance(op, (AllReduce, ReduceScatter)):
         raise PolicyError(f"policy {replica.policy!r}: the real backend has no rule for {op!r} with a wire")
     a, b = replica.range(bucket)
-    parts = partition(a, b, [1.0] * p)
+    reduce_only = isinstance(op, ReduceScatter)  # its chunks are the shards; an all-reduce's as before
+    parts = shards(a, b, p) if reduce_only else partition(a, b, [1.0] * p)
     sent = int(round(wire_nbytes(b - a, wire, block)))
-    reduce_only = isinstance(op, ReduceScatter)
     if native(wire):
         ring = RingReduceScatter(data, parts, op.group.ranks, me, pg, NATIVE[wire])
         chunks: list[torch.Tensor] = []

@@ -315,6 +315,7 @@ def run_policy(
         run.error = f"{type(exc).__name__}: {exc}"
         run.traceback = traceback.format_exc()
     if evaluator is not None:
+        replicas.gather_shards()  # sharded replicas hold the full model at the end (FSDP's full state dict)
         if run.error is None:
             evaluator.evaluate(env.now)  # the final model, whatever eval_every
         run.accuracy = evaluator.rows

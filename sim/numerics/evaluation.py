@@ -1,5 +1,8 @@
 """When and what numerics mode evaluates: the consensus model (and each replica) on the held-out split.
 
+Sharded state (policies/fsdp.py): each replica is evaluated as its full model (`Replicas.full`: the
+elements it does not own taken from their owners, as FSDP's full state dict gathers them).
+
 The consensus model is `Replicas.consensus`: the servers' model, else the policy's global model
 (`Policy.global_tensor`, DiLoCo's anchor: worker 0's copy, which every worker holds alike), else the mean
 of the replicas; `scored` names which (`accuracy.csv`'s `scored` column).
@@ -25,6 +28,7 @@ import torch
 
 from policies.membership import Membership
 from sim.numerics.replicas import Replicas
+from sim.numerics.shards import full_models
 
 # (iteration, simulated time, worker (-1: consensus), train loss, held-out loss, held-out accuracy)
 AccuracyRow = tuple[float, float, int, float, float, float]
@@ -38,7 +42,8 @@ class Evaluator:
         self.evaluated_at = -1
         self.rows: list[AccuracyRow] = []
         self._done = [0] * self.world  # synchronous: iterations each worker finished
-        self._copies: dict[int, dict[int, tuple]] = {}  # iteration -> rank -> (params, losses, global model)
+        # iteration -> rank -> (params, losses, global model, owned slices)
+        self._copies: dict[int, dict[int, tuple]] = {}
         self._scored: list[str] = []  # the models the consensus rows scored, in order, each once
 
     @property
@@ -66,12 +71,13 @@ class Evaluator:
         live = self.membership.live(k - 1)  # the workers that trained step k - 1
         losses = self.replicas.losses[rank]
         held = self.replicas.global_model(rank) if rank == live[0] else None
-        copy = (self.replicas.params[rank].clone(), list(losses), None if held is None else held.clone())
+        owned = self.replicas.replicas[rank].owned()
+        copy = (self.replicas.params[rank].clone(), list(losses), None if held is None else held.clone(), owned)
         self._copies.setdefault(k, {})[rank] = copy
         losses.clear()
         if len(self._copies[k]) == len(live):  # the last worker finished iteration k
             copies = self._copies.pop(k)
-            params = torch.stack([copies[r][0] for r in live])
+            params = full_models(torch.stack([copies[r][0] for r in live]), [copies[r][3] for r in live])
             self._rows(k, now, params, [copies[r][1] for r in live], copies[live[0]][2], live)
             self.evaluated_at = self.completed
 
@@ -90,10 +96,10 @@ class Evaluator:
         for worker in reps.losses:
             worker.clear()
         if not self.membership.changes:
-            self._rows(self.completed / self.world, now, reps.params, windows)
+            self._rows(self.completed / self.world, now, reps.full(), windows)
             return
-        live = self.membership.live(max(self._done) - 1)
-        self._rows(float(max(self._done)), now, reps.params[list(live)], [windows[r] for r in live], None, live)
+        live = list(self.membership.live(max(self._done) - 1))
+        self._rows(float(max(self._done)), now, reps.full(live), [windows[r] for r in live], None, live)
 
     @property
     def scored(self) -> str:

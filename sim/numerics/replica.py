@@ -10,8 +10,10 @@ Rules (the same on both backends):
 - An op in an `on_forward` / `on_gradients` program acts on its bucket's range, narrowed to the
   slice the last unmatched ReduceScatter left (`push_slice` / `pop_slice`); a whole-model hook
   (bucket None) acts on the whole vector.
-- The local optimizer steps a bucket right before the worker enters a collective on its parameters,
-  or else after all bucket programs finish, unless the bucket's gradient was pushed to servers.
+- The local optimizer steps a bucket right before the worker enters a collective on its parameters
+  (an AllGather of them excepted: it reads what the owners hold), or else after all bucket programs finish, unless the bucket's gradient was pushed to servers. It steps
+  the op range: a bucket's slice when a ReduceScatter left one that no AllGather gathered back (sharded
+  data parallelism: each rank steps the shard it owns, `sim.numerics.shards`).
 - Dense gradient collectives of two or more members send values in `wire` (`workload.gradient_precision`):
   each member's values are rounded to it, summed in it, and averaged in fp32 (`through_wire`), as a DDP
   compress hook does. Sparse pairs travel in `wire` too (summed in fp32 by the receivers), and so does
@@ -28,7 +30,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from policies.ops import Broadcast, Collective, Payload, Pull, Push
+from policies.ops import AllGather, Broadcast, Collective, Payload, Pull, Push
 from policies.tensors import PARAMETERS
 from sim.config.numerics import NumericsConfig
 from sim.config.sparsity import SparsityConfig
@@ -139,7 +141,7 @@ class Replica:
                 self.local_step(bucket)
 
     def local_step(self, bucket: int) -> None:
-        a, b = self.ranges[bucket]
+        a, b = self.range(bucket)  # the owned slice where a ReduceScatter left one: the rest is not this rank's
         lr = learning_rate(self.cfg.optimizer.lr, self.cfg.schedule, self.step, self.iterations)
         self.optimizer.step(self.params, self.row, a, b, self.grads[a:b], lr)
         self._settled.add(bucket)
@@ -163,6 +165,16 @@ class Replica:
         nested.pop()
         return self.range(bucket)
 
+    def owned(self) -> list[tuple[Range, Range]]:
+        """(enclosing range, owned slice) of every bucket a ReduceScatter left a slice of that no AllGather
+        gathered back yet (`sim.numerics.shards.full_models` reads it)."""
+        spans = []
+        for bucket, nested in self._slices.items():
+            if nested:
+                whole = (0, self.task.size) if bucket is None else self.ranges[bucket]
+                spans.append((whole, nested[-1]))
+        return spans
+
     def _row_sparse_optimizer(self) -> bool:
         opt = self.cfg.optimizer
         return opt.name == "sgd" and opt.momentum == 0 and opt.weight_decay == 0
@@ -173,8 +185,9 @@ class Replica:
     # ----------------------------------------------------------------------------- ops
     def arrive(self, op: Collective, bucket: Optional[int]) -> None:
         """This worker reached `op`: a collective on the parameters first takes the local optimizer step
-        (one on another parameter-space buffer, DiLoCo's pseudo-gradient, does not)."""
-        if op.buffer != PARAMETERS or isinstance(op, Broadcast):  # a Broadcast replaces the parameters
+        (one on another parameter-space buffer, DiLoCo's pseudo-gradient, does not; nor does an AllGather, which
+        reads the owners' shards for forward or backward before this step's gradient is reduced: FSDP's)."""
+        if op.buffer != PARAMETERS or isinstance(op, (Broadcast, AllGather)):  # a Broadcast replaces them
             return
         for b in range(len(self.ranges)) if bucket is None else (bucket,):
             if b not in self._settled:

@@ -9,8 +9,10 @@ gradients as its payload says), over its region narrowed to its `fragment`:
 
 - AllReduce: every member gets the group mean. A fragment of several buckets is gathered end to end,
   reduced as one tensor and written back (a dense AllReduce only).
-- ReduceScatter: member i gets the mean of the i-th 1/p slice, and its later ops on that bucket act
-  on that slice until an AllGather gathers the slices back (so 2-D all-reduce nests correctly).
+- ReduceScatter: member i gets the mean of the i-th slice (`shards.shards`: chunks of ceil(n / p) elements,
+  as FSDP pads a flat parameter), and its later ops on that bucket act on that slice until an AllGather
+  gathers the slices back (so 2-D all-reduce nests correctly; a slice still held at the end of a step is
+  the shard the rank owns and steps, `shards.full_models` the model its owners hold).
 - AllGather: every member gets every member's slice.
 - A dense gradient op (payload GRADIENTS) of two or more members rounds what travels to
   `workload.gradient_precision`
@@ -62,6 +64,7 @@ from sim.numerics.local_ops import TensorStore, op_ranges
 from sim.numerics.optim import FlatOptimizer
 from sim.numerics.replica import Range, Replica, bucket_ranges, partition, through_wire, wire_dtype
 from sim.numerics.servers import ServerTensors, Update
+from sim.numerics.shards import full_models, shards
 from sim.numerics.sparse_rules import Pairs, on_wire, reduce_pairs, scatter, sent_pairs, split_by_owner
 from sim.numerics.tasks import Task
 from sim.numerics.wire_rules import same_sizes, wired
@@ -177,7 +180,7 @@ class Replicas:
         if isinstance(op, AllReduce):
             self._all_reduce(op, data, ranks, ranges)
         elif isinstance(op, ReduceScatter):
-            parts = [partition(a, b, [1.0] * p) for a, b in ranges]
+            parts = [shards(a, b, p) for a, b in ranges]
             for i, r in enumerate(ranks):
                 mean = self._mean(op, [data[q][parts[j][i][0] : parts[j][i][1]] for j, q in enumerate(ranks)])
                 lo, hi = parts[i][i]
@@ -254,7 +257,7 @@ class Replicas:
             enclosing = rep.pop_slice(buckets[r])  # gathering a reduce-scatter's slices: its enclosing range
             whole.append(enclosing if enclosing is not None else rep.range(buckets[r]))
         self._same_sizes(op, whole)
-        parts = [partition(a, b, [1.0] * p) for a, b in whole]
+        parts = [shards(a, b, p) for a, b in whole]
         for i, r in enumerate(ranks):
             lo, hi = parts[i][i]
             values = through_wire(data[r][lo:hi], self._on_wire(op)).clone()  # what the others receive
@@ -353,6 +356,17 @@ class Replicas:
         return checkpoint
 
     # ----------------------------------------------------------------------------- models
+    def full(self, ranks: Optional[Sequence[int]] = None) -> torch.Tensor:
+        """The replicas of `ranks` (default all) as full models: where a rank holds a shard (a ReduceScatter's
+        slice not gathered back), the other elements from their owners (`shards.full_models`)."""
+        rows = list(range(self.world)) if ranks is None else list(ranks)
+        params = self.params if ranks is None else self.params[rows]
+        return full_models(params, [self.replicas[r].owned() for r in rows])
+
+    def gather_shards(self) -> None:
+        """Write every replica's full model into it (the end of a run: FSDP's full state dict)."""
+        self.params.copy_(self.full())
+
     def global_model(self, rank: int) -> Optional[torch.Tensor]:
         """Worker `rank`'s copy of the policy's global model (`global_tensor`), None when it names none."""
         return None if self.global_tensor is None else self.stores[rank].tensors[self.global_tensor]
@@ -379,5 +393,5 @@ class Replicas:
             first = live[0] if live else 0
             return global_model if global_model is not None else self.stores[first].tensors[self.global_tensor]
         if replicas is None:
-            replicas = self.params[live] if live else self.params  # a view unless some worker is away
+            replicas = self.full(live or None)  # a view unless some worker is away or holds a shard
         return replicas.mean(dim=0)

@@ -12,6 +12,7 @@ import torch
 from policies.ops import AllGather, AllReduce, Collective, ReduceScatter
 from sim.errors import PolicyError
 from sim.numerics.replica import Range, Replica, partition
+from sim.numerics.shards import shards
 from sim.numerics.wire_cast import reduced_chunk, round_trip
 
 Rows = Sequence[torch.Tensor]  # one flat tensor per rank, indexed by rank
@@ -43,7 +44,7 @@ def wired(
             enclosing = reps[r].pop_slice(buckets[r])
             whole.append(enclosing if enclosing is not None else reps[r].range(buckets[r]))
         same_sizes(policy, op, whole)
-        parts = [partition(a, b, [1.0] * p) for a, b in whole]
+        parts = [shards(a, b, p) for a, b in whole]
         arrived = [round_trip(data[r][parts[i][i][0] : parts[i][i][1]], wire, block) for i, r in enumerate(ranks)]
         for j, q in enumerate(ranks):  # every member, the sender too, holds what travelled
             for i in range(p):
@@ -55,8 +56,8 @@ def wired(
     if ranges is None:
         ranges = [reps[r].range(buckets[r]) for r in ranks]
         same_sizes(policy, op, ranges)
-    parts = [partition(a, b, [1.0] * p) for a, b in ranges]
-    gather = isinstance(op, AllReduce)
+    gather = isinstance(op, AllReduce)  # an all-reduce's chunks as before; a reduce-scatter's are the shards
+    parts = [partition(a, b, [1.0] * p) if gather else shards(a, b, p) for a, b in ranges]
     chunks = [[data[q][parts[j][c][0] : parts[j][c][1]] for j, q in enumerate(ranks)] for c in range(p)]
     reduced = [reduced_chunk(chunks[c], c, wire, block, gather) / p for c in range(p)]
     for i, r in enumerate(ranks):
