@@ -47,6 +47,9 @@ class RankReport:
     # (step, recomputes): steps whose fp16 gradient overflowed and was computed again (real/precision.py);
     # the recompute is inside the step's compute span, and the other ranks wait for it
     overflows: list[tuple[int, int]] = field(default_factory=list)
+    # (range, slice) per bucket this rank owns a shard of at the end of each step (sim.numerics.shards): the
+    # same every step; rank 0 takes the other elements of its parameters and snapshots from their owners
+    owned: list = field(default_factory=list)
 
 
 def _traffic(members: Sequence[tuple]) -> tuple[float, float]:

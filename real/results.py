@@ -24,6 +24,7 @@ from real.device_use import DeviceUse, rank_rows, rank_table
 from sim.config import Config, PolicyEntry
 from sim.engine.run import PolicyRun
 from sim.files import atomic_path, atomic_write
+from sim.numerics.shards import full_models
 from sim.results import Result
 from sim.results.console import summary_table
 
@@ -60,6 +61,7 @@ def assemble(
     run.sim_time_s = max((row[6] for row in run.iterations), default=0.0)
     if not workers:
         return run
+    _full_models(workers)
     first = workers[0]
     run.phases = list(first.phases)
     run.checkpoints = [c.numpy() for c in first.checkpoints]
@@ -82,6 +84,25 @@ def assemble(
     run.consensus = consensus.numpy()
     run.accuracy = _evaluate(task, workers, servers, params, consensus, final, run.sim_time_s, eval_workers, live)
     return run
+
+
+def _full_models(workers: Sequence[RankReport]) -> None:
+    """Sharded workers (`RankReport.owned`): their final parameters and every snapshot all of them took, with
+    the elements each does not own taken from their owners (`sim.numerics.shards.full_models`, FSDP's full
+    state dict), as numerics mode evaluates them."""
+    owned = [w.owned for w in workers]
+    if not any(owned):
+        return
+    if all(w.parameters is not None for w in workers):
+        full = full_models(torch.stack([w.parameters for w in workers]), owned)  # type: ignore[misc]
+        for w, row in zip(workers, full):
+            w.parameters = row
+    snapped = [{snap[0]: i for i, snap in enumerate(w.snapshots)} for w in workers]
+    for it in set.intersection(*(set(d) for d in snapped)):
+        full = full_models(torch.stack([w.snapshots[d[it]][2] for w, d in zip(workers, snapped)]), owned)
+        for w, d, row in zip(workers, snapped, full):
+            snap = w.snapshots[d[it]]
+            w.snapshots[d[it]] = (*snap[:2], row, *snap[3:])
 
 
 class _Live:

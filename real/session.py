@@ -46,6 +46,7 @@ from real.precision import PrecisionTask, configure_tf32
 from real.results import ServerReport, assemble, write
 from real.salvage import keep_partial, real_plan
 from real.server import Evaluation, ShardServer
+from real.sharding import RangeOptimizer, ShardedState, sharded
 from real.worker import WorkerSetup, train
 from sim.config import Config
 from sim.engine.faults import absences_of
@@ -174,7 +175,7 @@ def _run_policy(
     assert cfg is not None
     run = _RankRun(config, entry, policy, trained, plan, buckets, workers, rank, timeout_s, groups, decision_group)
     dist.barrier(group=transport.control())
-    device_use.begin(trained.device)  # the peak ranks.csv reports: this policy's
+    device_use.begin(trained.device, watch=rank < workers)  # the peak ranks.csv reports: this policy's
     run.t0 = time.perf_counter()
     wall = time.time()
     try:
@@ -236,18 +237,25 @@ class _RankRun:
         self.touched: Optional[torch.Tensor] = None
         self.staleness: list[tuple[int, int]] = []
         self.snapshots: list[Any] = []
+        self.sharding: Optional[ShardedState] = None
 
     def worker_setup(self) -> None:
         cfg, task, workers, rank = self.cfg, self.task, self.workers, self.rank
         self.report = RankReport(rank)
         device = task.initial.device
+        what = sharded(self.policy)  # sharded data parallelism: state only for the shards this rank owns
+        optimizer = (
+            RangeOptimizer(cfg.optimizer)
+            if what.optimizer
+            else optimizer_on(FlatOptimizer(cfg.optimizer, 1, task.size), device)
+        )
         self.replica = Replica(
             cfg,
             task,
             rank,
             task.initial.clone(),
             torch.zeros(task.size, device=device),
-            optimizer_on(FlatOptimizer(cfg.optimizer, 1, task.size), device),
+            optimizer,  # type: ignore[arg-type]  # a RangeOptimizer steps as a FlatOptimizer does
             0,
             bucket_ranges(task.size, [b.nbytes for b in self.plan.buckets]),
             ShardSampler(
@@ -261,6 +269,7 @@ class _RankRun:
         self.executor = RankExecutor(
             rank, self.entry.display, self.groups, self.replica, [], None, self.timeout_s, OpValidator("", workers, 0)
         )
+        self.sharding = ShardedState(self.replica, what) if what.parameters or what.gradients else None
         # every phase's buffers, on the replica's device; they live as long as the replica
         self.executor.tensors = RankTensors(self.replica, phase_buffers(self.policy.phase_policies()))
 
@@ -315,7 +324,7 @@ class _RankRun:
             setup = WorkerSetup(
                 self.rank, phase.policy, ex, self.buckets, phase.steps(workers), shard_ranks, clock_rank, self.t0,
                 cfg.eval_every, progress.step, progress.phases, not phase.synchronous, phase.adaptive, decisions,
-                self.config.iterations, self._departures(phase, progress),
+                self.config.iterations, self._departures(phase, progress), self.sharding,
             )  # fmt: skip
             ran = train(setup, self.report)
             return ran * workers if phase.synchronous else 0
@@ -374,6 +383,7 @@ class _RankRun:
         report.p2p = [(*r[:6], r[6] - t0, r[7] - t0) for r in ex.p2p]
         report.losses = self.replica.losses
         report.parameters = on_host(self.replica.params)
+        report.owned = self.replica.owned()  # rank 0 fills in the rest from the owners (real/results.py)
         if report.global_tensor is not None and ex.tensors is not None:
             report.global_model = on_host(ex.tensors.store.tensor(report.global_tensor))
 

@@ -1,10 +1,13 @@
 """A worker process's training loop for one policy: the real counterpart of `sim/engine/worker.py`.
 
 Per iteration: the begin_step program; the on_forward programs one after another (reads); forward
-and backward of the real model on this worker's batch; the on_gradients programs of every bucket
-concurrently; the local optimizer step on buckets nobody else updates; the end_step program.
-Unlike the simulator, backward is one autograd call, so bucket programs start when the whole
-gradient is ready rather than overlapping backward (the models here are small; docs/real.md).
+and backward of the real model on this worker's batch; the on_backward programs one after another
+(FSDP's gathers before backward); the on_gradients programs of every bucket concurrently; the local
+optimizer step on buckets nobody else updates; the end_step program. Unlike the simulator, backward
+is one autograd call, so bucket programs start when the whole gradient is ready rather than
+overlapping backward, and backward's reads follow it (the models here are small; docs/real.md).
+Under sharded data parallelism the rank frees what it does not own after each iteration and
+allocates it again before the next (`real/sharding.py`).
 
 Departures (`faults.departures`, policies.membership): a rank away at a step runs nothing of it (no
 hook, no forward or backward, no batch drawn, no optimizer step, no row); it resumes at the step it comes
@@ -36,6 +39,7 @@ import torch
 
 from policies.base import Bucket, Policy
 from policies.phases import Timing
+from real import device_use
 from real import protocol as wire
 from real.accounting import RankReport
 from real.departures import Departures
@@ -43,6 +47,7 @@ from real.executor import RankExecutor
 from real.phases import Decisions
 from real.placement import host_copy
 from real.precision import overflows
+from real.sharding import ShardedState
 
 
 @dataclass
@@ -63,6 +68,7 @@ class WorkerSetup:
     decisions: Optional[Decisions] = None
     run_iterations: int = 0  # the config's iterations: the last one is evaluated from the final state
     departures: Optional[Departures] = None  # where workers leave and come back: this rank's steps
+    sharding: Optional[ShardedState] = None  # sharded data parallelism: what the rank frees between steps
 
 
 def train(setup: WorkerSetup, report: RankReport) -> int:
@@ -93,6 +99,8 @@ def train(setup: WorkerSetup, report: RankReport) -> int:
             break
         if step == crash:
             fail_now()
+        if s.sharding is not None:
+            s.sharding.unshard()
         ex.run(step, [(policy.begin_step(rank, step), None)])
         begin_end = time.perf_counter()
         ex.run(step, [(policy.on_forward(rank, step, b), b.index) for b in forward_order], chained=True)
@@ -102,6 +110,8 @@ def train(setup: WorkerSetup, report: RankReport) -> int:
         compute_end = time.perf_counter()
         if overflows(replica.task) > recomputed:  # fp16: this rank computed the gradient again
             report.overflows.append((step, overflows(replica.task) - recomputed))
+        # backward's reads (FSDP's gathers before backward), once the one autograd call has run
+        ex.run(step, [(policy.on_backward(rank, step, b), b.index) for b in s.buckets], chained=True)
         ex.run(step, [(policy.on_gradients(rank, step, b), b.index) for b in s.buckets])
         replica.step_done()
         ex.run(step, [(policy.end_step(rank, step), None)])
@@ -119,6 +129,11 @@ def train(setup: WorkerSetup, report: RankReport) -> int:
             held = policy.global_tensor
             global_model = ex.tensors.store.tensor(held) if held is not None and ex.tensors is not None else None
             snapshot(report, step, end - t, replica.params, len(replica.losses), global_model)
+        if s.sharding is not None:
+            s.sharding.reshard()
+        device_use.iteration_done()
+    if s.sharding is not None:
+        s.sharding.unshard()  # the owned shards in place for the report (rank 0 gathers the rest)
     ex.drain()  # launched collectives nobody waited for, before the phase's groups serve another
     if s.departures is not None:
         s.departures.finish()

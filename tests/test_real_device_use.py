@@ -10,12 +10,27 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from real.accounting import RankReport  # noqa: E402
-from real.device_use import RANK_FIELDS, DeviceUse, begin, measured, rank_rows, rank_table  # noqa: E402
+from real.device_use import RANK_FIELDS, DeviceUse, begin, iteration_done, measured, rank_rows, rank_table  # noqa: E402
 from real.results import ServerReport, assemble  # noqa: E402
 
 
-def test_the_cpu_has_no_allocator_peak() -> None:
-    begin(torch.device("cpu"))  # nothing to reset, nothing raised
+def test_a_cpu_peak_is_the_most_bytes_held_at_once_since_the_policy_began() -> None:
+    """4 MB kept, then 8 MB and 8 MB more held together, then freed: a peak of 20 MB (plus whatever small
+    tensors torch makes on the way); the block allocated before `begin` is not counted."""
+    before = torch.ones(2_000_000)
+    begin(torch.device("cpu"))
+    kept = torch.zeros(1_000_000)
+    first = torch.ones(2_000_000)
+    second = first * 2
+    del first, second, before
+    iteration_done()
+    use = measured(torch.device("cpu"))
+    assert use.device == "cpu" and 20_000_000 <= use.peak_bytes < 20_000_000 + 4096
+    assert kept.numel() == 1_000_000
+
+
+def test_a_cpu_rank_that_is_not_watched_reports_no_peak() -> None:
+    begin(torch.device("cpu"), watch=False)  # a parameter-server shard's rank
     assert measured(torch.device("cpu")) == DeviceUse("cpu", "cpu", 0)
 
 
@@ -33,11 +48,11 @@ def test_a_gpu_reports_its_name_and_the_peak_since_the_policy_began() -> None:
     assert use == DeviceUse("cuda:1", "NVIDIA H200", 3 * 2**20)
 
 
-def test_rows_are_in_rank_order_with_megabytes() -> None:
+def test_rows_are_in_rank_order_with_bytes() -> None:
     gpu, cpu = DeviceUse("cuda:0", "NVIDIA H200", 2**21), DeviceUse("cpu", "cpu", 0)
     rows = rank_rows("ring", [(2, "parameter-server shard 0", cpu, math.nan, 0), (0, "worker", gpu, 1024.0, 3)])
     assert [r[1] for r in rows] == [0, 2]
-    assert rows[0] == ("ring", 0, "worker", "cuda:0", "NVIDIA H200", 2.0, 1024.0, 3)
+    assert rows[0] == ("ring", 0, "worker", "cuda:0", "NVIDIA H200", 2**21, 1024.0, 3)
     assert list(rank_table(rows).columns) == list(RANK_FIELDS)
 
 

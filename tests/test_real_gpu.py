@@ -262,7 +262,7 @@ def test_workers_train_on_the_gpu_and_shards_stay_on_the_host(tmp_path: Path) ->
     assert sorted(set(workers["rank"])) == [0, 1]
     assert (workers.device.str.startswith("cuda")).all()
     assert (workers.device_name == torch.cuda.get_device_name(0)).all()
-    assert (workers.peak_memory_mb > 0).all()
+    assert (workers.peak_memory_bytes > 0).all()
     shards = ranks[ranks.role.str.startswith("parameter-server")]
     assert len(shards) == 1 and (shards.device == "cpu").all()
 

@@ -11,9 +11,10 @@ Rules (the same on both backends):
   slice the last unmatched ReduceScatter left (`push_slice` / `pop_slice`); a whole-model hook
   (bucket None) acts on the whole vector.
 - The local optimizer steps a bucket right before the worker enters a collective on its parameters
-  (an AllGather of them excepted: it reads what the owners hold), or else after all bucket programs finish, unless the bucket's gradient was pushed to servers. It steps
-  the op range: a bucket's slice when a ReduceScatter left one that no AllGather gathered back (sharded
-  data parallelism: each rank steps the shard it owns, `sim.numerics.shards`).
+  (an AllGather of them excepted: it reads what the owners hold), or else after all bucket programs
+  finish, unless the bucket's gradient was pushed to servers. It steps the op range: a bucket's slice
+  when a ReduceScatter left one that no AllGather gathered back (sharded data parallelism: each rank
+  steps the shard it owns, `sim.numerics.shards`).
 - Dense gradient collectives of two or more members send values in `wire` (`workload.gradient_precision`):
   each member's values are rounded to it, summed in it, and averaged in fp32 (`through_wire`), as a DDP
   compress hook does. Sparse pairs travel in `wire` too (summed in fp32 by the receivers), and so does
