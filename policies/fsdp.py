@@ -16,8 +16,11 @@ datacenter under `hybrid`):
 - `hybrid` (HYBRID_SHARD): `full` inside each shard group, and each rank's 1/g shard of the reduced gradient
   all-reduced across the replicas (the ranks with the same place in every group).
 
-Every rank steps only its shard: `optimizer_share` = 1/g. The simulator times these ops; numerics mode and
-the real backend do not carry them out yet (`trains_replicas` is False, and they refuse the policy).
+Every rank steps only its shard: `optimizer_share` = 1/g. Numerics mode and the real backend carry the ops out
+on real tensors: a reduce-scatter leaves each rank the mean gradient on its FSDP-padded piece of the unit, the
+rank steps that piece only, and the next all-gather of the parameters overwrites its stale copies of the others'
+pieces; evaluations gather the full model (sim/numerics/shards.py). The real backend also frees what a rank
+does not own between steps (real/sharding.py).
 """
 
 from __future__ import annotations
