@@ -7,27 +7,28 @@ policy, and (workers) how many fp16 gradients were recomputed at a lower loss sc
 (`real.precision.LossScale`).
 
 Peak memory (`peak_memory_bytes`): on a GPU, `torch.cuda.max_memory_allocated` since the policy's start.
-The CPU allocator keeps no such statistic, so a CPU worker runs `torch.profiler` with `profile_memory`
-over the policy's first `WATCHED_ITERATIONS` iterations (the warm-up the summary leaves out, so the
-profiler's overhead touches no reported timing): c10's CPU allocator reports each allocation and free
-to it, and the peak is the largest sum of the blocks allocated and not yet freed (`_peak_allocated` says
-which events it can see: those of the worker's main thread, where its tensors are made and, since the
-executor lets go of finished collectives there, freed; a ring step's receive buffer, allocated and freed
-on a waiter thread, is not seen). Memory the process held before the policy started (the data set, the
-model module) is not in it; every state the policy's worker allocates (its replica, gradients, optimizer
-state, buffers) is, as are the transient tensors of a step (activations, gradients before they are
-reduced, collective buffers).
-Parameter-server ranks on the CPU report 0.
+The CPU allocator keeps no peak, so a CPU worker samples the C library's own count of the bytes malloc has
+handed out and not taken back (glibc's `mallinfo2`: chunks in use in every arena plus mmapped ones, every
+thread's) after each torch op its main thread runs (a `TorchDispatchMode`), over the policy's first
+`WATCHED_ITERATIONS` iterations (the warm-up the summary leaves out, so the sampling touches no reported
+time; by then a step has allocated all it will). The peak is the largest sample minus the count when the
+policy started: memory held before (the data set, the model module) is not in it; the worker's replica,
+gradients, optimizer state and buffers are, and so are a step's transient tensors (activations, gradients
+before they are reduced, collective buffers) as they stand between ops. Parameter-server ranks on the CPU,
+and a C library without `mallinfo2`, report 0. (`torch.profiler`'s memory events would need no sampling,
+but profiling beside the parameter-server protocol's threads corrupted the heap in torch 2.13.)
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import ctypes
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
 
 import pandas as pd
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 RANK_FIELDS = ("policy", "rank", "role", "device", "device_name", "peak_memory_bytes", "loss_scale", "overflows")
 WATCHED_ITERATIONS = 3  # a CPU worker's peak: over its first iterations (all a step allocates is held by then)
@@ -42,15 +43,47 @@ class DeviceUse:
     peak_bytes: int  # see the module's text; 0 where nothing was measured (a CPU parameter-server rank)
 
 
-class _CpuWatch:
-    """The CPU allocator's peak over the first `iterations` iterations, from `torch.profiler`'s memory events."""
+class _MallInfo2(ctypes.Structure):
+    """glibc's `struct mallinfo2` (glibc 2.33 on): the allocator's own counts, in bytes."""
 
-    def __init__(self, iterations: int) -> None:
-        from torch.profiler import ProfilerActivity, profile
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost".split()
+    ]
 
-        self.left, self.peak = iterations, 0
-        self._profile: Optional[Any] = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
-        self._profile.__enter__()
+
+def _allocated_counter() -> Optional[Callable[[], int]]:
+    """A function returning the bytes malloc has handed out and not taken back (every arena's chunks in use
+    plus its mmapped ones), or None where the C library has no `mallinfo2`."""
+    try:
+        mallinfo2 = ctypes.CDLL(None).mallinfo2
+    except (AttributeError, OSError):
+        return None
+    mallinfo2.restype = _MallInfo2
+
+    def allocated() -> int:
+        info = mallinfo2()
+        return int(info.uordblks + info.hblkhd)
+
+    return allocated
+
+
+class _CpuWatch(TorchDispatchMode):
+    """The most bytes malloc held beyond what it held at the start, sampled after every torch op this thread
+    runs, over the first `iterations` iterations."""
+
+    def __init__(self, iterations: int, allocated: Callable[[], int]) -> None:
+        super().__init__()
+        self.left, self.allocated = iterations, allocated
+        self.base, self.peak, self.watching = 0, 0, True
+        self.__enter__()
+        torch.zeros(1).add_(1)  # the first op under a mode imports and builds what dispatch needs: not the policy's
+        self.base, self.peak = allocated(), 0
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        self.peak = max(self.peak, self.allocated() - self.base)
+        return out
 
     def iteration_done(self) -> None:
         self.left -= 1
@@ -58,41 +91,10 @@ class _CpuWatch:
             self.stop()
 
     def stop(self) -> int:
-        if self._profile is not None:
-            prof, self._profile = self._profile, None
-            prof.__exit__(None, None, None)
-            self.peak = _peak_allocated(prof)
+        if self.watching:
+            self.watching = False
+            self.__exit__(None, None, None)
         return self.peak
-
-
-def _peak_allocated(prof: Any) -> int:
-    """The largest sum of the CPU blocks allocated since profiling began and not yet freed, over the profile's
-    allocation and free events in time order.
-
-    The profiler hears of an allocation or a free only on the thread it profiles (this process's main
-    thread); the allocator's own running total (`total_allocated`) is therefore not used: a block the main
-    thread allocated and another thread freed would count forever. A block is tracked by its address: a free
-    of an untracked one is ignored (allocated before profiling, or on another thread), and an allocation at
-    an address still tracked replaces that block (its free happened where the profiler did not see it)."""
-    from torch._C._profiler import _EventType
-
-    events, stack = [], list(prof.profiler.kineto_results.experimental_event_tree())
-    while stack:
-        event = stack.pop()
-        stack.extend(event.children)
-        if event.tag == _EventType.Allocation and event.extra_fields.device.type == "cpu":
-            fields = event.extra_fields
-            events.append((event.start_time_ns, int(fields.alloc_size), int(fields.ptr)))
-    held: dict[int, int] = {}
-    total = peak = 0
-    for _, size, ptr in sorted(events):
-        if size > 0:
-            total += size - held.get(ptr, 0)
-            held[ptr] = size
-            peak = max(peak, total)
-        else:
-            total -= held.pop(ptr, 0)
-    return peak
 
 
 _watch: Optional[_CpuWatch] = None
@@ -104,7 +106,8 @@ def begin(device: torch.device, watch: bool = True) -> None:
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     elif watch:
-        _watch = _CpuWatch(WATCHED_ITERATIONS)
+        allocated = _allocated_counter()
+        _watch = _CpuWatch(WATCHED_ITERATIONS, allocated) if allocated is not None else None
 
 
 def iteration_done() -> None:

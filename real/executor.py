@@ -93,10 +93,6 @@ class RankExecutor:
     _queues: dict[tuple[int, ...], deque[Slot]] = field(default_factory=dict)
     _launched: dict[str, Slot] = field(default_factory=dict)  # handle -> its collective, until its Wait
     _in_flight: int = 0  # calls and messages launched and not yet completed
-    # flights completed during the last `run`, let go at the start of the next: by then the waiter that
-    # reported each one has let go of it too, so their tensors are freed on this thread, where the CPU
-    # allocator's profiler sees every free (real/device_use.py); otherwise they would count as held forever
-    _retired: list[Flight] = field(default_factory=list)
 
     def run(self, step: int, programs: Sequence[tuple[Iterable[Any], Optional[int]]], chained: bool = False) -> None:
         """Run `(program, bucket)` pairs to completion (concurrently, or one after another)."""
@@ -115,7 +111,6 @@ class RankExecutor:
                 items.append(slots)
             if items:
                 staged.append(Staged(items, bucket))
-        self._retired.clear()
         self._poll()  # launched calls that finished, or whose group is free, since the last run
         while True:
             for prog in staged:
@@ -300,7 +295,6 @@ class RankExecutor:
         if flight.event is not None:  # the results were written on other streams: read them after those
             torch.cuda.current_stream(flight.device).wait_event(flight.event)
         self._in_flight -= 1
-        self._retired.append(flight)
         if flight.finish is not None:
             flight.finish()
         slot = flight.slot

@@ -39,10 +39,6 @@ class Waiters:
         while True:
             job, then = inbox.get()
             job()
-            del job
             with self._lock:
                 self._idle.append(inbox)
             then()
-            # let go of what the job held (a collective's tensors) now, not when the next job comes: the
-            # caller's thread frees them, where the CPU allocator's profiler sees it (real/device_use.py)
-            del then

@@ -15,8 +15,8 @@ from real.results import ServerReport, assemble  # noqa: E402
 
 
 def test_a_cpu_peak_is_the_most_bytes_held_at_once_since_the_policy_began() -> None:
-    """4 MB kept, then 8 MB and 8 MB more held together, then freed: a peak of 20 MB (plus whatever small
-    tensors torch makes on the way); the block allocated before `begin` is not counted."""
+    """4 MB kept, then 8 MB and 8 MB more held together, then freed: a peak of 20 MB (plus the small Python
+    objects made on the way); the block allocated before `begin`, and freed after, takes nothing off."""
     before = torch.ones(2_000_000)
     begin(torch.device("cpu"))
     kept = torch.zeros(1_000_000)
@@ -25,7 +25,7 @@ def test_a_cpu_peak_is_the_most_bytes_held_at_once_since_the_policy_began() -> N
     del first, second, before
     iteration_done()
     use = measured(torch.device("cpu"))
-    assert use.device == "cpu" and 20_000_000 <= use.peak_bytes < 20_000_000 + 4096
+    assert use.device == "cpu" and 20_000_000 <= use.peak_bytes < 20_000_000 + 2**18  # and small Python objects
     assert kept.numel() == 1_000_000
 
 
