@@ -30,6 +30,8 @@ def full_models(params: torch.Tensor, owned: Sequence[Owned]) -> torch.Tensor:
     the rows that own them (one owner under full sharding; under hybrid sharding the replicas of a shard, which
     hold the same values). Rows that own everything (no pending ReduceScatter) come back as they are; so does
     an element nobody owns. Non-owned values are never read (they may be stale, or freed memory)."""
+    if not any(owned):  # nobody holds a shard (every policy but a sharded one): no mask to build
+        return params
     mine = torch.ones(params.shape, dtype=torch.bool, device=params.device)
     for row, spans in enumerate(owned):
         for (a, b), (lo, hi) in spans:
