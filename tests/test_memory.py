@@ -105,6 +105,17 @@ def test_grad_op_keeps_every_unit_gathered_and_zero_1_shards_only_the_optimizer(
     assert zero_1["optimizer_bytes"] == pytest.approx(8 * p / 4)
 
 
+def test_fsdp_accumulating_without_sync_keeps_the_whole_unsharded_gradient() -> None:
+    p = SMALL_PARAMS
+    load = {"optimizer_state": "adam", "accumulation_steps": 4, "optimizer_ms": 1.0}
+    every = memory_row(run_config({"name": "fsdp"}, **load))
+    last = memory_row(run_config({"name": "fsdp"}, **load, accumulation_sync="last"))
+    assert every["gradients_bytes"] == pytest.approx(4 * p / 4)
+    assert last["gradients_bytes"] == pytest.approx(4 * p / 4 + 2 * p)  # plus a bf16 gradient of the whole model
+    ring = run_config({"name": "ring"}, **load, accumulation_sync="last")
+    assert memory_row(ring)["gradients_bytes"] == 4 * p  # a replica's gradient accumulates in place
+
+
 def test_diloco_keeps_its_anchor_outer_gradient_and_outer_momentum() -> None:
     p = SMALL_PARAMS
     row = memory_row(run_config({"name": "diloco", "period": 2, "outer_momentum": 0.9}, optimizer_state="adam"))

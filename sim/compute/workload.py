@@ -49,9 +49,15 @@ class ComputePlan:
     # activation sizes (a synthetic gradient, a profiled module)
     activation_bytes_per_sample: Optional[float] = None
 
+    sync_every_micro_batch: bool = True  # False: only the micro-batch before the optimizer step communicates
+
     def updates_after(self, step: int) -> bool:
         """Does iteration `step` (0-based) end with the optimizer step?"""
         return self.optimizer_s > 0 and (step + 1) % self.accumulation_steps == 0
+
+    def syncs_gradients(self, step: int) -> bool:
+        """Does iteration `step` hand its gradient to the policy (`workload.accumulation_sync`)?"""
+        return self.sync_every_micro_batch or (step + 1) % self.accumulation_steps == 0
 
     @property
     def backward_s(self) -> float:
@@ -139,4 +145,5 @@ def compute_plan(cfg: WorkloadConfig, gpu: GpuSpec) -> ComputePlan:
         cfg.optimizer_ms * 1e-3,
         bucket_shapes(spec, buckets),
         None if unsized else activation_bytes_per_sample(spec, cfg.precision, cfg.activation_checkpointing),
+        cfg.accumulation_sync == "every",
     )

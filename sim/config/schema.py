@@ -111,6 +111,12 @@ class WorkloadConfig(Strict):
         "communication (apex DDP without disable_allreduce), and every accumulation_steps-th ends with the "
         "optimizer step of optimizer_ms (timing only: numerics mode needs 1)",
     )
+    accumulation_sync: Literal["every", "last"] = Field(
+        "every",
+        description="with accumulation_steps > 1: every: each micro-batch communicates its gradient (apex DDP "
+        "without disable_allreduce); last: only the micro-batch before the optimizer step does (DDP's no_sync, "
+        "FSDP's set_requires_gradient_sync(False) on the others; FSDP still gathers parameters on every one)",
+    )
     activation_checkpointing: bool = Field(
         False,
         description="recompute every layer's forward in backward (torch.utils.checkpoint around each layer): "

@@ -6,7 +6,8 @@ is held in:
 - parameters: the fp32 master weights a rank keeps (its share), plus the parameters it computes with:
   what sharded data parallelism gathered from other ranks, or autocast's 16-bit copies of its own
   replica (cast once per forward, kept by autograd for backward);
-- gradients: fp32, the share the optimizer steps;
+- gradients: fp32, the share the optimizer steps (and, where a sharded policy accumulates micro-batches
+  without reduce-scattering them, `workload.accumulation_sync: last`, the whole unsharded gradient);
 - optimizer: fp32 state per parameter (`optimizer_states`: 2 for Adam's moments, 1 for momentum),
   its share, and every further fp32 copy of the model a policy keeps (DiLoCo's anchor);
 - activations: `activation_bytes_per_sample` times the micro-batch;
@@ -82,9 +83,12 @@ def held_memory(
         working = plan.params * 2.0 if precision in SIXTEEN_BIT else 0.0
     per_sample = plan.activation_bytes_per_sample
     batch = plan.batch_size if batch_size is None else batch_size
+    # skipping the reduce-scatter on inner micro-batches (no_sync) keeps the whole unsharded gradient meanwhile
+    unsharded = plan.gradient_bytes if held.gradients < 1 and plan.accumulation_steps > 1 else 0.0
+    unsharded *= not plan.sync_every_micro_batch
     return MemoryTerms(
         parameters=master * held.parameters + working,
-        gradients=master * held.gradients,
+        gradients=master * held.gradients + unsharded,
         optimizer=master * (states * held.optimizer + held.extra_copies),
         activations=(per_sample or 0.0) * batch,
         buffers=held.buffer_bytes,
