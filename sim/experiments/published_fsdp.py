@@ -1,0 +1,159 @@
+"""Published sharded-training throughput (sim/catalog/published_fsdp.csv) against the simulator's:
+torchtitan's Llama 2/3 tables on A100s and H100s, fms-fsdp's Llama 2 tables, the AWS GPT-3 175B runs.
+
+Each in-scope row is simulated as its setup says (published_fsdp_setups.py): the `fsdp` policy on the row's
+GPUs and network, the model at the row's sequence length and local batch, the default compute model (no
+`workload.efficiency`). Every row is held out: no constant of syncsim was fitted to any of them, and none
+is fitted here. Beside the prediction, two null models:
+
+- **compute only**: the same compute model with no communication at all (policy `no_sync`), perfect
+  scaling from one GPU. Its error is the compute model's held-out error on these models.
+- **alpha-beta, no overlap**: that compute time plus FSDP's collectives as plain rings, none of them
+  overlapped with compute: per unit two all-gathers and a reduce-scatter (every row reshards after
+  forward), each (g - 1)/g of the unit's bytes at the ring's bottleneck rate plus (g - 1) link
+  latencies; HSDP adds the 1/g shard's all-reduce across hosts.
+
+    python -m sim.experiments.published_fsdp [--out scored.csv] [--iterations N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import pandas as pd
+
+from sim.api import simulate
+from sim.catalog.gpus import get_gpu
+from sim.compute.buckets import BYTES_PER_VALUE, MB
+from sim.experiments.published_fsdp_setups import (
+    fsdp_policy,
+    in_scope,
+    mfu_step_s,
+    model,
+    published_tokens_s,
+    row_config,
+    unit_mb,
+)
+from sim.results.tables import steady_figures
+
+ITERATIONS = 4  # an FSDP iteration repeats the last: nothing carries over but the queues' order
+WARMUP = 1  # the first iteration's forward gathers start cold
+GBIT = 1e9 / 8  # bytes/s in one Gbit/s
+LINK_LATENCY_S = 5e-6  # the config's default link_latency_us, which row_config keeps
+
+
+def ring_bytes_per_s(row: pd.Series, across_hosts: bool) -> float:
+    """A ring's bottleneck rate per rank: inside a host a GPU's NVLink (the catalog's per-direction
+    figure); across hosts a host's NICs together, which every ring hop between two hosts shares."""
+    if across_hosts:
+        return float(row["nic_gbps"]) * int(row["nics_per_host"]) * GBIT
+    return get_gpu(str(row["gpu"])).intra_host_gbps * GBIT
+
+
+def alpha_beta_comm_s(row: pd.Series) -> float:
+    """Seconds of FSDP communication per iteration with no overlap, by the ring formulas."""
+    spec = model(row)
+    nbytes = spec.params * BYTES_PER_VALUE[str(row["sim_gradient_precision"])]
+    gpus, per_host = int(row["gpus"]), int(row["gpus_per_host"])
+    hosts = gpus // per_host
+    hybrid = row["sim_strategy"] == "hybrid"
+    g = per_host if hybrid else gpus
+    rate = ring_bytes_per_s(row, across_hosts=not hybrid and hosts > 1)
+    units = max(1, round(nbytes / (unit_mb(row) * MB)))
+    collectives = 3  # all-gather for forward, again for backward, reduce-scatter
+    seconds = collectives * ((g - 1) / g * nbytes / rate + (g - 1) * LINK_LATENCY_S * units)
+    if hybrid and hosts > 1:  # the shard's all-reduce across the hosts: 2 (r - 1)/r of it
+        seconds += 2 * (hosts - 1) / hosts * (nbytes / g) / ring_bytes_per_s(row, across_hosts=True)
+    return seconds
+
+
+def simulate_row(row: pd.Series, iterations: int = ITERATIONS) -> dict[str, Any]:
+    """Predicted and null tokens/s per GPU of one row, and the compute-only iteration time."""
+    labels = {"fsdp": "fsdp", "no_sync": "no_sync"}
+    config = row_config(row, [fsdp_policy(row), {"name": "no_sync"}], iterations)
+    figures = steady_figures(simulate(config).iterations, WARMUP)
+    gpus, batch = int(row["gpus"]), int(row["local_batch"])
+    tokens = batch * int(row["seq_len"])
+    per_gpu = {k: figures[v]["throughput_samples_s"] / gpus * int(row["seq_len"]) for k, v in labels.items()}
+    compute_s = figures["no_sync"]["mean_iteration_s"]
+    return {
+        "predicted": per_gpu["fsdp"],
+        "compute_only": per_gpu["no_sync"],
+        "alpha_beta": tokens / (compute_s + alpha_beta_comm_s(row)),
+        "compute_s": compute_s,
+        "iteration_s": figures["fsdp"]["mean_iteration_s"],
+    }
+
+
+def scored(rows: pd.DataFrame | None = None, iterations: int = ITERATIONS) -> pd.DataFrame:
+    """One line per in-scope row: published and predicted tokens/s per GPU, the nulls, their errors."""
+    out = []
+    for _, row in in_scope(rows).iterrows():
+        published = published_tokens_s(row)
+        sim = simulate_row(row, iterations)
+        mfu_s = mfu_step_s(row)
+        out.append(
+            {
+                "id": row["id"],
+                "gpus": int(row["gpus"]),
+                "gpu": row["gpu"],
+                "published": published,
+                "predicted": sim["predicted"],
+                "error": sim["predicted"] / published - 1,
+                "compute_only": sim["compute_only"],
+                "compute_only_error": sim["compute_only"] / published - 1,
+                "alpha_beta": sim["alpha_beta"],
+                "alpha_beta_error": sim["alpha_beta"] / published - 1,
+                # the compute model against the iteration the published MFU implies (time ratio - 1)
+                "compute_vs_mfu_step": None if mfu_s is None else sim["compute_s"] / mfu_s - 1,
+                "held_out": row["held_out"],
+                "published_memory_gib": row["published_memory_gib"],
+            }
+        )
+    return pd.DataFrame(out)
+
+
+def summary(table: pd.DataFrame) -> str:
+    """Median and worst |error| of the prediction and of each null."""
+    lines = []
+    for column, name in (
+        ("error", "syncsim fsdp"),
+        ("compute_only_error", "null: compute only (no communication)"),
+        ("alpha_beta_error", "null: alpha-beta rings, no overlap"),
+    ):
+        errors = table[column].abs()
+        by_gpu = ", ".join(f"{gpu} {e.median():.1%}" for gpu, e in errors.groupby(table["gpu"], sort=True))
+        lines.append(f"{name}: median |error| {errors.median():.1%} ({by_gpu}), worst {errors.max():.1%}")
+    mfu = table["compute_vs_mfu_step"].dropna().abs()
+    lines.append(f"compute model vs MFU-derived iteration ({len(mfu)} rows): median |error| {mfu.median():.1%}")
+    lines.append(f"{len(table)} rows, all held out (no constant fitted to them)")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", help="write the scored rows to this CSV")
+    parser.add_argument("--iterations", type=int, default=ITERATIONS, help="simulated iterations per row")
+    args = parser.parse_args(argv)
+    if args.iterations <= WARMUP:
+        print(f"--iterations: {args.iterations}; allowed: more than {WARMUP}", file=sys.stderr)
+        return 2
+    table = scored(iterations=args.iterations)
+    with pd.option_context("display.width", 200, "display.max_columns", 20):
+        shown = table.drop(columns=["held_out"]).round(
+            {"published": 0, "predicted": 0, "compute_only": 0, "alpha_beta": 0}
+        )
+        for column in ("error", "compute_only_error", "alpha_beta_error", "compute_vs_mfu_step"):
+            shown[column] = shown[column].map(lambda v: "" if pd.isna(v) else f"{v:+.1%}")
+        print(shown.to_string(index=False))
+    print(summary(table))
+    if args.out:
+        table.to_csv(args.out, index=False)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
