@@ -20,6 +20,7 @@ from sim.experiments.published_fsdp_setups import (
     model,
     published_tokens_s,
     row_config,
+    setup_markdown,
     table,
     unit_mb,
 )
@@ -141,3 +142,10 @@ def test_tokens_per_gpu_is_batch_times_length_over_the_iteration(monkeypatch: py
     assert out["compute_only"] == pytest.approx(1 * 8192 / 2.0)
     assert out["alpha_beta"] == pytest.approx(8192 / (2.0 + alpha_beta_comm_s(row)))
     assert math.isclose(out["compute_s"], 2.0)
+
+
+def test_setup_table_has_a_line_per_row_saying_what_each_setting_became() -> None:
+    lines = setup_markdown().splitlines()
+    assert len(lines) == 2 + len(table())
+    (line,) = [x for x in lines if x.startswith("| tt_a100_l3_8b_sel_op |")]
+    assert "selective op -> none" in line and "8 x 200 Gb/s (assumed)" in line and "2973 tokens/s/GPU" in line

@@ -13,7 +13,7 @@ is fitted here. Beside the prediction, two null models:
   forward), each (g - 1)/g of the unit's bytes at the ring's bottleneck rate plus (g - 1) link
   latencies; HSDP adds the 1/g shard's all-reduce across hosts.
 
-    python -m sim.experiments.published_fsdp [--out scored.csv] [--iterations N]
+    python -m sim.experiments.published_fsdp [--out scored.csv] [--iterations N] [--setups]
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from sim.experiments.published_fsdp_setups import (
     model,
     published_tokens_s,
     row_config,
+    setup_markdown,
     unit_mb,
 )
 from sim.results.tables import steady_figures
@@ -137,7 +138,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", help="write the scored rows to this CSV")
     parser.add_argument("--iterations", type=int, default=ITERATIONS, help="simulated iterations per row")
+    parser.add_argument("--setups", action="store_true", help="print every row's setup as a markdown table and stop")
     args = parser.parse_args(argv)
+    if args.setups:
+        print(setup_markdown())
+        return 0
     if args.iterations <= WARMUP:
         print(f"--iterations: {args.iterations}; allowed: more than {WARMUP}", file=sys.stderr)
         return 2

@@ -177,3 +177,25 @@ def mfu_step_s(row: pd.Series) -> float | None:
     if str(row["published_unit"]).startswith(TFLOPS_UNIT_PREFIX):
         return megatron_flops(arch, batch) / (mfu * peak)
     return batch * arch.seq_len * model_flops_per_token(row) / (mfu * peak)
+
+
+def setup_markdown(rows: pd.DataFrame | None = None) -> str:
+    """Every row's setup as published and as translated, one markdown table line each (docs/fsdp_fidelity.md)."""
+    rows = table() if rows is None else rows
+    lines = [
+        "| id | scored | model | GPUs (hosts x GPUs) | network per host | seq x local batch | AC: published -> syncsim "
+        "| compile -> implementation | published |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for _, r in rows.iterrows():
+        nic = f"{r['nics_per_host']} x {r['nic_gbps']:g} Gb/s" + ("" if r["network_stated"] == "yes" else " (assumed)")
+        sim_ac = {"true": "full", "false": "none", "": "-"}[str(r["sim_activation_checkpointing"])]
+        implementation = r["sim_implementation"] or "-"
+        memory = f", {r['published_memory_gib']} GiB" if str(r["published_memory_gib"]) else ""
+        unit = str(r["published_unit"]).split(" (")[0]
+        lines.append(
+            f"| {r['id']} | {r['in_scope']} | {r['model']} | {r['gpus']} ({r['hosts']} x {r['gpus_per_host']} "
+            f"{r['gpu_as_published']}) | {nic} | {r['seq_len']} x {r['local_batch']} | {r['ac']} -> {sim_ac} "
+            f"| {r['compile']} -> {implementation} | {r['published_value']:g} {unit}{memory} |"
+        )
+    return "\n".join(lines)
