@@ -73,12 +73,11 @@ def alpha_beta_comm_s(row: pd.Series) -> float:
 
 def simulate_row(row: pd.Series, iterations: int = ITERATIONS) -> dict[str, Any]:
     """Predicted and null tokens/s per GPU of one row, and the compute-only iteration time."""
-    labels = {"fsdp": "fsdp", "no_sync": "no_sync"}
     config = row_config(row, [fsdp_policy(row), {"name": "no_sync"}], iterations)
     figures = steady_figures(simulate(config).iterations, WARMUP)
-    gpus, batch = int(row["gpus"]), int(row["local_batch"])
-    tokens = batch * int(row["seq_len"])
-    per_gpu = {k: figures[v]["throughput_samples_s"] / gpus * int(row["seq_len"]) for k, v in labels.items()}
+    gpus, seq = int(row["gpus"]), int(row["seq_len"])
+    tokens = int(row["local_batch"]) * seq  # one GPU's tokens an iteration
+    per_gpu = {policy: figures[policy]["throughput_samples_s"] / gpus * seq for policy in ("fsdp", "no_sync")}
     compute_s = figures["no_sync"]["mean_iteration_s"]
     return {
         "predicted": per_gpu["fsdp"],
