@@ -123,6 +123,7 @@ def test_tokens_per_gpu_is_batch_times_length_over_the_iteration(monkeypatch: py
     class Result:
         def __init__(self, frame: pd.DataFrame) -> None:
             self.iterations = frame
+            self.memory = pd.DataFrame({"policy": ["fsdp", "no_sync"], "peak_bytes": [3 * 2**30, 1.0]})
 
     def fake(config: dict) -> Result:
         lines = []
@@ -142,6 +143,7 @@ def test_tokens_per_gpu_is_batch_times_length_over_the_iteration(monkeypatch: py
     assert out["compute_only"] == pytest.approx(1 * 8192 / 2.0)
     assert out["alpha_beta"] == pytest.approx(8192 / (2.0 + alpha_beta_comm_s(row)))
     assert math.isclose(out["compute_s"], 2.0)
+    assert out["memory_gib"] == pytest.approx(3.0)  # bytes over 2^30: GiB, as torchtitan prints them
 
 
 def test_setup_table_has_a_line_per_row_saying_what_each_setting_became() -> None:
@@ -149,3 +151,24 @@ def test_setup_table_has_a_line_per_row_saying_what_each_setting_became() -> Non
     assert len(lines) == 2 + len(table())
     (line,) = [x for x in lines if x.startswith("| tt_a100_l3_8b_sel_op |")]
     assert "selective op -> none" in line and "8 x 200 Gb/s (assumed)" in line and "2973 tokens/s/GPU" in line
+
+
+def test_full_recompute_bracket_changes_only_the_checkpointing(monkeypatch: pytest.MonkeyPatch) -> None:
+    row = _row("tt_h100_l31_8b_8")  # selective op, translated as none
+    seen: list[dict] = []
+
+    class Result:
+        memory = pd.DataFrame({"policy": ["fsdp"], "peak_bytes": [2**31]})
+
+    def fake(config: dict) -> Result:
+        seen.append(config)
+        return Result()
+
+    monkeypatch.setattr(runner, "simulate", fake)
+    assert runner.full_recompute_memory_gib(row) == pytest.approx(2.0)
+    (config,) = seen
+    plain = row_config(row, [fsdp_policy(row)], 2)
+    assert config["workload"].pop("activation_checkpointing") is True
+    assert plain["workload"].pop("activation_checkpointing") is False
+    assert config == plain
+    assert row["sim_activation_checkpointing"] == "false"  # the table's row is left as it was

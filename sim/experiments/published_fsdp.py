@@ -42,6 +42,7 @@ from sim.results.tables import steady_figures
 
 ITERATIONS = 4  # an FSDP iteration repeats the last: nothing carries over but the queues' order
 WARMUP = 1  # the first iteration's forward gathers start cold
+GIB = 2.0**30
 GBIT = 1e9 / 8  # bytes/s in one Gbit/s
 LINK_LATENCY_S = 5e-6  # the config's default link_latency_us, which row_config keeps
 
@@ -74,7 +75,8 @@ def alpha_beta_comm_s(row: pd.Series) -> float:
 def simulate_row(row: pd.Series, iterations: int = ITERATIONS) -> dict[str, Any]:
     """Predicted and null tokens/s per GPU of one row, and the compute-only iteration time."""
     config = row_config(row, [fsdp_policy(row), {"name": "no_sync"}], iterations)
-    figures = steady_figures(simulate(config).iterations, WARMUP)
+    result = simulate(config)
+    figures = steady_figures(result.iterations, WARMUP)
     gpus, seq = int(row["gpus"]), int(row["seq_len"])
     tokens = int(row["local_batch"]) * seq  # one GPU's tokens an iteration
     per_gpu = {policy: figures[policy]["throughput_samples_s"] / gpus * seq for policy in ("fsdp", "no_sync")}
@@ -85,7 +87,22 @@ def simulate_row(row: pd.Series, iterations: int = ITERATIONS) -> dict[str, Any]
         "alpha_beta": tokens / (compute_s + alpha_beta_comm_s(row)),
         "compute_s": compute_s,
         "iteration_s": figures["fsdp"]["mean_iteration_s"],
+        "memory_gib": peak_gib(result.memory, "fsdp"),
     }
+
+
+def peak_gib(memory: pd.DataFrame, policy: str) -> float:
+    """The memory model's peak per GPU of `policy` (sim/memory: allocated bytes, at the start of backward)."""
+    rows = memory[memory["policy"] == policy] if len(memory) else memory
+    return float(rows["peak_bytes"].iloc[0]) / GIB if len(rows) else float("nan")
+
+
+def full_recompute_memory_gib(row: pd.Series) -> float:
+    """The memory model's peak for `row` with every block recomputed: where the published run recomputed
+    selectively (translated as none), its peak lies between this and the prediction."""
+    full = row.copy()
+    full["sim_activation_checkpointing"] = "true"
+    return peak_gib(simulate(row_config(full, [fsdp_policy(full)], 2)).memory, "fsdp")
 
 
 def scored(rows: pd.DataFrame | None = None, iterations: int = ITERATIONS) -> pd.DataFrame:
@@ -95,6 +112,7 @@ def scored(rows: pd.DataFrame | None = None, iterations: int = ITERATIONS) -> pd
         published = published_tokens_s(row)
         sim = simulate_row(row, iterations)
         mfu_s = mfu_step_s(row)
+        published_gib = float(row["published_memory_gib"]) if str(row["published_memory_gib"]) else None
         out.append(
             {
                 "id": row["id"],
@@ -110,7 +128,12 @@ def scored(rows: pd.DataFrame | None = None, iterations: int = ITERATIONS) -> pd
                 # the compute model against the iteration the published MFU implies (time ratio - 1)
                 "compute_vs_mfu_step": None if mfu_s is None else sim["compute_s"] / mfu_s - 1,
                 "held_out": row["held_out"],
-                "published_memory_gib": row["published_memory_gib"],
+                "published_memory_gib": published_gib,
+                "predicted_memory_gib": sim["memory_gib"],
+                "memory_error": sim["memory_gib"] / published_gib - 1 if published_gib else float("nan"),
+                "memory_full_ac_gib": full_recompute_memory_gib(row)
+                if published_gib and str(row["ac"]).startswith("selective")
+                else float("nan"),
             }
         )
     return pd.DataFrame(out)
@@ -127,10 +150,32 @@ def summary(table: pd.DataFrame) -> str:
         errors = table[column].abs()
         by_gpu = ", ".join(f"{gpu} {e.median():.1%}" for gpu, e in errors.groupby(table["gpu"], sort=True))
         lines.append(f"{name}: median |error| {errors.median():.1%} ({by_gpu}), worst {errors.max():.1%}")
+    memory = table["memory_error"].dropna().abs()
+    if len(memory):
+        worst = memory.max()
+        lines.append(f"peak memory ({len(memory)} rows): median |error| {memory.median():.1%}, worst {worst:.1%}")
     mfu = table["compute_vs_mfu_step"].dropna().abs()
     lines.append(f"compute model vs MFU-derived iteration ({len(mfu)} rows): median |error| {mfu.median():.1%}")
     lines.append(f"{len(table)} rows, all held out (no constant fitted to them)")
     return "\n".join(lines)
+
+
+THROUGHPUT_COLUMNS = ("id", "gpus", "gpu", "published", "predicted", "error", "compute_only", "compute_only_error")
+THROUGHPUT_COLUMNS += ("alpha_beta", "alpha_beta_error", "compute_vs_mfu_step")
+MEMORY_COLUMNS = ("id", "published_memory_gib", "predicted_memory_gib", "memory_error", "memory_full_ac_gib")
+
+
+def shown(table: pd.DataFrame, columns: Sequence[str]) -> str:
+    """`columns` of `table` as text: tokens/s whole, GiB to a tenth, errors as signed percentages."""
+    out = table[list(columns)].copy()
+    for column in out.columns:
+        if column.endswith("error") or column == "compute_vs_mfu_step":
+            out[column] = out[column].map(lambda v: "" if pd.isna(v) else f"{v:+.1%}")
+        elif column.endswith("_gib"):
+            out[column] = out[column].map(lambda v: "" if pd.isna(v) else f"{v:.1f}")
+        elif out[column].dtype.kind == "f":
+            out[column] = out[column].round().astype(int)
+    return out.to_string(index=False)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -146,13 +191,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"--iterations: {args.iterations}; allowed: more than {WARMUP}", file=sys.stderr)
         return 2
     table = scored(iterations=args.iterations)
-    with pd.option_context("display.width", 200, "display.max_columns", 20):
-        shown = table.drop(columns=["held_out"]).round(
-            {"published": 0, "predicted": 0, "compute_only": 0, "alpha_beta": 0}
-        )
-        for column in ("error", "compute_only_error", "alpha_beta_error", "compute_vs_mfu_step"):
-            shown[column] = shown[column].map(lambda v: "" if pd.isna(v) else f"{v:+.1%}")
-        print(shown.to_string(index=False))
+    print(shown(table, THROUGHPUT_COLUMNS))
+    print()
+    print(shown(table[table["published_memory_gib"].notna()], MEMORY_COLUMNS))
     print(summary(table))
     if args.out:
         table.to_csv(args.out, index=False)
