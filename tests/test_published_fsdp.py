@@ -5,6 +5,7 @@ arithmetic (published units, MFU, tokens per GPU, the alpha-beta null) against h
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -172,3 +173,8 @@ def test_full_recompute_bracket_changes_only_the_checkpointing(monkeypatch: pyte
     assert plain["workload"].pop("activation_checkpointing") is False
     assert config == plain
     assert row["sim_activation_checkpointing"] == "false"  # the table's row is left as it was
+
+
+def test_the_docs_page_shows_the_table_as_it_is() -> None:
+    page = (Path(__file__).parent.parent / "docs" / "fsdp_fidelity.md").read_text()
+    assert setup_markdown() in page, "run: python -m sim.experiments.published_fsdp --setups"
