@@ -178,3 +178,11 @@ def test_full_recompute_bracket_changes_only_the_checkpointing(monkeypatch: pyte
 def test_the_docs_page_shows_the_table_as_it_is() -> None:
     page = (Path(__file__).parent.parent / "docs" / "fsdp_fidelity.md").read_text()
     assert setup_markdown() in page, "run: python -m sim.experiments.published_fsdp --setups"
+
+
+def test_no_row_of_the_compute_models_fit_comes_from_these_sources_or_models() -> None:
+    # the held-out claim: sim/compute/fit.py fits the GPU constants to these two tables only
+    zoo = Path(__file__).parent.parent / "sim" / "catalog" / "zoo"
+    fitted = (zoo / "published_throughput.csv").read_text().lower() + (zoo / "measured_steps.csv").read_text().lower()
+    for word in ("torchtitan", "fms-fsdp", "trillion", "llama", "gpt3_175b"):
+        assert word not in fitted, word
