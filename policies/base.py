@@ -34,6 +34,7 @@ from typing import Any, ClassVar, Optional
 
 from pydantic import BaseModel, ConfigDict
 
+from policies.held import HeldState
 from policies.membership import Membership
 from policies.ops import Op, Program, ServerSpec, step_ops
 from policies.phases import Phase, Progress, Timing
@@ -112,6 +113,13 @@ class Policy:
         """The share of the optimizer step each rank computes: 1 when every rank steps the whole model,
         1/g when it steps only its 1/g shard (sharded data parallelism)."""
         return 1.0
+
+    def held_state(self) -> HeldState:
+        """What a rank keeps of the model's state at its memory peak (sim/memory). Default: a whole replica,
+        its gradients and optimizer state, flat gradient buckets of the gradient's bytes (DDP's), and a
+        model-sized fp32 copy per buffer the policy declares (`buffers`)."""
+        copies = sum(isinstance(b, Buffer) for b in self.buffers())
+        return HeldState(buffer_bytes=self.bound_model.gradient_bytes, extra_copies=float(copies))
 
     @property
     def trains_replicas(self) -> bool:

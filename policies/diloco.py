@@ -3,8 +3,11 @@ pseudo-gradient, written with the public tensor primitives (policies.tensors, po
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from pydantic import Field, ValidationInfo, field_validator
 
+from policies.held import HeldState
 from policies.local_sgd import LocalSGD, LocalSGDSettings
 from policies.ops import Broadcast, Combine, Encode, Group, OptimizerStep, Program
 from policies.tensors import PARAMETERS, Buffer, Codec, Optimizer
@@ -45,6 +48,11 @@ class DiLoCo(LocalSGD):
     @property
     def global_tensor(self) -> str:
         return ANCHOR
+
+    def held_state(self) -> HeldState:
+        """The replica's state and buffers, and the outer optimizer's momentum: one more fp32 copy."""
+        held = super().held_state()
+        return replace(held, extra_copies=held.extra_copies + (self.settings.outer_momentum > 0))
 
     @property
     def outer(self) -> Optimizer:

@@ -30,6 +30,7 @@ from typing import Literal
 from pydantic import Field
 
 from policies.base import Bucket, Policy, PolicySettings, SettingError
+from policies.held import HeldState
 from policies.ops import AllGather, AllReduce, Group, Payload, Program, ReduceScatter
 from policies.view import ClusterView, ModelInfo
 
@@ -73,6 +74,21 @@ class FSDP(Policy):
     @property
     def optimizer_share(self) -> float:
         return 1.0 / self.group_size
+
+    def held_state(self) -> HeldState:
+        """A 1/g shard of the master weights, their gradients and the optimizer state (ZeRO-1 shards only the
+        optimizer state). Gathered at the peak, the start of backward: the unit backward needs and the next
+        one prefetched, or every unit where parameters stay gathered from forward on (`grad_op`, no
+        reshard after forward); ZeRO-1 computes on its replica. Buffers: a unit's unsharded gradient and the
+        next one's, reduce-scattered in turn; ZeRO-1 all-reduces DDP's flat buckets."""
+        s, model, share = self.settings, self.bound_model, 1.0 / self.group_size
+        if s.strategy == "optimizer":
+            return HeldState(optimizer=share, buffer_bytes=model.gradient_bytes)
+        unit = max(model.bucket_bytes)
+        in_flight = min(2.0 * unit, model.gradient_bytes)
+        stays = s.strategy == "grad_op" or not s.reshard_after_forward
+        gathered = model.gradient_bytes if stays else in_flight
+        return HeldState(share, share, share, gathered_bytes=gathered, buffer_bytes=in_flight)
 
     def on_forward(self, rank: int, step: int, bucket: Bucket) -> Program:
         yield AllGather(self.shard_of[rank], bucket.nbytes, payload=Payload.PARAMETERS)

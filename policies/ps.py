@@ -13,6 +13,7 @@ from typing import Annotated, ClassVar, Literal, Optional, Union
 from pydantic import BaseModel, Field
 
 from policies.base import Bucket, Policy, PolicySettings, SettingError
+from policies.held import HeldState
 from policies.ops import Program, Pull, Push, ServerSpec
 from policies.view import ClusterView, ModelInfo
 
@@ -81,6 +82,10 @@ class ShardedPolicy(Policy):
     @property
     def one_input_pipeline(self) -> bool:
         return bool(self.settings.replication == "in_graph")
+
+    def held_state(self) -> HeldState:
+        """A worker keeps its replica and gradient; the optimizer runs on the servers (not a GPU's memory)."""
+        return HeldState(optimizer=0.0, buffer_bytes=self.bound_model.gradient_bytes)
 
     def servers(self) -> Sequence[ServerSpec]:
         return tuple(

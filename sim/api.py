@@ -15,7 +15,9 @@ from sim.engine.faults import absences_of, fault_problems
 from sim.engine.run import PolicyRun, bind_policy, run_policy
 from sim.errors import ConfigError, RunInterrupted, signal_name
 from sim.estimate.cost import check_limits
+from sim.memory import memory_problems
 from sim.results import Result
+from sim.results.memory_table import memory_frame
 from sim.results.tables import (
     accuracy_frame,
     faults_frame,
@@ -51,17 +53,21 @@ def _prepare(config: Config) -> tuple[Cluster, ComputePlan, Any]:
     plan = compute_plan(config.workload, cluster.gpu)
     lines = fault_problems(config, cluster) + stall_problems(config, plan)
     absences = absences_of(config, cluster)
+    bound = []
     for i in range(len(config.policies)):
         try:
             policy = bind_policy(config.policies[i], i, cluster, plan, config.workload.wire_precision, absences)
         except ConfigError as exc:
             lines += str(exc).splitlines()
             continue
+        bound.append(policy)
         if config.numerics_on and not all(p.trains_replicas for p in policy.phase_policies()):
             lines.append(
                 f"policies[{i}]: {policy.name} is timed by the simulator, but numerics mode has no tensor rules for "
                 "it yet; set numerics.enabled: false (or leave numerics out) to time it"
             )
+    if len(bound) == len(config.policies):  # memory of the policies that bound (their indices are then the config's)
+        lines += memory_problems(config, cluster.gpu, plan, bound)
     if lines:  # every problem at once
         raise ConfigError("\n".join(lines))
     task = None
@@ -177,6 +183,7 @@ def result_of(
         phases_frame(runs),
         list(runs),
         accuracy_frame(runs) if cfg.numerics_on else None,
+        memory=memory_frame(runs, cluster.gpu, plan.batch_size),
     )
 
 

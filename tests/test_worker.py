@@ -78,6 +78,28 @@ def test_every_micro_batch_communicates_and_the_step_follows_the_last() -> None:
     assert step_s == pytest.approx([micro, micro + 0.005, micro, micro + 0.005], rel=0.01)
 
 
+def test_under_no_sync_only_the_last_micro_batch_communicates() -> None:
+    allreduce = ring_allreduce(2, 20 * MB)
+    cfg = _accumulating("ring", 4, 5.0, 8)
+    cfg["workload"]["accumulation_sync"] = "last"
+    result = simulate(cfg)
+    step_s = result.iterations.groupby("iteration")["iteration_s"].mean().to_numpy()
+    last = 0.040 + allreduce + 0.005
+    assert step_s == pytest.approx([0.040, 0.040, 0.040, last] * 2, rel=0.01)
+    ops = result.ops
+    assert sorted(set(ops.loc[ops["kind"] == "AllReduce", "step"])) == [3, 7]  # one all-reduce per optimizer step
+
+
+def test_fsdp_under_no_sync_still_gathers_on_every_micro_batch() -> None:
+    cfg = _accumulating("fsdp", 2, 5.0, 4)
+    cfg["workload"]["accumulation_sync"] = "last"
+    ops = simulate(cfg).ops
+    gathers = ops.loc[ops["kind"] == "AllGather", "step"].value_counts().sort_index()
+    scatters = ops.loc[ops["kind"] == "ReduceScatter", "step"].value_counts().sort_index()
+    assert list(gathers.index) == [0, 1, 2, 3] and set(gathers) == {2}  # before forward and before backward
+    assert list(scatters.index) == [1, 3]
+
+
 def test_a_slow_worker_is_slow_at_the_optimizer_step_too() -> None:
     cfg = _accumulating("no_sync", 1, 10.0, 2)
     cfg["faults"] = {"slow_workers": [{"ranks": [1], "compute_factor": 2.0}]}

@@ -53,7 +53,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     with writing(out, "writing the results"):
         result.write(out, plot=not args.no_plot)
     print(summary_table(result.summary))
-    tables = "summary, iterations, phases, ops, links, utilization, staleness" + (
+    tables = "summary, iterations, phases, ops, links, utilization, staleness, memory" + (
         ", accuracy" if config.numerics_on else ""
     )
     print(f"\nresults: {out}/ ({tables}: .csv; trace.json; plots)")

@@ -18,6 +18,7 @@ from typing import Optional
 from sim.catalog.gpus import GpuSpec
 from sim.catalog.zoo import ModelSpec
 from sim.catalog.zoo.spec import Layer, Shape
+from sim.compute.activations import activation_bytes_per_sample
 from sim.compute.buckets import MASTER_BYTES, MB, GradientBucket, bucket_shapes, cut_buckets, model_spec, wire_bytes
 from sim.compute.profile import ComputeProfile, check_profile, check_run, read_profile
 from sim.compute.roofline import model_seconds
@@ -44,10 +45,19 @@ class ComputePlan:
     optimizer_s: float = 0.0  # the optimizer step, after every accumulation_steps-th iteration's communication
     # per bucket, its tensors' shapes (sim.compute.buckets.bucket_shapes); (): not known
     bucket_shapes: tuple[tuple[Shape, ...], ...] = ()
+    # peak activation bytes per sample of a micro-batch (sim.memory.activations); None: the model gives no
+    # activation sizes (a synthetic gradient, a profiled module)
+    activation_bytes_per_sample: Optional[float] = None
+
+    sync_every_micro_batch: bool = True  # False: only the micro-batch before the optimizer step communicates
 
     def updates_after(self, step: int) -> bool:
         """Does iteration `step` (0-based) end with the optimizer step?"""
         return self.optimizer_s > 0 and (step + 1) % self.accumulation_steps == 0
+
+    def syncs_gradients(self, step: int) -> bool:
+        """Does iteration `step` hand its gradient to the policy (`workload.accumulation_sync`)?"""
+        return self.sync_every_micro_batch or (step + 1) % self.accumulation_steps == 0
 
     @property
     def backward_s(self) -> float:
@@ -120,6 +130,7 @@ def compute_plan(cfg: WorkloadConfig, gpu: GpuSpec) -> ComputePlan:
     else:
         parameter_bytes = float(spec.params * MASTER_BYTES)
     layouts = bucket_layouts(cfg, spec, buckets)
+    unsized = cfg.model in ("synthetic", PROFILED)  # no activation sizes: a gradient size, a profile's times
     return ComputePlan(
         spec.name,
         cfg.batch_size,
@@ -133,4 +144,6 @@ def compute_plan(cfg: WorkloadConfig, gpu: GpuSpec) -> ComputePlan:
         cfg.accumulation_steps,
         cfg.optimizer_ms * 1e-3,
         bucket_shapes(spec, buckets),
+        None if unsized else activation_bytes_per_sample(spec, cfg.precision, cfg.activation_checkpointing),
+        cfg.accumulation_sync == "every",
     )

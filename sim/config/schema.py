@@ -111,10 +111,23 @@ class WorkloadConfig(Strict):
         "communication (apex DDP without disable_allreduce), and every accumulation_steps-th ends with the "
         "optimizer step of optimizer_ms (timing only: numerics mode needs 1)",
     )
+    accumulation_sync: Literal["every", "last"] = Field(
+        "every",
+        description="with accumulation_steps > 1: every: each micro-batch communicates its gradient (apex DDP "
+        "without disable_allreduce); last: only the micro-batch before the optimizer step does (DDP's no_sync, "
+        "FSDP's set_requires_gradient_sync(False) on the others; FSDP still gathers parameters on every one)",
+    )
     activation_checkpointing: bool = Field(
         False,
         description="recompute every layer's forward in backward (torch.utils.checkpoint around each layer): "
-        "each layer's backward takes its forward time longer; what it saves in memory is not modelled yet",
+        "each layer's backward takes its forward time longer; in memory, a transformer keeps only each block's "
+        "input (docs/memory.md)",
+    )
+    optimizer_state: Optional[Literal["none", "momentum", "adam"]] = Field(
+        None,
+        description="fp32 values of optimizer state per parameter for the memory model (docs/memory.md): none "
+        "(plain SGD), momentum (one), adam (two: Adam, AdamW); default: what numerics.optimizer keeps "
+        "(momentum when numerics is left out)",
     )
     optimizer_ms: Milliseconds = Field(
         0.0,
@@ -250,6 +263,11 @@ class SimulationConfig(Strict):
         "ring step is p flows (the NCCL model pipelines every collective)",
     )
     trace: bool = Field(True, description="write trace.json")
+    check_memory: bool = Field(
+        True,
+        description="refuse a run whose peak memory per GPU (docs/memory.md) exceeds cluster.gpu's memory; "
+        "false: run it anyway (memory.csv still says its peak)",
+    )
     utilization_samples: Annotated[int, Field(ge=2, le=1_000_000)] = Field(
         400, description="link-utilisation samples kept per policy; the interval doubles whenever they run out"
     )

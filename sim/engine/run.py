@@ -41,6 +41,7 @@ from sim.engine.worker import BlockedTime, IterationRow
 from sim.errors import ConfigError, DeadlockError
 from sim.kernel.environment import CountingEnvironment
 from sim.kernel.gc_quiet import quiet_gc
+from sim.memory import MemoryTerms, policy_memory
 from sim.nccl.fabrics import fabric_of
 from sim.network.flows import Network
 from sim.network.sampling import LinkSampler
@@ -73,6 +74,7 @@ class PolicyRun:
     scored: str = "mean"  # numerics: which model the consensus rows scored (sim.numerics.evaluation.Evaluator.scored)
     checkpoints: list[np.ndarray] = field(default_factory=list)  # numerics: the model at each switch
     devices: list[tuple] = field(default_factory=list)  # real runs: rows of real.device_use.RANK_FIELDS
+    memory: Optional[MemoryTerms] = None  # predicted peak memory per GPU (sim.memory)
 
 
 def model_info(plan: ComputePlan, gradient_type: str = "fp32") -> ModelInfo:
@@ -129,7 +131,7 @@ def run_policy(
     entry = config.policies[index]
     absences = absences_of(config, cluster)
     policy = bind_policy(entry, index, cluster, plan, config.workload.wire_precision, absences)
-    run = PolicyRun(entry.display, entry.name)
+    run = PolicyRun(entry.display, entry.name, memory=policy_memory(policy, plan, config))
     env = CountingEnvironment()
     router = Router(cluster, config.seed)
     planner, slowdown = None, 1.0

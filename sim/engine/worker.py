@@ -260,6 +260,7 @@ def worker(ctx: WorkerContext, rank: int) -> Generator[simpy.Event, Any, None]:
         if numerics is not None:  # the parameters forward used are settled: the real gradient
             numerics.forward_done(rank, step)
         programs = []
+        syncs = plan.syncs_gradients(step)  # False: an inner micro-batch under no_sync, its gradient kept
         steady = compute.steady  # no straggler: a slice lasts backward_s x factor (x 1.0, as `segment` gives)
         busy_until, slowdown = ctx.busy_until, ctx.overlap_slowdown
         gathers = (
@@ -276,9 +277,9 @@ def worker(ctx: WorkerContext, rank: int) -> Generator[simpy.Event, Any, None]:
                 duration = _shared_compute(duration, busy_until[rank] - a, slowdown)
             yield after(duration)
             computing.append((a, env._now))
-            if overlap:
+            if overlap and syncs:
                 programs.append(run(rank, step, on_gradients(rank, step, bucket), bucket.index))
-        if not overlap:  # every bucket once backward ends, in the order backward closed them
+        if not overlap and syncs:  # every bucket once backward ends, in the order backward closed them
             programs = [run(rank, step, on_gradients(rank, step, bucket), bucket.index) for bucket in buckets]
         compute_end = env.now
         yield AllDone(env, programs)

@@ -14,6 +14,7 @@ TABLE_COLUMNS = {
     "mean_wait_s": "wait (ms)",
     "scaling_efficiency": "scaling eff.",
     "compute_utilization": "compute util.",
+    "peak_memory_gib": "peak mem (GiB)",
 }
 
 
@@ -25,6 +26,8 @@ def summary_table(summary: pd.DataFrame) -> str:
     """The summary as the commands print it: milliseconds, and accuracy where the run measured it."""
     columns = dict(TABLE_COLUMNS)
     columns.update({k: v for k, v in ACCURACY_COLUMNS.items() if k in summary and summary[k].notna().any()})
+    if "peak_memory_gib" not in summary or summary["peak_memory_gib"].isna().all():  # a real run predicts none
+        columns.pop("peak_memory_gib")
     df = summary[list(columns)].rename(columns=columns).copy()
     for col in ("mean iter (ms)", "p50 (ms)", "p99 (ms)", "comm (ms)", "wait (ms)"):
         df[col] = df[col] * 1e3

@@ -21,7 +21,7 @@ from sim.files import atomic_write
 
 # summary.csv is written after these: it lists the policies whose rows are already in them, so a run
 # killed between two files never has a summary claiming rows that are not there yet
-DETAIL_TABLES = ("iterations", "phases", "ops", "links", "utilization", "staleness", "faults")
+DETAIL_TABLES = ("iterations", "phases", "ops", "links", "utilization", "staleness", "faults", "memory")
 # per-link tables: a real run cannot see what each link carried, so its folder has none of them
 UNMEASURED = ("links", "utilization")
 FIGURES = ("comparison", "utilization", "staleness", "accuracy")
@@ -55,6 +55,7 @@ class Result:
     runs: list[PolicyRun] = field(default_factory=list)
     accuracy: Optional[pd.DataFrame] = None  # numerics mode only
     measured: bool = False  # a real run's tables: times measured, seconds from each policy's start
+    memory: pd.DataFrame = field(default_factory=pd.DataFrame)  # predicted peak memory per GPU (memory.csv)
 
     @property
     def time_label(self) -> str:
@@ -74,7 +75,9 @@ class Result:
         accuracy = table_path(out, "accuracy")
         measured = (out / "parameters.npz").is_file()  # only a real run's folder has one
         tables = {
-            name: _empty(name) if measured and name in UNMEASURED else read_table(out, name) for name in DETAIL_TABLES
+            name: _empty(name) if measured and name in UNMEASURED else read_table(out, name)
+            for name in DETAIL_TABLES
+            if name != "memory" or table_path(out, name).is_file()  # folders written before memory.csv existed
         }
         return cls(
             load_config(out / "config.yaml"),

@@ -23,6 +23,7 @@ import pandas as pd
 from sim.cluster.topology import GBPS, Cluster
 from sim.compute.workload import ComputePlan
 from sim.engine.run import PolicyRun
+from sim.memory.peak import GIB
 
 ITERATION_FIELDS = (
     "iteration", "rank", "start_s", "begin_end_s", "forward_end_s", "compute_end_s", "end_s", "compute_s", "wait_s",
@@ -58,6 +59,7 @@ SUMMARY_COLUMNS = (
     "compute_utilization",
     "min_compute_utilization",
     "network_bytes_per_iteration",
+    "peak_memory_gib",
     "mean_staleness",
     "p99_staleness",
     "max_staleness",
@@ -241,6 +243,8 @@ def summary_frame(
             )
             row.update(compute_utilization(steady))
             row["network_bytes_per_iteration"] = _host_egress(run, cluster) * cluster.world_size / len(df)
+        if run.memory is not None:
+            row["peak_memory_gib"] = run.memory.total / GIB
         if run.staleness:
             stale = _int_columns(run.staleness)[1]
             row.update(

@@ -14,7 +14,7 @@ projections, each residual add into the projection that ends its sub-block, the 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sim.catalog.zoo.builders import (
     GELU_FLOPS,
@@ -153,6 +153,42 @@ def mlp_layers(prefix: str, arch: DecoderArchitecture) -> tuple[Layer, ...]:
     return first + (plus_flops(down, width, moved=3 * width),)
 
 
+def saved_per_token(name: str, arch: DecoderArchitecture) -> float:
+    """Values autograd keeps per token for the backward of the layer called `name` (its last part), as
+    PyTorch's eager modules save them under fused attention: each norm and projection keeps its input
+    (K and V read the tensor Q keeps), the attention kernel its Q, its K and V expanded to every head
+    (Hugging Face's and torchtitan's `repeat_kv`) and its output, the merged heads are a copy the output
+    projection keeps, SiLU (GELU) keeps its input and the gate product both factors. Per layer 9 d + 4
+    mlp_width under SwiGLU, 9 d + 2 mlp_width under GELU: Korthikanti et al. 2022 (arXiv:2205.05198,
+    section 4.1) count 16 d values less dropout and with the attention scores that fused kernels never keep."""
+    d, ff = arch.hidden, arch.mlp_width
+    swiglu = arch.mlp == "swiglu"
+    per_part = {
+        "input_layernorm": d,
+        "q_proj": d,
+        "k_proj": 0,
+        "v_proj": 4 * d,
+        "o_proj": d,
+        "post_attention_layernorm": d,
+        "gate_proj": d + ff,
+        "up_proj": 2 * ff if swiglu else d + ff,
+        "down_proj": ff,
+    }
+    return float(per_part[name.rsplit(".", 1)[-1]])
+
+
+def _saving(layer: Layer, arch: DecoderArchitecture, block: int) -> Layer:
+    return replace(layer, saved=arch.seq_len * saved_per_token(layer.name, arch), block=block)
+
+
+def _head_saving(layer: Layer, arch: DecoderArchitecture, inputs: int) -> Layer:
+    """The final norm or head: `inputs` tensors of width d kept, and the loss's log-probabilities (a value per
+    token and word of the vocabulary, in FP32 under autocast) when the loss is folded in."""
+    loss = layer.name == "lm_head" or arch.tied_embeddings
+    log_probabilities = float(arch.vocab * arch.seq_len) * loss
+    return replace(layer, saved=float(inputs * arch.hidden * arch.seq_len), saved_fp32=log_probabilities)
+
+
 def decoder_layers(arch: DecoderArchitecture) -> tuple[Layer, ...]:
     """Every trainable layer of the model in forward order, with the loss over the vocabulary."""
     tokens, d = arch.seq_len, arch.hidden
@@ -161,17 +197,21 @@ def decoder_layers(arch: DecoderArchitecture) -> tuple[Layer, ...]:
     words = None
     if not arch.tied_embeddings:
         words = Lookup(per_sample=tokens, zipf_s=TOKEN_ZIPF_S, hot_rows="first", source=f"{tokens} tokens a sequence")
-    layers = [embedding("model.embed_tokens", arch.vocab, d, words, reads=tokens)]
+    # a lookup keeps only the token ids for its backward, and adding positions keeps nothing
+    layers = [replace(embedding("model.embed_tokens", arch.vocab, d, words, reads=tokens), saved=0.0)]
     if arch.positions == "learned":
         where = Lookup(per_sample=tokens, space=tokens, source=f"positions 0..{tokens - 1} of every sequence")
         table = embedding("model.embed_positions", arch.max_positions, d, where)
-        layers.append(plus_flops(table, tokens * d, moved=3.0 * tokens * d))  # added to the token embeddings
+        layers.append(replace(plus_flops(table, tokens * d, moved=3.0 * tokens * d), saved=0.0))  # added to the tokens
     for i in range(arch.layers):
         prefix = f"model.layers.{i}"
-        layers.append(norm(f"{prefix}.input_layernorm", arch))
-        layers += attention_layers(f"{prefix}.self_attn", arch)
-        layers.append(norm(f"{prefix}.post_attention_layernorm", arch))
-        layers += mlp_layers(f"{prefix}.mlp", arch)
+        block = (
+            norm(f"{prefix}.input_layernorm", arch),
+            *attention_layers(f"{prefix}.self_attn", arch),
+            norm(f"{prefix}.post_attention_layernorm", arch),
+            *mlp_layers(f"{prefix}.mlp", arch),
+        )
+        layers += [_saving(layer, arch, i) for layer in block]
     head_flops = 2.0 * d * arch.vocab * tokens
     if arch.tied_embeddings:  # the head reuses the token table: its product is folded into the final norm
         final = plus_flops(
@@ -182,10 +222,11 @@ def decoder_layers(arch: DecoderArchitecture) -> tuple[Layer, ...]:
             aligned=aligned(d, arch.vocab),
             width=float(d),
         )
-        layers.append(cross_entropy(final, arch.vocab, tokens))
+        layers.append(_head_saving(cross_entropy(final, arch.vocab, tokens), arch, inputs=2))
     else:
-        layers.append(norm("model.norm", arch))
-        layers.append(cross_entropy(linear("lm_head", d, arch.vocab, tokens=tokens, bias=False), arch.vocab, tokens))
+        layers.append(_head_saving(norm("model.norm", arch), arch, inputs=1))
+        head = cross_entropy(linear("lm_head", d, arch.vocab, tokens=tokens, bias=False), arch.vocab, tokens)
+        layers.append(_head_saving(head, arch, inputs=1))
     return tuple(layers)
 
 

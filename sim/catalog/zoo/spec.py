@@ -101,10 +101,15 @@ class Layer:
     ops: tuple[Op, ...] = ()
     bias: bool = False  # a convolution's or matrix product's bias: a second tensor for autocast to cast
     shapes: tuple[Shape, ...] = ()  # the trainable tensors' shapes in module order; (): not known
+    # activation values one sample's forward leaves for this layer's backward, in the training type
+    # (what autograd saves); None: not counted, estimated from the ops (`activation_values`)
+    saved: Optional[float] = None
+    saved_fp32: float = 0.0  # values it saves in FP32 whatever the training type (the loss's log-softmax)
+    block: int = -1  # the checkpointed block (a transformer layer) it belongs to; -1: none
 
     def __post_init__(self) -> None:
-        if self.params < 0 or self.forward_flops < 0:
-            raise ValueError(f"layer {self.name!r}: params and forward_flops must be >= 0")
+        if self.params < 0 or self.forward_flops < 0 or (self.saved or 0.0) < 0 or self.saved_fp32 < 0:
+            raise ValueError(f"layer {self.name!r}: params, forward_flops, saved and saved_fp32 must be >= 0")
         if any(not all(isinstance(d, int) and d >= 1 for d in shape) for shape in self.shapes):
             raise ValueError(f"layer {self.name!r}: shapes {self.shapes} must hold positive integer dimensions")
         if self.shapes and shape_values(self.shapes) != self.params:
@@ -114,6 +119,15 @@ class Layer:
             )
         if self.lookup is not None and (self.rows <= 0 or self.params % self.rows):
             raise ValueError(f"layer {self.name!r}: a lookup table needs rows > 0 dividing params")
+
+    @property
+    def activation_values(self) -> float:
+        """Values one sample saves for this layer's backward: `saved` where the builder counted them, else
+        half of what its ops move (each op keeps its input for backward, about half of what it reads and
+        writes; synthetic layers move nothing and count none)."""
+        if self.saved is not None:
+            return self.saved
+        return sum(op.moved for op in self.ops) / 2.0
 
     @property
     def shaped(self) -> bool:

@@ -1,0 +1,45 @@
+"""Activation memory of one sample: the values forward leaves for backward, with and without activation
+checkpointing.
+
+Each layer saves `Layer.activation_values` values in the training type (2 bytes under fp16/bf16
+autocast, else 4) and `saved_fp32` in FP32. Backward of a layer materializes gradients as large as what it
+saved, so the peak adds the largest layer's saved bytes once more (for a language model, the gradient of the
+log-probabilities over the vocabulary). Under checkpointing (torch.utils.checkpoint around each block the
+model's builder marks: a transformer layer), a block keeps only its input (what its first layer saves),
+and backward recomputes one block at a time, holding that block's activations again. Layers in no block
+(embeddings, the head) are not checkpointed; a model whose builder marks no blocks saves what it saves
+without checkpointing.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from sim.catalog.zoo.spec import ModelSpec
+
+FP32_BYTES = 4
+SIXTEEN_BIT = ("fp16", "bf16")
+
+
+def activation_type_bytes(precision: str) -> int:
+    """Bytes of one saved activation value under `workload.precision`."""
+    return 2 if precision in SIXTEEN_BIT else FP32_BYTES
+
+
+def activation_bytes_per_sample(spec: ModelSpec, precision: str, checkpointing: bool) -> float:
+    """Peak bytes of activations per sample of a micro-batch (module text)."""
+    size = activation_type_bytes(precision)
+    per_layer = [layer.activation_values * size + layer.saved_fp32 * FP32_BYTES for layer in spec.layers]
+    transient = max(per_layer, default=0.0)
+    if not checkpointing:
+        return sum(per_layer) + transient
+    blocks: dict[int, list[float]] = defaultdict(list)
+    kept = 0.0
+    for layer, saved in zip(spec.layers, per_layer):
+        if layer.block < 0:
+            kept += saved
+        else:
+            blocks[layer.block].append(saved)
+    kept += sum(saved[0] for saved in blocks.values())  # each block's input
+    recompute = max((sum(saved) for saved in blocks.values()), default=0.0)
+    return kept + recompute + transient
