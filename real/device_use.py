@@ -22,6 +22,7 @@ but profiling beside the parameter-server protocol's threads corrupted the heap 
 from __future__ import annotations
 
 import ctypes
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -30,7 +31,17 @@ import pandas as pd
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-RANK_FIELDS = ("policy", "rank", "role", "device", "device_name", "peak_memory_bytes", "loss_scale", "overflows")
+RANK_FIELDS = (
+    "policy",
+    "rank",
+    "role",
+    "device",
+    "device_name",
+    "peak_memory_bytes",
+    "predicted_peak_memory_bytes",  # sim.memory's, for the model the workers train (real/memory.py)
+    "loss_scale",
+    "overflows",
+)
 WATCHED_ITERATIONS = 3  # a CPU worker's peak: over its first iterations (all a step allocates is held by then)
 
 
@@ -126,10 +137,23 @@ def measured(device: torch.device) -> DeviceUse:
     return DeviceUse(str(device), torch.cuda.get_device_name(device), int(torch.cuda.max_memory_allocated(device)))
 
 
-def rank_rows(label: str, rows: Sequence[tuple[int, str, DeviceUse, float, int]]) -> list[tuple]:
-    """`(rank, role, use, loss scale, overflows)` per rank -> rows of RANK_FIELDS."""
+def rank_rows(
+    label: str, rows: Sequence[tuple[int, str, DeviceUse, float, int]], predicted: float = math.nan
+) -> list[tuple]:
+    """`(rank, role, use, loss scale, overflows)` per rank -> rows of RANK_FIELDS; `predicted`: the simulator's
+    peak per worker (NaN on parameter-server ranks, which it does not predict)."""
     return [
-        (label, rank, role, use.device, use.name, use.peak_bytes, scale, overflows)
+        (
+            label,
+            rank,
+            role,
+            use.device,
+            use.name,
+            use.peak_bytes,
+            predicted if role == "worker" else math.nan,
+            scale,
+            overflows,
+        )
         for rank, role, use, scale, overflows in sorted(rows, key=lambda r: r[0])
     ]
 

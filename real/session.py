@@ -40,6 +40,7 @@ from real.executor import RankExecutor
 from real.groups import ProcessGroups, planned_groups
 from real.layout import Placement, placement
 from real.liveness import Heartbeat
+from real.memory import predicted_peak_bytes
 from real.phases import Decisions, agree_used, restart
 from real.placement import on_host, optimizer_on, task_on
 from real.precision import PrecisionTask, configure_tf32
@@ -201,7 +202,9 @@ def _run_policy(
     if rank != 0:
         return None
     assert gathered is not None
-    return assemble(entry, task, gathered, time.time() - wall, cfg.eval_workers, policy.bound_view.membership)
+    wall_s = time.time() - wall
+    predicted = predicted_peak_bytes(config, index, cluster, plan, task.size)
+    return assemble(entry, task, gathered, wall_s, cfg.eval_workers, policy.bound_view.membership, predicted)
 
 
 class _RankRun:

@@ -11,8 +11,10 @@ follow, as FSDP's flat parameter does:
   with NaN until the all-gathers overwrite it, so a read of a shard it does not own would show in the loss.
 - gradients (the same strategies): the flat gradient's storage is freed after the optimizer step (its shard
   was consumed) and allocated again before the next backward writes it.
-- optimizer state (every strategy: `Policy.optimizer_share` < 1): made per element range on its first step
-  (`RangeOptimizer`), so a rank holds state for the slices it steps and for nothing else.
+- optimizer state (every strategy): made per element range on its first step (`RangeOptimizer`), so a rank
+  holds state for the slices it steps and for nothing else.
+
+Which of the three a policy shards is what its `held_state` says it holds less than a replica of.
 
 Unlike FSDP, whose units are gathered and freed one at a time, the whole flat vector is gathered for the
 step: the real backend computes forward and backward in one autograd call (real/worker.py), so gathered
@@ -49,13 +51,10 @@ class Sharded:
 
 
 def sharded(policy: Policy) -> Sharded:
-    """What `policy` shards: the optimizer state wherever each rank steps a share of the model; parameters and
-    gradients too unless the policy keeps a whole replica to compute with (ZeRO-1, `strategy: optimizer`)."""
-    if policy.optimizer_share >= 1.0:
-        return Sharded()
-    strategy = getattr(policy.settings, "strategy", None)
-    whole = strategy == "optimizer"
-    return Sharded(parameters=not whole, gradients=not whole, optimizer=True)
+    """What a bound `policy` shards: each kind of state it holds less than a replica of
+    (`Policy.held_state`, the shares the simulator's memory model counts)."""
+    held = policy.held_state()
+    return Sharded(held.parameters < 1.0, held.gradients < 1.0, held.optimizer < 1.0)
 
 
 class RangeOptimizer:
