@@ -45,10 +45,6 @@ class Sharded:
     gradients: bool = False
     optimizer: bool = False
 
-    @property
-    def any(self) -> bool:
-        return self.parameters or self.gradients or self.optimizer
-
 
 def sharded(policy: Policy) -> Sharded:
     """What a bound `policy` shards: each kind of state it holds less than a replica of
