@@ -17,6 +17,7 @@ from sim.compute.workload import ComputePlan
 from sim.config import Config
 from sim.engine.faults import absences_of
 from sim.engine.run import bind_policy
+from sim.errors import ConfigError
 from sim.memory import policy_memory
 from sim.numerics.batches import per_worker_batch
 
@@ -35,15 +36,16 @@ def trained_plan(config: Config, plan: ComputePlan, cluster: Any, elements: int)
         buckets=tuple(replace(b, nbytes=b.nbytes * scale) for b in plan.buckets),
         batch_size=per_worker_batch(config.numerics.global_batch, cluster.world_size),
         activation_bytes_per_sample=None,
-        bucket_shapes=(),
-        layouts=(),
-    )
+    )  # the buckets' tensor shapes stay the workload's: a policy that factors them (PowerSGD) binds to them
 
 
 def predicted_peak_bytes(config: Config, index: int, cluster: Any, plan: ComputePlan, elements: int) -> float:
-    """`sim.memory`'s peak per worker of policy `index` for the trained model (every worker's is the same)."""
+    """`sim.memory`'s peak per worker of policy `index` for the trained model (every worker's is the same); NaN
+    where the policy does not bind to the resized plan (a run that trained is not failed for a prediction)."""
     trained = trained_plan(config, plan, cluster, elements)
-    policy = bind_policy(
-        config.policies[index], index, cluster, trained, config.workload.wire_precision, absences_of(config, cluster)
-    )
+    absences = absences_of(config, cluster)
+    try:
+        policy = bind_policy(config.policies[index], index, cluster, trained, config.workload.wire_precision, absences)
+    except ConfigError:
+        return float("nan")
     return policy_memory(policy, trained, config).total
