@@ -78,6 +78,6 @@ def _refuse_timing_only(config: Config) -> None:
         )
     if workload.activation_checkpointing:
         raise ConfigError(
-            "workload.activation_checkpointing: true is the simulator's timing model; the real backend keeps "
-            "its activations; allowed here: false"
+            f"workload.activation_checkpointing: {str(workload.activation_checkpointing).lower()} is the simulator's "
+            "timing model; the real backend keeps its activations; allowed here: false"
         )

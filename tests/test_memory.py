@@ -187,3 +187,37 @@ def test_a_synthetic_gradient_says_its_activations_are_not_known() -> None:
     }
     row = memory_row(config)
     assert not bool(row["activations_known"]) and row["activations_bytes"] == 0
+
+
+def test_selective_checkpointing_keeps_attention_and_every_other_product_of_a_block() -> None:
+    d, kv, f, s, v = 64, 16, 176, 32, 1000
+    # per block and token: its input, Q (1st product), V (3rd) and attention's output, gate (5th), down (7th)
+    kept = 4 * d + kv + f
+    recomputed = (9 * d + 4 * f) - kept  # the rest of the block, held again while its backward runs
+    head = 2 * (2 * d * s) + 4 * v * s
+    transient = 2 * d * s + 4 * v * s
+    spec = decoder_model("small", small_arch(), "test")
+    expected = 2 * (2 * kept * s) + 2 * recomputed * s + head + transient
+    assert activation_bytes_per_sample(spec, "bf16", checkpointing="selective") == expected
+
+
+def test_selective_checkpointing_recomputes_the_norms_and_the_products_whose_output_it_dropped() -> None:
+    from sim.compute.buckets import model_spec
+    from sim.compute.workload import compute_plan, layer_seconds
+
+    config = parse_config(run_config({"name": "ring"}, activation_checkpointing="selective"))
+    cluster, plan = prepare(config)
+    plain = compute_plan(config.workload.model_copy(update={"activation_checkpointing": False}), cluster.gpu)
+    spec = model_spec(config.workload)
+    _, forward, _ = layer_seconds(config.workload, spec, cluster.gpu)
+    again = ("input_layernorm", "k_proj", "o_proj", "post_attention_layernorm", "up_proj")
+    recompute = sum(f for layer, f in zip(spec.layers, forward) if layer.name.rsplit(".", 1)[-1] in again)
+    assert recompute > 0
+    assert plan.backward_s - plain.backward_s == pytest.approx(recompute, rel=1e-9)
+
+
+def test_selective_checkpointing_is_refused_for_a_model_without_transformer_blocks() -> None:
+    config = run_config({"name": "ring"}, activation_checkpointing="selective")
+    config["workload"] = {"model": "resnet50", "batch_size": 32, "activation_checkpointing": "selective"}
+    with pytest.raises(ConfigError, match="activation_checkpointing: selective"):
+        prepare(parse_config(config))

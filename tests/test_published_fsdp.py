@@ -53,12 +53,13 @@ def test_in_scope_rows_translate_into_valid_configs() -> None:
         assert config.cluster.gpu_total == int(row["gpus"])
         assert config.workload.transformer is not None
         assert config.workload.transformer.seq_len == int(row["seq_len"])
-        assert config.workload.activation_checkpointing == (row["sim_activation_checkpointing"] == "true")
+        expected = {"true": True, "false": False, "selective": "selective"}[row["sim_activation_checkpointing"]]
+        assert config.workload.activation_checkpointing == expected
 
 
 def test_a_bad_translation_is_refused_naming_the_field() -> None:
     row = _row("tt_a100_l3_70b_full").copy()
-    row["sim_activation_checkpointing"] = "selective"
+    row["sim_activation_checkpointing"] = "selective layer"
     with pytest.raises(ValueError, match="sim_activation_checkpointing"):
         row_config(row, [{"name": "no_sync"}], 2)
     row["arch"] = "llama9"
@@ -151,11 +152,11 @@ def test_setup_table_has_a_line_per_row_saying_what_each_setting_became() -> Non
     lines = setup_markdown().splitlines()
     assert len(lines) == 2 + len(table())
     (line,) = [x for x in lines if x.startswith("| tt_a100_l3_8b_sel_op |")]
-    assert "selective op -> none" in line and "8 x 200 Gb/s (assumed)" in line and "2973 tokens/s/GPU" in line
+    assert "selective op -> selective" in line and "8 x 200 Gb/s (assumed)" in line and "2973 tokens/s/GPU" in line
 
 
 def test_full_recompute_bracket_changes_only_the_checkpointing(monkeypatch: pytest.MonkeyPatch) -> None:
-    row = _row("tt_h100_l31_8b_8")  # selective op, translated as none
+    row = _row("tt_h100_l31_8b_8")  # selective op, translated as selective
     seen: list[dict] = []
 
     class Result:
@@ -170,9 +171,9 @@ def test_full_recompute_bracket_changes_only_the_checkpointing(monkeypatch: pyte
     (config,) = seen
     plain = row_config(row, [fsdp_policy(row)], 2)
     assert config["workload"].pop("activation_checkpointing") is True
-    assert plain["workload"].pop("activation_checkpointing") is False
+    assert plain["workload"].pop("activation_checkpointing") == "selective"
     assert config == plain
-    assert row["sim_activation_checkpointing"] == "false"  # the table's row is left as it was
+    assert row["sim_activation_checkpointing"] == "selective"  # the table's row is left as it was
 
 
 def test_the_docs_page_shows_the_table_as_it_is() -> None:

@@ -6,7 +6,9 @@ autocast, else 4) and `saved_fp32` in FP32. Backward of a layer materializes gra
 saved, so the peak adds the largest layer's saved bytes once more (for a language model, the gradient of the
 log-probabilities over the vocabulary). Under checkpointing (torch.utils.checkpoint around each block the
 model's builder marks: a transformer layer), a block keeps only its input (what its first layer saves),
-and backward recomputes one block at a time, holding that block's activations again. Layers in no block
+and backward recomputes one block at a time, holding that block's activations again. Under selective
+checkpointing a block keeps what `Layer.selective_saved` says (torchtitan's op-level policy) and recomputes
+the rest of it, one block at a time. Layers in no block
 (embeddings, the head) are not checkpointed; a model whose builder marks no blocks saves what it saves
 without checkpointing.
 """
@@ -26,20 +28,25 @@ def activation_type_bytes(precision: str) -> int:
     return 2 if precision in SIXTEEN_BIT else FP32_BYTES
 
 
-def activation_bytes_per_sample(spec: ModelSpec, precision: str, checkpointing: bool) -> float:
-    """Peak bytes of activations per sample of a micro-batch (module text)."""
+def activation_bytes_per_sample(spec: ModelSpec, precision: str, checkpointing: bool | str) -> float:
+    """Peak bytes of activations per sample of a micro-batch (module text); `checkpointing`: False, True
+    (every block) or "selective" (torchtitan's op-level policy inside every block)."""
     size = activation_type_bytes(precision)
     per_layer = [layer.activation_values * size + layer.saved_fp32 * FP32_BYTES for layer in spec.layers]
     transient = max(per_layer, default=0.0)
-    if not checkpointing:
+    if checkpointing is False:
         return sum(per_layer) + transient
-    blocks: dict[int, list[float]] = defaultdict(list)
+    blocks: dict[int, list[tuple[float, float]]] = defaultdict(list)  # per block layer: (saved, kept)
     kept = 0.0
     for layer, saved in zip(spec.layers, per_layer):
         if layer.block < 0:
             kept += saved
         else:
-            blocks[layer.block].append(saved)
-    kept += sum(saved[0] for saved in blocks.values())  # each block's input
-    recompute = max((sum(saved) for saved in blocks.values()), default=0.0)
+            blocks[layer.block].append((saved, layer.selective_saved * size))
+    if checkpointing == "selective":
+        kept += sum(k for layers in blocks.values() for _, k in layers)
+        recompute = max((sum(s - k for s, k in layers) for layers in blocks.values()), default=0.0)
+    else:
+        kept += sum(layers[0][0] for layers in blocks.values())  # each block's input
+        recompute = max((sum(s for s, _ in layers) for layers in blocks.values()), default=0.0)
     return kept + recompute + transient

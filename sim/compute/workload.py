@@ -119,7 +119,15 @@ def compute_plan(cfg: WorkloadConfig, gpu: GpuSpec) -> ComputePlan:
     else:
         grad_bytes = [layer.params * wire_bytes(cfg) for layer in spec.layers]
     forward_s, forward, backward = layer_seconds(cfg, spec, gpu, profile)
-    if cfg.activation_checkpointing:  # each layer's backward first runs its forward again
+    if cfg.activation_checkpointing == "selective":  # a block's layers whose output was not kept run again
+        if not any(layer.block >= 0 for layer in spec.layers):
+            raise ConfigError(
+                f"workload.activation_checkpointing: selective keeps chosen ops of each transformer block, and "
+                f"{spec.name} has none; allowed for it: true, false (selective: model transformer, llama3_8b, ...)"
+            )
+        again = [layer.block >= 0 and layer.selective_recompute for layer in spec.layers]
+        backward = [b + f * a for b, f, a in zip(backward, forward, again)]
+    elif cfg.activation_checkpointing:  # each layer's backward first runs its forward again
         backward = [b + f for b, f in zip(backward, forward)]
     buckets = cut_buckets(cfg, spec, grad_bytes, forward, backward)
     total = float(sum(grad_bytes))

@@ -117,11 +117,12 @@ class WorkloadConfig(Strict):
         "without disable_allreduce); last: only the micro-batch before the optimizer step does (DDP's no_sync, "
         "FSDP's set_requires_gradient_sync(False) on the others; FSDP still gathers parameters on every one)",
     )
-    activation_checkpointing: bool = Field(
+    activation_checkpointing: Literal[False, True, "selective"] = Field(
         False,
-        description="recompute every layer's forward in backward (torch.utils.checkpoint around each layer): "
-        "each layer's backward takes its forward time longer; in memory, a transformer keeps only each block's "
-        "input (docs/memory.md)",
+        description="true: recompute every layer's forward in backward (torch.utils.checkpoint around each "
+        "layer): each layer's backward takes its forward time longer; in memory, a transformer keeps only each "
+        "block's input. selective (transformers only): torchtitan's op-level policy, which keeps the outputs of "
+        "attention and of every other matrix product in a block and recomputes the rest (docs/memory.md)",
     )
     optimizer_state: Optional[Literal["none", "momentum", "adam"]] = Field(
         None,

@@ -99,7 +99,7 @@ def peak_gib(memory: pd.DataFrame, policy: str) -> float:
 
 def full_recompute_memory_gib(row: pd.Series) -> float:
     """The memory model's peak for `row` with every block recomputed: where the published run recomputed
-    selectively (translated as none), its peak lies between this and the prediction."""
+    selectively, this is the least any checkpointing of its blocks could hold."""
     full = row.copy()
     full["sim_activation_checkpointing"] = "true"
     return peak_gib(simulate(row_config(full, [fsdp_policy(full)], 2)).memory, "fsdp")

@@ -110,8 +110,8 @@ def fsdp_policy(row: pd.Series) -> dict[str, Any]:
 def row_config(row: pd.Series, policies: list[dict[str, Any]], iterations: int) -> dict[str, Any]:
     """The syncsim config of one published row under `policies`."""
     checkpointing = str(row["sim_activation_checkpointing"]).lower()
-    if checkpointing not in ("true", "false"):
-        raise ValueError(f"sim_activation_checkpointing: {checkpointing!r}; allowed: true, false")
+    if checkpointing not in ("true", "false", "selective"):
+        raise ValueError(f"sim_activation_checkpointing: {checkpointing!r}; allowed: true, false, selective")
     return {
         "name": str(row["id"]),
         "seed": 0,
@@ -131,7 +131,7 @@ def row_config(row: pd.Series, policies: list[dict[str, Any]], iterations: int) 
             "precision": str(row["precision"]),
             "gradient_precision": str(row["sim_gradient_precision"]),
             "implementation": str(row["sim_implementation"]),
-            "activation_checkpointing": checkpointing == "true",
+            "activation_checkpointing": "selective" if checkpointing == "selective" else checkpointing == "true",
             "bucket_mb": unit_mb(row),
             "optimizer_state": str(row["sim_optimizer_state"]),
         },
@@ -191,7 +191,8 @@ def setup_markdown(rows: pd.DataFrame | None = None) -> str:
     ]
     for _, r in rows.iterrows():
         nic = f"{r['nics_per_host']} x {r['nic_gbps']:g} Gb/s" + ("" if r["network_stated"] == "yes" else " (assumed)")
-        sim_ac = {"true": "full", "false": "none", "": "-"}[str(r["sim_activation_checkpointing"])]
+        translated = {"true": "full", "false": "none", "selective": "selective", "": "-"}
+        sim_ac = translated[str(r["sim_activation_checkpointing"])]
         implementation = r["sim_implementation"] or "-"
         memory = f", {r['published_memory_gib']} GiB" if str(r["published_memory_gib"]) else ""
         unit = str(r["published_unit"]).split(" (")[0]

@@ -177,8 +177,32 @@ def saved_per_token(name: str, arch: DecoderArchitecture) -> float:
     return float(per_part[name.rsplit(".", 1)[-1]])
 
 
+def selective_per_token(name: str, arch: DecoderArchitecture) -> tuple[float, bool]:
+    """Values kept per token, and whether backward recomputes the layer, under torchtitan's op-level selective
+    checkpointing of a block (torchtitan's `_save_list` and its policy: the outputs of the attention kernel and
+    of every other matrix product, counted in forward order from the block's first, are kept; everything else
+    is recomputed). The block's input is kept where it enters, on the first norm."""
+    d, kv, ff = arch.hidden, arch.kv_width, arch.mlp_width
+    products = ["q_proj", "k_proj", "v_proj", "o_proj", *(["gate_proj"] if arch.mlp == "swiglu" else []), "up_proj"]
+    products.append("down_proj")
+    outputs = {"q_proj": d, "k_proj": kv, "v_proj": kv, "o_proj": d, "gate_proj": ff, "up_proj": ff, "down_proj": d}
+    part = name.rsplit(".", 1)[-1]
+    if part not in products:  # a norm: recomputed; the first keeps the block's input
+        return (float(d) if part == "input_layernorm" else 0.0), True
+    kept = products.index(part) % 2 == 0  # the 1st, 3rd, ... product of the block
+    attention = d if part == "v_proj" else 0  # the attention kernel's output, folded into the V projection
+    return float(outputs[part] * kept + attention), not kept
+
+
 def _saving(layer: Layer, arch: DecoderArchitecture, block: int) -> Layer:
-    return replace(layer, saved=arch.seq_len * saved_per_token(layer.name, arch), block=block)
+    kept, recompute = selective_per_token(layer.name, arch)
+    return replace(
+        layer,
+        saved=arch.seq_len * saved_per_token(layer.name, arch),
+        block=block,
+        selective_saved=arch.seq_len * kept,
+        selective_recompute=recompute,
+    )
 
 
 def _head_saving(layer: Layer, arch: DecoderArchitecture, inputs: int) -> Layer:

@@ -106,6 +106,10 @@ class Layer:
     saved: Optional[float] = None
     saved_fp32: float = 0.0  # values it saves in FP32 whatever the training type (the loss's log-softmax)
     block: int = -1  # the checkpointed block (a transformer layer) it belongs to; -1: none
+    # under op-level selective checkpointing of its block (torchtitan's): the values it keeps per sample, and
+    # whether backward recomputes its forward (its matrix product's output was not kept)
+    selective_saved: float = 0.0
+    selective_recompute: bool = False
 
     def __post_init__(self) -> None:
         if self.params < 0 or self.forward_flops < 0 or (self.saved or 0.0) < 0 or self.saved_fp32 < 0:
