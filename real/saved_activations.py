@@ -15,8 +15,9 @@ the profile's precision (autocast included) on its device.
   weights and their 16-bit copies as parameters (sim/memory/peak.py). Inputs, targets and whatever else
   the batch brings are counted. A frozen parameter's autocast copy has no such chain and is counted.
 
-Tensors a module's own `torch.utils.checkpoint` frees are not seen (its hooks take precedence): what is
-measured is what the module, as written, keeps.
+Inside a region of the module's own `torch.utils.checkpoint` its hooks take precedence, so what backward
+recomputes is not seen; the region's input, which it keeps, is: what is measured is what the module, as
+written, keeps.
 """
 
 from __future__ import annotations

@@ -87,3 +87,33 @@ def test_a_profiled_module_records_the_hand_counted_bytes_in_its_layers(
     finally:  # loaded from this folder: no other test may find it imported
         sys.modules.pop("tiny_saved", None)
     assert [t.saved_bytes for t in profile.layers] == [768, 0] and profile.saved_bytes == 768
+
+
+class Checkpointed(nn.Module):
+    """Linear a, then b and d inside one checkpointed region (ReLUs between them), then Linear c."""
+
+    def __init__(self, checkpointed: bool) -> None:
+        super().__init__()
+        self.a, self.b, self.d, self.c = nn.Linear(16, 32), nn.Linear(32, 32), nn.Linear(32, 32), nn.Linear(32, 8)
+        self.checkpointed = checkpointed
+
+    def region(self, h: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.d(torch.relu(self.b(torch.relu(h)))))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.a(x)
+        if self.checkpointed:
+            h = torch.utils.checkpoint.checkpoint(self.region, h, use_reentrant=False)
+        else:
+            h = self.region(h)
+        return self.c(h)
+
+
+def test_a_checkpointed_region_counts_the_input_it_keeps_not_what_it_recomputes() -> None:
+    x, row = torch.randn(BATCH, 16), BATCH * 32 * 4  # a 4 x 32 fp32 activation: 512 bytes
+    # without: the batch, then each of the three ReLUs' outputs (which b, d and c save again as inputs)
+    plain = Checkpointed(False)
+    assert measured(plain, ["a", "b", "d", "c"], x) == [256 + row, row, row, 0]
+    # with: the batch, the region's input (kept for its recompute, before b is called) and c's input
+    kept = Checkpointed(True)
+    assert measured(kept, ["a", "b", "d", "c"], x) == [256 + row, 0, 0, row]
