@@ -76,7 +76,7 @@ class _Ledger:
             if node is None:
                 return False
             if _node_kind(node) == "AccumulateGrad":
-                return id(node.variable) in self.state_ids
+                return id(getattr(node, "variable", None)) in self.state_ids
             if _node_kind(node) not in _SAME_VALUES:
                 return False
             inputs = [n for n, _ in node.next_functions if n is not None]
