@@ -15,6 +15,8 @@ the whole iteration's (`step_s`), so that a measurement disturbed by other work 
 (`sim.compute.profile.unsteady_spans`). The precision (fp32, tf32, fp16, bf16) is set as training
 sets it (`real.precision`): TF32 switches, and autocast for fp16 and bf16. fp16 profiles the scaled
 loss's backward as fp16 training runs it; the loss scale changes no kernel, so it is left out here.
+After the timed iterations, one more forward pass measures each layer's activations, the bytes autograd
+saves for backward (`real.saved_activations`), untimed: its hooks would otherwise be in the times.
 
 Your own module (`measure_module_profile`, `module:factory`) is built, fed and scored as
 `real.user_model` says, its layers stamped the same way, and its profile also records each layer's
@@ -37,6 +39,7 @@ from torch import nn
 
 from real.model_input import InputSpec
 from real.precision import autocast, check, configure_tf32
+from real.saved_activations import saved_bytes
 from real.user_model import (
     build_module,
     describe_loss,
@@ -126,7 +129,9 @@ def _measure(
     module = build_zoo_module(name).to(where).train()
     x, y = (t.to(where) for t in sample_batch(name, batch, seed))
     layout = flat_layout(module, spec)
-    layers, steps = _time(module, (x,), y, objective(name)[0], layout, precision, where, warmup, repeats)
+    loss_fn = objective(name)[0]
+    layers, steps = _time(module, (x,), y, loss_fn, layout, precision, where, warmup, repeats)
+    layers = _with_saved(layers, saved_bytes(module, (x,), y, loss_fn, layout, precision, where))
     return ComputeProfile(
         name, batch, precision, tuple(layers), device_label(where), _notes(warmup, repeats, seed), *_step(steps)
     )
@@ -165,6 +170,7 @@ def measure_module_profile(
                 f"{target}: {len(layout):,} layers (modules owning parameters); a profile holds {MAX_LAYERS:,}"
             )
         layers, steps = _time(module, args, y, loss_fn, layout, precision, where, warmup, repeats)
+        layers = _with_saved(layers, saved_bytes(module, args, y, loss_fn, layout, precision, where))
         shaped = tuple(replace(t, shapes=s) for t, s in zip(layers, layout_shapes(module, layout)))
     notes = {
         "input": [str(spec) for spec in inputs],
@@ -172,6 +178,10 @@ def measure_module_profile(
         **_notes(warmup, repeats, seed),
     }
     return ComputeProfile(target, batch, precision, shaped, device_label(where), notes, *_step(steps))
+
+
+def _with_saved(layers: list[LayerTime], saved: list[int]) -> list[LayerTime]:
+    return [replace(layer, saved_bytes=nbytes) for layer, nbytes in zip(layers, saved)]
 
 
 def device_label(where: torch.device) -> str:

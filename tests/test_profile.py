@@ -4,6 +4,8 @@ measured per-layer times), and the refusals that name `workload.profile`."""
 from __future__ import annotations
 
 import math
+import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -58,6 +60,11 @@ def test_a_measured_profile_gives_the_simulator_exactly_its_times(tmp_path: Path
     write_profile(profile, tmp_path / "profiles" / "r32.yaml")
     back = read_profile(tmp_path / "profiles" / "r32.yaml")
     assert back.layers == profile.layers and back.forward_s == profile.forward_s  # floats survive YAML
+    # what autograd saved, by hand at batch 4: conv1 its input images (3 x 32 x 32 fp32); bn1 the 16 x 32 x 32
+    # feature map it normalizes, its 16 channels' mean and inverse std, and the ReLU's output after it; the
+    # next conv saves that same output as its input (counted once, for bn1) and its weight (not an activation)
+    image, features = 4 * 3 * 32 * 32 * 4, 4 * 16 * 32 * 32 * 4
+    assert [t.saved_bytes for t in back.layers[:3]] == [image, 2 * features + 2 * 16 * 4, 0]
     config = load_config(config_file(tmp_path, profile="profiles/r32.yaml"))  # relative to the config file
     _, plan = prepare(config)
     assert plan.forward_s == profile.forward_s
@@ -199,7 +206,8 @@ def test_the_caps_take_what_syncsim_writes_for_the_most_layers_allowed(tmp_path:
     spread = Spread(0.000123456789012345, 0.000123456789012346, 0.000223456789012345, 0.000323456789012345)
     name = "encoder.layer.23.attention.output.dense_with_a_long_module_path_name"
     layers = tuple(
-        LayerTime(f"{name}.{i}", 1.23456789012345e-4, 2.3456789012345e-4, spread, spread) for i in range(MAX_LAYERS)
+        LayerTime(f"{name}.{i}", 1.23456789012345e-4, 2.3456789012345e-4, spread, spread, saved_bytes=12_345_678_901)
+        for i in range(MAX_LAYERS)
     )
     notes = {"torch": "2.13.0+cu126", "repeats": 20, "warmup": 5, "command": "syncsim profile bert_large --batch 64"}
     profile = ComputeProfile("bert_large", 64, "bf16", layers, "NVIDIA H200 141GB HBM3e", notes, 0.0123, spread)
@@ -213,7 +221,10 @@ def test_the_caps_take_a_modules_profile_with_its_shapes_for_the_most_layers_all
     spread = Spread(0.000123456789012345, 0.000123456789012346, 0.000223456789012345, 0.000323456789012345)
     name = "encoder.layer.23.attention.output.dense_with_a_long_module_path_name"
     shapes = ((1024, 1024, 3, 3), (1024,))  # a convolution's weight and bias: what most layers hold
-    layers = tuple(LayerTime(f"{name}.{i}", 1.2345e-4, 2.3456e-4, spread, spread, shapes) for i in range(MAX_LAYERS))
+    layers = tuple(
+        LayerTime(f"{name}.{i}", 1.2345e-4, 2.3456e-4, spread, spread, shapes, saved_bytes=12_345_678_901)
+        for i in range(MAX_LAYERS)
+    )
     notes = {"input": ["int64:1024:vocab=32000"], "loss": "cross-entropy over 32000 classes, uniform targets"}
     profile = ComputeProfile("my_model:build", 64, "bf16", layers, "NVIDIA H200 141GB HBM3e", notes, 0.0123, spread)
     raw = write_profile(profile, tmp_path / "p.yaml").read_bytes()
@@ -298,6 +309,30 @@ def test_spreads_survive_the_file_and_old_profiles_still_read(tmp_path: Path) ->
     back = read_profile(tmp_path / "old.yaml")
     assert back.layers == (LayerTime("conv1", 0.001, 0.002),) and back.layers[0].forward_spread is None
     assert back.step_s is None and back.step_spread is None and unsteady_spans(back) == []
+    assert back.layers[0].saved_bytes is None and back.saved_bytes is None  # written before saved bytes
+
+
+def test_saved_bytes_survive_the_file_with_their_sum_and_a_partial_or_bad_set_is_refused(tmp_path: Path) -> None:
+    base = fake()
+    layers = tuple(replace(t, saved_bytes=1000 * i) for i, t in enumerate(base.layers))
+    profile = replace(base, layers=layers)
+    path = write_profile(profile, tmp_path / "p.yaml")
+    raw = yaml.safe_load(path.read_text())
+    assert raw["version"] == 1  # an optional key of either version: a zoo profile stays readable by older syncsims
+    assert raw["saved_bytes"] == 1000 * sum(range(len(layers))) == profile.saved_bytes
+    assert read_profile(path) == profile
+    rows = raw["layers"]
+    cases = {
+        "partial": ([{**rows[0], "saved_bytes": None}, *rows[1:]], "layers[1].saved_bytes: given where layers[0]'s"),
+        "negative": ([*rows[:2], {**rows[2], "saved_bytes": -1}], "layers[2].saved_bytes: expected a whole number"),
+        "fraction": ([{**rows[0], "saved_bytes": 1.5}], "layers[0].saved_bytes: expected a whole number of bytes"),
+        "bool": ([{**rows[0], "saved_bytes": True}], "layers[0].saved_bytes: expected a whole number of bytes"),
+        "huge": ([{**rows[0], "saved_bytes": 10**16}], "0 to 1,000,000,000,000,000; got 10000000000000000"),
+    }
+    for broken, message in cases.values():
+        (tmp_path / "bad.yaml").write_text(yaml.safe_dump({**raw, "layers": broken}))
+        with pytest.raises(ConfigError, match=r"^workload.profile: .*" + re.escape(message)):
+            read_profile(tmp_path / "bad.yaml")
 
 
 def test_the_profile_command_warns_when_the_repeats_disagree(

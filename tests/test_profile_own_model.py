@@ -26,6 +26,16 @@ ROOT = Path(__file__).parent.parent
 # examples/my_model.py by hand: conv 3->16 3x3, hidden 256->64, head 64->10, each with a bias
 SHAPES = {"conv": [[16, 3, 3, 3], [16]], "hidden": [[64, 256], [64]], "head": [[10, 64], [10]]}
 PARAMS = {"conv": 16 * 27 + 16, "hidden": 256 * 64 + 64, "head": 64 * 10 + 10}
+# what autograd saves at batch 8, fp32, by hand (real/saved_activations.py: once per storage, for the layer
+# that saved it first, no weights): conv its input images and the ReLU's output (the pooling saves that
+# same output again); hidden its input (the pooled map, 256 values) and its ReLU's output (64); head saves
+# that output again and its weight (neither counted), then the cross-entropy: the log-probabilities over
+# 10 classes, the targets (int64) and nll_loss's total weight (one fp32 scalar)
+SAVED = {
+    "conv": 8 * 3 * 32 * 32 * 4 + 8 * 16 * 32 * 32 * 4,
+    "hidden": 8 * 256 * 4 + 8 * 64 * 4,
+    "head": 8 * 10 * 4 + 8 * 8 + 4,
+}
 PROFILE_ARGS = ["profile", "my_model:build", "--input", "float32:3x32x32", "--classes", "10", "--batch", "8"]
 
 
@@ -77,6 +87,25 @@ def test_the_profile_carries_the_modules_layers_with_their_shapes(measured: Path
     assert {row["name"]: row["params"] for row in raw["layers"]} == PARAMS
     assert raw["params"] == 17_546 == sum(PARAMS.values())
     assert raw["notes"]["input"] == ["float32:3x32x32"]
+    assert {row["name"]: row["saved_bytes"] for row in raw["layers"]} == SAVED
+    assert raw["saved_bytes"] == sum(SAVED.values()) == 633_220
+
+
+def test_the_measured_activations_are_the_peak_memorys_with_the_largest_layers_once_more(measured: Path) -> None:
+    memory = simulate(load_config(config(measured.parent, bucket_mb=25))).memory
+    assert memory["activations_known"].tolist() == [True, True]
+    # per sample: the layers' bytes over the profiled batch, plus the largest layer's again (backward's
+    # gradient of what it saved, sim/compute/activations.py); memory.csv: that times the micro-batch of 8
+    per_sample = (sum(SAVED.values()) + max(SAVED.values())) / 8
+    assert memory["activations_bytes"].tolist() == pytest.approx([per_sample * 8] * 2, rel=1e-12)
+    assert per_sample * 8 == 633_220 + 622_592
+    # the same profile written before saved bytes were measured: its activations are not known
+    raw = yaml.safe_load(measured.read_text())
+    old = {key: value for key, value in raw.items() if key != "saved_bytes"}
+    old["layers"] = [{k: v for k, v in row.items() if k != "saved_bytes"} for row in raw["layers"]]
+    (measured.parent / "old.yaml").write_text(yaml.safe_dump(old))
+    _, plan = prepare(load_config(config(measured.parent, "old.yaml")))
+    assert plan.activation_bytes_per_sample is None  # memory.csv: activations_known false, 0 bytes
 
 
 def test_a_profiled_model_on_1024_gpus_is_the_profile_by_hand(measured: Path) -> None:

@@ -293,10 +293,12 @@ def _cmd_profile(args: argparse.Namespace) -> int:
     path = write_profile(profile, args.out)
     params = f", {sum(t.params for t in profile.layers):,} parameters" if profile.shaped else ""
     use = "workload.model: profiled and workload.profile" if profile.shaped else "workload.profile"
+    saved = profile.saved_bytes or 0  # measured for every layer by `syncsim profile`
     print(
         f"{profile.model} at batch {profile.batch_size}, {profile.precision}, on {profile.device}: forward "
         f"{profile.forward_s * 1e3:.2f} ms, backward {profile.backward_s * 1e3:.2f} ms over {len(profile.layers)} "
-        f"layers{params} (median of {args.repeats})\nprofile: {path} (use it with {use})"
+        f"layers{params} (median of {args.repeats}); activations saved for backward {saved:,} bytes "
+        f"({saved / profile.batch_size:,.0f} a sample)\nprofile: {path} (use it with {use})"
     )
     if unsteady := unsteady_spans(profile):
         _warn_unsteady(unsteady, args.repeats)

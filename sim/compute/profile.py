@@ -42,7 +42,13 @@ gradient bytes and the tensors a low-rank codec factors:
       - {name: conv, params: 448, shapes: [[16, 3, 3, 3], [16]], forward_s: 0.0011, backward_s: 0.0014}
 
 A zoo model's profile is still written as version 1, so an older syncsim still reads it; one that
-reads only version 1 refuses a version 2 file by its version, in one line. A span is *unsteady*
+reads only version 1 refuses a version 2 file by its version, in one line.
+
+Either version may give each layer's `saved_bytes`: the bytes of activations autograd saved for backward
+during one forward pass at the profile's batch and precision (real/saved_activations.py says how they are
+measured and which layer gets a tensor), with their sum at the top, for reading. Like the spreads they are
+optional: a profile without them reads as before (None: not measured), an older syncsim ignores them, and a
+file that gives them for some layers but not others is refused. A span is *unsteady*
 (`unsteady_spans`, which `syncsim profile` warns about) when its interquartile range exceeds
 `UNSTEADY_IQR` (a quarter) of its median, or its maximum exceeds `UNSTEADY_RANGE` (twice) its minimum:
 other work sharing the device or the CPU that launches its kernels, or changing clocks, spreads repeats
@@ -56,7 +62,7 @@ nothing.
 A profile file is read only if it is a regular file of at most `MAX_BYTES` with at most `MAX_BREAKS`
 lines, commas and colons (which bound the values a parser would build), both checked before it is parsed,
 and it holds at most `MAX_LAYERS` layers: 2,000, thirteen times the zoo's largest model (bert_large, 149);
-what `syncsim profile` writes for that many (some 420 bytes and 25 breaks a layer) fits both caps. So
+what `syncsim profile` writes for that many (some 440 bytes and 26 breaks a layer) fits both caps. So
 `workload.profile: /dev/zero` is one error line, not a hang, and an oversized profile is refused in
 milliseconds rather than after minutes of parsing (a 16 MB one took 148 s). It is read as YAML 1.2
 (`sim.config.yaml12`), with libyaml's parser, and every time in it must be finite, >= 0 and at most
@@ -86,7 +92,7 @@ from sim.files import atomic_write
 FORMAT = "syncsim-profile"
 MAX_LAYERS = 2_000  # the largest zoo model `syncsim profile` measures has 149 (tests/test_profile.py: a margin)
 # line breaks, commas and colons: every YAML value but the first follows one, so this bounds the values
-# a parser builds (some microseconds each, in Python); `write_profile` writes about 25 a layer (33 with
+# a parser builds (some microseconds each, in Python); `write_profile` writes about 26 a layer (35 with
 # a weight's and a bias's shapes, version 2)
 MAX_BREAKS = 40 * MAX_LAYERS + 2_000
 _BREAKS = (b"\n", b"\r", b",", b":", "\x85".encode(), "\u2028".encode(), "\u2029".encode())
@@ -96,6 +102,7 @@ VERSION = 2  # the newest this syncsim writes: a user module's profile, with its
 ZOO_VERSION = 1  # a zoo model's profile (no shapes: the zoo has them), readable by older syncsims
 READS = (1, 2)
 MAX_PARAMS = 10**13  # trainable values in a profiled model: ten trillion, 40 TB of fp32 weights
+MAX_SAVED_BYTES = 10**15  # a layer's saved activations: a petabyte, thousands of times any device's memory
 UNSTEADY_IQR = 0.25  # a span whose interquartile range exceeds this fraction of its median is unsteady
 UNSTEADY_RANGE = 2.0  # ... or whose maximum exceeds this multiple of its minimum
 JUDGED_SHARE = 0.01  # spans shorter than this fraction of the step's median are not judged
@@ -142,6 +149,7 @@ class LayerTime:
     forward_spread: Optional[Spread] = None  # None: a profile written before spreads were recorded
     backward_spread: Optional[Spread] = None
     shapes: Optional[tuple[Shape, ...]] = None  # a user module's trainable tensors; None: a zoo layer
+    saved_bytes: Optional[int] = None  # activations its forward saved for backward; None: not measured
 
     @property
     def params(self) -> int:
@@ -173,6 +181,13 @@ class ComputeProfile:
         """Does the profile carry its layers' shapes (a user module's, version 2), so that it can stand
         for the model?"""
         return bool(self.layers) and all(layer.shapes is not None for layer in self.layers)
+
+    @property
+    def saved_bytes(self) -> Optional[int]:
+        """The activations one forward pass saved for backward, all layers' (at `batch_size`); None: not measured."""
+        if not self.layers or any(layer.saved_bytes is None for layer in self.layers):
+            return None
+        return sum(layer.saved_bytes or 0 for layer in self.layers)
 
 
 def unsteady_spans(profile: ComputeProfile) -> list[str]:
@@ -208,6 +223,7 @@ def write_profile(profile: ComputeProfile, path: Union[str, Path]) -> Path:
         "device": profile.device,
         "forward_s": profile.forward_s,
         "backward_s": profile.backward_s,
+        **({} if profile.saved_bytes is None else {"saved_bytes": profile.saved_bytes}),
         **step,
         **({"notes": profile.notes} if profile.notes else {}),
         "layers": [_layer_row(t) for t in profile.layers],
@@ -222,6 +238,8 @@ def _layer_row(layer: LayerTime) -> dict[str, Any]:
     row: dict[str, Any] = {"name": layer.name}
     if layer.shapes is not None:  # lists: each shape is written on one line, [16, 3, 3, 3]
         row.update(params=layer.params, shapes=[list(shape) for shape in layer.shapes])
+    if layer.saved_bytes is not None:
+        row["saved_bytes"] = layer.saved_bytes
     row.update(forward_s=layer.forward_s, backward_s=layer.backward_s)
     for key, spread in (("forward_spread", layer.forward_spread), ("backward_spread", layer.backward_spread)):
         if spread is not None:
@@ -271,6 +289,15 @@ def _shapes(row: dict[str, Any], where: str) -> tuple[Shape, ...]:
     return out
 
 
+def _saved(value: Any, where: str) -> Optional[int]:
+    """An optional layer's `saved_bytes`: a whole number of bytes, 0 to `MAX_SAVED_BYTES` (absent: None)."""
+    if value is None:
+        return None
+    if type(value) is not int or not 0 <= value <= MAX_SAVED_BYTES:
+        raise ConfigError(f"{where}: expected a whole number of bytes, 0 to {MAX_SAVED_BYTES:,}; got {value!r}")
+    return value
+
+
 def _parse(path: Union[str, Path], where: str) -> Any:
     """The YAML data of a profile file, after checking its size and line count cheaply (before parsing)."""
     try:
@@ -313,7 +340,15 @@ def read_profile(path: Union[str, Path]) -> ComputeProfile:
         times = [_seconds(row.get(key), f"{where}: layers[{i}].{key}") for key in ("forward_s", "backward_s")]
         spreads = [_spread(row.get(k), f"{where}: layers[{i}].{k}") for k in ("forward_spread", "backward_spread")]
         shapes = _shapes(row, f"{where}: layers[{i}]") if version >= 2 else None  # version 1: the zoo's
-        layers.append(LayerTime(row["name"], times[0], times[1], spreads[0], spreads[1], shapes))
+        saved = _saved(row.get("saved_bytes"), f"{where}: layers[{i}].saved_bytes")
+        layers.append(LayerTime(row["name"], times[0], times[1], spreads[0], spreads[1], shapes, saved))
+    measured = [layer.saved_bytes is not None for layer in layers]
+    if any(measured) and not all(measured):
+        odd, state = measured.index(not measured[0]), ("missing", "given") if measured[0] else ("given", "missing")
+        raise ConfigError(
+            f"{where}: layers[{odd}].saved_bytes: {state[0]} where layers[0]'s is {state[1]}; give every "
+            "layer's or none (`syncsim profile` writes them all)"
+        )
     if version >= 2 and not layers:
         raise ConfigError(f"{where}: layers: none; a version 2 profile lists the module's layers")
     if version >= 2 and sum(layer.params for layer in layers) > MAX_PARAMS:

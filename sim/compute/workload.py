@@ -5,7 +5,8 @@ arithmetic and memory traffic, plus kernel launches, issued as `workload.impleme
 from FLOPs at a given fraction of peak (`workload.efficiency`, backward twice the forward), or from a measured profile
 (`workload.profile`, sim.compute.profile) that gives every layer's forward and backward seconds.
 The profile of a user's own module (`workload.model: profiled`) gives its layers as well: their
-tensors' shapes, so their gradient bytes at the workload's precision, in the order it measured them.
+tensors' shapes, so their gradient bytes at the workload's precision, in the order it measured them,
+and, where it measured them, the activations each saved for backward (so the peak memory's activations).
 The optimizer step (`workload.optimizer_ms`, once every `accumulation_steps` iterations) is apart from
 forward and backward; at 0 it is part of their time.
 """
@@ -18,7 +19,7 @@ from typing import Optional
 from sim.catalog.gpus import GpuSpec
 from sim.catalog.zoo import ModelSpec
 from sim.catalog.zoo.spec import Layer, Shape
-from sim.compute.activations import activation_bytes_per_sample
+from sim.compute.activations import activation_bytes_per_sample, activation_type_bytes
 from sim.compute.buckets import MASTER_BYTES, MB, GradientBucket, bucket_shapes, cut_buckets, model_spec, wire_bytes
 from sim.compute.profile import ComputeProfile, check_profile, check_run, read_profile
 from sim.compute.roofline import model_seconds
@@ -45,8 +46,8 @@ class ComputePlan:
     optimizer_s: float = 0.0  # the optimizer step, after every accumulation_steps-th iteration's communication
     # per bucket, its tensors' shapes (sim.compute.buckets.bucket_shapes); (): not known
     bucket_shapes: tuple[tuple[Shape, ...], ...] = ()
-    # peak activation bytes per sample of a micro-batch (sim.memory.activations); None: the model gives no
-    # activation sizes (a synthetic gradient, a profiled module)
+    # peak activation bytes per sample of a micro-batch (sim.compute.activations); None: the model gives no
+    # activation sizes (a synthetic gradient, a profiled module whose profile has no saved bytes)
     activation_bytes_per_sample: Optional[float] = None
 
     sync_every_micro_batch: bool = True  # False: only the micro-batch before the optimizer step communicates
@@ -70,7 +71,8 @@ class ComputePlan:
 
 def profiled_spec(profile: ComputeProfile, batch_size: int, precision: str) -> ModelSpec:
     """The model a user module's profile stands for (`workload.model: profiled`): a layer per profiled
-    layer, in its order, with its tensors' shapes. FLOPs are unknown and unused: the profile gives the times."""
+    layer, in its order, with its tensors' shapes and, where measured, the activations it saved for backward.
+    FLOPs are unknown and unused: the profile gives the times."""
     if not profile.shaped:
         raise ConfigError(
             f"workload.profile: a profile of the zoo model {profile.model!r} records no layer shapes, so it cannot "
@@ -78,7 +80,19 @@ def profiled_spec(profile: ComputeProfile, batch_size: int, precision: str) -> M
             "with `syncsim profile module:factory` (docs/profiles.md)"
         )
     check_run(profile, batch_size, precision)
-    layers = tuple(Layer(t.name, t.params, 0.0, shapes=t.shapes or ()) for t in profile.layers)
+    # measured bytes at the workload's batch and precision (check_run), as values of the training type per
+    # sample: `activation_bytes_per_sample` multiplies them back by that type's size, exactly these bytes
+    per_value = batch_size * activation_type_bytes(precision)
+    layers = tuple(
+        Layer(
+            t.name,
+            t.params,
+            0.0,
+            shapes=t.shapes or (),
+            saved=None if t.saved_bytes is None else t.saved_bytes / per_value,
+        )
+        for t in profile.layers
+    )
     return ModelSpec(profile.model, layers, source=f"profiled on {profile.device}")
 
 
@@ -138,7 +152,8 @@ def compute_plan(cfg: WorkloadConfig, gpu: GpuSpec) -> ComputePlan:
     else:
         parameter_bytes = float(spec.params * MASTER_BYTES)
     layouts = bucket_layouts(cfg, spec, buckets)
-    unsized = cfg.model in ("synthetic", PROFILED)  # no activation sizes: a gradient size, a profile's times
+    # no activation sizes: a gradient size, or a profile that measured no saved bytes (written before them)
+    unsized = cfg.model == "synthetic" or (cfg.model == PROFILED and (profile is None or profile.saved_bytes is None))
     return ComputePlan(
         spec.name,
         cfg.batch_size,

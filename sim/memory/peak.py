@@ -36,7 +36,8 @@ OPTIMIZER_STATES = {"none": 0, "momentum": 1, "adam": 2}
 @dataclass(frozen=True)
 class MemoryTerms:
     """One GPU's peak memory, by term, in bytes; `activations_known` is False where the model gives no
-    activation sizes (a synthetic gradient, a profiled module), whose activations count as 0."""
+    activation sizes (a synthetic gradient, a profiled module whose profile has no saved bytes), whose
+    activations count as 0."""
 
     parameters: float
     gradients: float
