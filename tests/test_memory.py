@@ -221,3 +221,17 @@ def test_selective_checkpointing_is_refused_for_a_model_without_transformer_bloc
     config["workload"] = {"model": "resnet50", "batch_size": 32, "activation_checkpointing": "selective"}
     with pytest.raises(ConfigError, match="activation_checkpointing: selective"):
         prepare(parse_config(config))
+
+
+def test_an_estimate_of_the_activations_refuses_nothing_but_memory_csv_says_it_would_not_fit() -> None:
+    config = {
+        "cluster": {"topology": "star", "hosts": 2, "gpu": "V100", "nic_gbps": 25.0},
+        "workload": {"model": "resnet50", "batch_size": 512, "precision": "fp16"},
+        "policies": [{"name": "ring"}],
+        "iterations": 2,
+    }
+    row = memory_row(config)  # runs: half of what each op moves is an estimate, not a count
+    assert row["activations_source"] == "estimated" and not bool(row["fits"])
+    assert row["activations_bytes"] > 16 * GIB_INT
+    llama = run_config({"name": "ring"})
+    assert memory_row(llama)["activations_source"] == "counted"

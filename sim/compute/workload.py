@@ -49,6 +49,9 @@ class ComputePlan:
     # peak activation bytes per sample of a micro-batch (sim.compute.activations); None: the model gives no
     # activation sizes (a synthetic gradient, a profiled module whose profile has no saved bytes)
     activation_bytes_per_sample: Optional[float] = None
+    # where those sizes come from: counted (the model's builder, every layer), measured (a profile), estimated
+    # (half of what each op moves, for layers no builder counted), none
+    activation_source: str = "none"
 
     sync_every_micro_batch: bool = True  # False: only the micro-batch before the optimizer step communicates
 
@@ -168,5 +171,15 @@ def compute_plan(cfg: WorkloadConfig, gpu: GpuSpec) -> ComputePlan:
         cfg.optimizer_ms * 1e-3,
         bucket_shapes(spec, buckets),
         None if unsized else activation_bytes_per_sample(spec, cfg.precision, cfg.activation_checkpointing),
-        cfg.accumulation_sync == "every",
+        activation_source=activation_source(cfg, spec, unsized),
+        sync_every_micro_batch=cfg.accumulation_sync == "every",
     )
+
+
+def activation_source(cfg: WorkloadConfig, spec: ModelSpec, unsized: bool) -> str:
+    """Where a plan's activation sizes come from (`ComputePlan.activation_source`)."""
+    if unsized:
+        return "none"
+    if cfg.model == PROFILED:
+        return "measured"
+    return "counted" if all(layer.saved is not None for layer in spec.layers) else "estimated"

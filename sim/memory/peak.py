@@ -45,6 +45,7 @@ class MemoryTerms:
     activations: float
     buffers: float
     activations_known: bool = True
+    activations_source: str = "counted"  # counted, measured, estimated or none (ComputePlan.activation_source)
 
     @property
     def total(self) -> float:
@@ -52,7 +53,11 @@ class MemoryTerms:
 
     def terms(self) -> dict[str, float]:
         """The byte terms by name, in the order above."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "activations_known"}
+        return {
+            f.name: getattr(self, f.name)
+            for f in fields(self)
+            if f.name not in ("activations_known", "activations_source")
+        }
 
     def describe(self) -> str:
         """`parameters 1.2, gradients ...` in GiB."""
@@ -94,6 +99,7 @@ def held_memory(
         activations=(per_sample or 0.0) * batch,
         buffers=held.buffer_bytes,
         activations_known=per_sample is not None,
+        activations_source=plan.activation_source if per_sample is not None else "none",
     )
 
 

@@ -23,6 +23,7 @@ MEMORY_COLUMNS = (
     "fits",
     "largest_micro_batch",
     "activations_known",
+    "activations_source",
 )
 
 
@@ -50,6 +51,7 @@ def memory_frame(runs: list[PolicyRun], gpu: GpuSpec, batch_size: int) -> pd.Dat
             fits=terms.total <= capacity,
             largest_micro_batch=largest_batch_of(terms, batch_size, capacity),
             activations_known=terms.activations_known,
+            activations_source=terms.activations_source,
         )
         rows.append(row)
     return pd.DataFrame(rows, columns=list(MEMORY_COLUMNS))
