@@ -38,7 +38,8 @@ RANK_FIELDS = (
     "device",
     "device_name",
     "peak_memory_bytes",
-    "predicted_peak_memory_bytes",  # sim.memory's, for the model the workers train (real/memory.py)
+    "predicted_peak_memory_bytes",  # the real backend's layout for the model the workers train (real/memory.py)
+    "simulated_peak_memory_bytes",  # sim.memory's for that model (DDP's or FSDP's layout, real/memory.py)
     "loss_scale",
     "overflows",
 )
@@ -138,10 +139,14 @@ def measured(device: torch.device) -> DeviceUse:
 
 
 def rank_rows(
-    label: str, rows: Sequence[tuple[int, str, DeviceUse, float, int]], predicted: float = math.nan
+    label: str,
+    rows: Sequence[tuple[int, str, DeviceUse, float, int]],
+    predicted: float = math.nan,
+    simulated: float = math.nan,
 ) -> list[tuple]:
-    """`(rank, role, use, loss scale, overflows)` per rank -> rows of RANK_FIELDS; `predicted`: the simulator's
-    peak per worker (NaN on parameter-server ranks, which it does not predict)."""
+    """`(rank, role, use, loss scale, overflows)` per rank -> rows of RANK_FIELDS; `predicted`, `simulated`: the
+    peak per worker of the real backend's layout and of `sim.memory` (NaN on parameter-server ranks, which
+    neither predicts)."""
     return [
         (
             label,
@@ -151,6 +156,7 @@ def rank_rows(
             use.name,
             use.peak_bytes,
             predicted if role == "worker" else math.nan,
+            simulated if role == "worker" else math.nan,
             scale,
             overflows,
         )

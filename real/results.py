@@ -48,9 +48,11 @@ def assemble(
     eval_workers: bool = True,
     membership: Optional[Membership] = None,
     predicted_peak_bytes: float = float("nan"),
+    simulated_peak_bytes: float = float("nan"),
 ) -> PolicyRun:
     """`membership`: the ranks live at each step (policies.membership; None: every worker at every step);
-    `predicted_peak_bytes`: the simulator's peak memory per worker (`real.memory`), for ranks.csv."""
+    `predicted_peak_bytes`, `simulated_peak_bytes`: the peak memory per worker of the real backend's layout and
+    of the simulator's memory model (`real.memory`), for ranks.csv."""
     workers = sorted((r for r in gathered if isinstance(r, RankReport)), key=lambda w: w.rank)
     servers = [r for r in gathered if isinstance(r, ServerReport)]
     run = PolicyRun(entry.display, entry.name)
@@ -59,7 +61,8 @@ def assemble(
     run.wall_s = wall_s
     ranks = [(w.rank, "worker", w.device_use, w.loss_scale, sum(n for _, n in w.overflows)) for w in workers]
     ranks += [(s.rank, f"parameter-server shard {s.shard}", s.device_use, float("nan"), 0) for s in servers]
-    run.devices = rank_rows(entry.display, [r for r in ranks if r[2] is not None], predicted_peak_bytes)
+    live = [r for r in ranks if r[2] is not None]
+    run.devices = rank_rows(entry.display, live, predicted_peak_bytes, simulated_peak_bytes)
     run.sim_time_s = max((row[6] for row in run.iterations), default=0.0)
     if not workers:
         return run

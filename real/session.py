@@ -40,7 +40,7 @@ from real.executor import RankExecutor
 from real.groups import ProcessGroups, planned_groups
 from real.layout import Placement, placement
 from real.liveness import Heartbeat
-from real.memory import predicted_peak_bytes
+from real.memory import predicted_peak_bytes, real_peak
 from real.phases import Decisions, agree_used, restart
 from real.placement import on_host, optimizer_on, task_on
 from real.precision import PrecisionTask, configure_tf32
@@ -203,8 +203,11 @@ def _run_policy(
         return None
     assert gathered is not None
     wall_s = time.time() - wall
-    predicted = predicted_peak_bytes(config, index, cluster, plan, task.size)
-    return assemble(entry, task, gathered, wall_s, cfg.eval_workers, policy.bound_view.membership, predicted)
+    simulated = predicted_peak_bytes(config, index, cluster, plan, task.size)
+    batch = per_worker_batch(cfg.global_batch, workers)
+    layout = real_peak(policy, cfg.optimizer, task, [b.nbytes for b in plan.buckets], batch, config.workload.precision)
+    membership = policy.bound_view.membership
+    return assemble(entry, task, gathered, wall_s, cfg.eval_workers, membership, layout.total, simulated)
 
 
 class _RankRun:

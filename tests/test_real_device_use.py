@@ -50,10 +50,11 @@ def test_a_gpu_reports_its_name_and_the_peak_since_the_policy_began() -> None:
 
 def test_rows_are_in_rank_order_with_bytes() -> None:
     gpu, cpu = DeviceUse("cuda:0", "NVIDIA H200", 2**21), DeviceUse("cpu", "cpu", 0)
-    rows = rank_rows("ring", [(2, "parameter-server shard 0", cpu, math.nan, 0), (0, "worker", gpu, 1024.0, 3)], 5e6)
+    ranks = [(2, "parameter-server shard 0", cpu, math.nan, 0), (0, "worker", gpu, 1024.0, 3)]
+    rows = rank_rows("ring", ranks, 5e6, 4e6)
     assert [r[1] for r in rows] == [0, 2]
-    assert rows[0] == ("ring", 0, "worker", "cuda:0", "NVIDIA H200", 2**21, 5e6, 1024.0, 3)
-    assert math.isnan(rows[1][6])  # the simulator predicts workers' memory only
+    assert rows[0] == ("ring", 0, "worker", "cuda:0", "NVIDIA H200", 2**21, 5e6, 4e6, 1024.0, 3)
+    assert math.isnan(rows[1][6]) and math.isnan(rows[1][7])  # the predictions are of workers' memory only
     assert list(rank_table(rows).columns) == list(RANK_FIELDS)
 
 
@@ -73,4 +74,4 @@ def test_assemble_lists_every_reporting_rank() -> None:
         (0, "worker", "cuda:0"),
         (1, "parameter-server shard 0", "cpu"),
     ]
-    assert run.devices[0][7] == 512.0
+    assert run.devices[0][8] == 512.0
