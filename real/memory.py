@@ -17,7 +17,8 @@ from DDP and FSDP by implementation choices the simulator does not model:
   (`slice_backward`) hands back a zero-filled vector as long as the whole model, which autograd sums out of
   place into the leaf's gradient as they arrive; a layer hands back its weight's and its bias's at once, so
   four model-length vectors are alive while the second layer's pair is added (the running sum, the pair,
-  their sum; three for a one-layer model, one for a single tensor);
+  their sum; three for a one-layer model, one for a single tensor); a zoo model's task takes a leaf per
+  parameter instead and concatenates their gradients: two model-length vectors;
 - the optimizer is `sim.numerics.optim.FlatOptimizer` (not `torch.optim`): Adam keeps its two fp32 moments
   and an int64 step count per element, and its step on a range of k elements holds six fp32 temporaries of
   k elements at once (the two bias corrections, `lr * m / bias1`, `v.sqrt()`, `bias2.sqrt()` and their
@@ -126,15 +127,14 @@ def step_temporaries(cfg: OptimizerConfig) -> int:
     return temporaries + int(decayed_gradient)
 
 
-def gradient_vectors(tensors: int) -> int:
-    """Model-length vectors autograd holds at once for the gradient of a flat vector cut into `tensors`."""
+def gradient_vectors(task: Any) -> int:
+    """Model-length vectors autograd and the task hold at once for the gradient (the module's text): a numerics
+    model's flat leaf cut into tensors; a zoo model (`ZooTask`) has a leaf per parameter, whose gradients
+    (one vector in all) are then concatenated into a second."""
+    if not isinstance(task, Task):
+        return 2
+    tensors = len(task.tensor_sizes)
     return 1 if tensors <= 1 else 3 if tensors == 2 else 4
-
-
-def tensor_count(task: Any) -> int:
-    """How many parameter tensors `task`'s flat vector is cut into (a numerics model's or a zoo model's)."""
-    sizes = getattr(task, "tensor_sizes", None)
-    return len(sizes) if sizes is not None else len(task.slices)
 
 
 def activation_bytes(task: Any, batch: int, precision: str) -> Optional[float]:
@@ -163,8 +163,8 @@ def real_peak(
     batch: int,
     precision: str = "fp32",
 ) -> RealPeak:
-    """The real backend's peak per worker of bound `policy` for `task`'s model (`task.size` elements cut into
-    `task.tensor_sizes`), its elements mapped onto buckets of `bucket_bytes`, at `batch` samples a step."""
+    """The real backend's peak per worker of bound `policy` for `task`'s model (`task.size` elements), its
+    elements mapped onto buckets of `bucket_bytes`, at `batch` samples a step."""
     n = task.size
     held = policy.held_state()  # the shares real/sharding.py keeps between steps; the optimizer's stays
     largest = max((b - a for a, b in bucket_ranges(n, bucket_bytes)), default=n)
@@ -175,6 +175,6 @@ def real_peak(
         gradients=FP32_BYTES * n,
         optimizer=state_bytes_per_element(optimizer) * n * held.optimizer + FP32_BYTES * n * held.extra_copies,
         activations=activations or 0.0,
-        backward=FP32_BYTES * n * gradient_vectors(tensor_count(task)),
+        backward=FP32_BYTES * n * gradient_vectors(task),
         step=FP32_BYTES * stepped * step_temporaries(optimizer),
     )

@@ -9,9 +9,11 @@ from helpers import star, synthetic
 
 pytest.importorskip("torch")
 
-from real.memory import predicted_peak_bytes, trained_plan  # noqa: E402
+from real.memory import predicted_peak_bytes, real_peak, trained_plan  # noqa: E402
 from sim.api import prepare  # noqa: E402
 from sim.config import parse_config  # noqa: E402
+from sim.engine.faults import absences_of  # noqa: E402
+from sim.engine.run import bind_policy  # noqa: E402
 
 
 def setup(policies: list[dict[str, Any]], optimizer: dict[str, Any]) -> tuple[Any, Any, Any]:
@@ -66,10 +68,6 @@ def digits_mlp(policies: list[dict[str, Any]], bucket_mb: float) -> tuple[Any, A
 
 
 def layout_of(config: Any, cluster: Any, plan: Any, task: Any, index: int) -> Any:
-    from real.memory import real_peak
-    from sim.engine.faults import absences_of
-    from sim.engine.run import bind_policy
-
     absences = absences_of(config, cluster)
     policy = bind_policy(config.policies[index], index, cluster, plan, config.workload.wire_precision, absences)
     return real_peak(policy, config.numerics.optimizer, task, [b.nbytes for b in plan.buckets], 16)
@@ -117,3 +115,17 @@ def test_one_bucket_makes_the_optimizer_step_the_peak() -> None:
     peak = layout_of(config, cluster, plan, task, 0)
     assert peak.step == 24 * MLP
     assert peak.total == (4 + 4 + 16) * MLP + 24 * MLP
+
+
+def test_a_zoo_models_task_holds_two_gradient_vectors_and_no_counted_activations() -> None:
+    """A zoo model's task (a leaf per parameter, gradients concatenated): two model-length fp32 vectors in
+    backward; its activations are not counted here (0)."""
+    from types import SimpleNamespace
+
+    config, cluster, plan = setup([{"name": "ring"}], {"name": "sgd", "momentum": 0.9})
+    policy = bind_policy(config.policies[0], 0, cluster, plan, "fp32", absences_of(config, cluster))
+    zoo = SimpleNamespace(size=1000, slices=[("w", 0, 1000, (1000,))])
+    peak = real_peak(policy, config.numerics.optimizer, zoo, [1.0, 1.0], 8)
+    assert (peak.backward, peak.activations) == (2 * 4 * 1000, 0.0)
+    assert peak.optimizer == 4 * 1000  # SGD's momentum, fp32
+    assert peak.step == 4 * 500  # one temporary (lr * buf) on the larger of two equal buckets
