@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -43,6 +44,9 @@ RANK_FIELDS = (
     "loss_scale",
     "overflows",
 )
+# `syncsim real --cpu-memory` sets it: the op-by-op watch slows a worker's first iterations several times over,
+# which under load can stall a run's liveness checks, so a CPU run measures its peak only when asked
+CPU_MEMORY_ENV = "SYNCSIM_REAL_CPU_MEMORY"
 WATCHED_ITERATIONS = 3  # a CPU worker's peak: over its first iterations (all a step allocates is held by then)
 
 
@@ -117,7 +121,7 @@ def begin(device: torch.device, watch: bool = True) -> None:
     global _watch
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    elif watch:
+    elif watch and os.environ.get(CPU_MEMORY_ENV) == "1":
         allocated = _allocated_counter()
         _watch = _CpuWatch(WATCHED_ITERATIONS, allocated) if allocated is not None else None
 

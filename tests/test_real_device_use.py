@@ -10,11 +10,21 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from real.accounting import RankReport  # noqa: E402
-from real.device_use import RANK_FIELDS, DeviceUse, begin, iteration_done, measured, rank_rows, rank_table  # noqa: E402
+from real.device_use import (  # noqa: E402
+    CPU_MEMORY_ENV,
+    RANK_FIELDS,
+    DeviceUse,
+    begin,
+    iteration_done,
+    measured,
+    rank_rows,
+    rank_table,
+)
 from real.results import ServerReport, assemble  # noqa: E402
 
 
-def test_a_cpu_peak_is_the_most_bytes_held_at_once_since_the_policy_began() -> None:
+def test_a_cpu_peak_is_the_most_bytes_held_at_once_since_the_policy_began(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(CPU_MEMORY_ENV, "1")  # `syncsim real --cpu-memory`
     """4 MB kept, then 8 MB and 8 MB more held together, then freed: a peak of 20 MB (plus the small Python
     objects made on the way); the block allocated before `begin`, and freed after, takes nothing off."""
     before = torch.ones(2_000_000)
@@ -27,6 +37,11 @@ def test_a_cpu_peak_is_the_most_bytes_held_at_once_since_the_policy_began() -> N
     use = measured(torch.device("cpu"))
     assert use.device == "cpu" and 20_000_000 <= use.peak_bytes < 20_000_000 + 2**18  # and small Python objects
     assert kept.numel() == 1_000_000
+
+
+def test_a_cpu_worker_is_watched_only_when_asked() -> None:
+    begin(torch.device("cpu"))  # no --cpu-memory
+    assert measured(torch.device("cpu")).peak_bytes == 0
 
 
 def test_a_cpu_rank_that_is_not_watched_reports_no_peak() -> None:

@@ -19,6 +19,7 @@ from helpers import star  # noqa: E402
 
 from policies.registry import create  # noqa: E402
 from policies.view import ModelInfo  # noqa: E402
+from real.device_use import CPU_MEMORY_ENV  # noqa: E402
 from real.hooks import cluster_view  # noqa: E402
 from real.sharding import RangeOptimizer, Sharded, ShardedState, sharded  # noqa: E402
 from sim.config.numerics import OptimizerConfig  # noqa: E402
@@ -76,7 +77,10 @@ def test_before_any_reduce_scatter_nothing_is_freed() -> None:
 
 
 @pytest.mark.slow  # launches gloo processes (~20 s)
-def test_fsdp_on_gloo_trains_to_ddps_parameters_with_a_lower_measured_peak(tmp_path: Path) -> None:
+def test_fsdp_on_gloo_trains_to_ddps_parameters_with_a_lower_measured_peak(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(CPU_MEMORY_ENV, "1")  # `syncsim real --cpu-memory`: the ranks inherit it
     """4 workers (2 hosts x 2): full sharding and hybrid sharding inside each host end on the parameters of a
     ring all-reduce run of the same config and seed, and on numerics mode's. With Adam a DDP rank holds 16 bytes
     of optimizer state per parameter, a fully sharded one 16 / 4: each rank's measured peak drops."""

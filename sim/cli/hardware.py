@@ -4,6 +4,7 @@ devices (or an emulated cluster's namespaces) and measure."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -36,6 +37,12 @@ def add_real(sub: Subparsers) -> None:
         help="auto: nccl with a GPU per worker, or gloo",
     )
     real.add_argument("--emulate", metavar="TAG", help="run each rank in its host's namespace of `syncsim emulate up`")
+    real.add_argument(
+        "--cpu-memory",
+        action="store_true",
+        help="measure each CPU worker's peak memory for ranks.csv (watches every op of its first 3 iterations, "
+        "several times slower; a GPU's peak is always measured)",
+    )
     add_set(real)
     real.set_defaults(func=_cmd_real)
 
@@ -46,6 +53,7 @@ def _cmd_real(args: argparse.Namespace) -> int:
     config = load_config(args.config, args.set)
     require_torch("real")
     from real.backends import backend_for
+    from real.device_use import CPU_MEMORY_ENV
     from real.launch import launch
     from real.layout import placement
     from real.results import print_real_results
@@ -70,6 +78,8 @@ def _cmd_real(args: argparse.Namespace) -> int:
         + f"; a silent peer counts as dead after {args.timeout:g} s",
         file=sys.stderr,
     )
+    if args.cpu_memory:  # the launched ranks inherit it (real/device_use.py)
+        os.environ[CPU_MEMORY_ENV] = "1"
     outcome = launch(
         Path(args.config), out, need.workers, args.timeout, args.backend, emulation=args.emulate, overrides=args.set
     )
