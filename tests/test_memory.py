@@ -76,6 +76,11 @@ def test_data_parallel_holds_a_replica_its_gradient_adam_and_bf16_buckets() -> N
     assert row["peak_bytes"] == pytest.approx(20 * p + row["activations_bytes"], rel=1e-12)
 
 
+def test_no_sync_keeps_no_communication_buffers() -> None:
+    row = memory_row(run_config({"name": "no_sync"}, optimizer_state="adam"))
+    assert row["buffers_bytes"] == 0 and row["gradients_bytes"] == 4 * SMALL_PARAMS
+
+
 def test_the_optimizer_state_defaults_to_numerics_optimizer() -> None:
     p = SMALL_PARAMS
     assert memory_row(run_config({"name": "ring"}))["optimizer_bytes"] == 4 * p  # SGD with momentum
