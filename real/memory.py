@@ -3,7 +3,7 @@
 A real run trains `numerics.model` (real/session.py), not the workload's model the simulator times, so both
 predictions beside the measured peak in `ranks.csv` are made for that model.
 
-`predicted_peak_bytes`: `sim.memory`'s peak for the trained model: the workload's compute plan with the
+`simulated_peak_bytes`: `sim.memory`'s peak for the trained model: the workload's compute plan with the
 trained model's parameter count, its gradient buckets scaled in proportion (the real backend maps the
 trained model's elements onto the workload's buckets the same way, `sim.numerics.replica.bucket_ranges`), the
 numerics batch, and no activation figure. It is what the simulator's model of DDP or FSDP says a rank holds.
@@ -75,7 +75,7 @@ def trained_plan(config: Config, plan: ComputePlan, cluster: Any, elements: int)
     )  # the buckets' tensor shapes stay the workload's: a policy that factors them (PowerSGD) binds to them
 
 
-def predicted_peak_bytes(config: Config, index: int, cluster: Any, plan: ComputePlan, elements: int) -> float:
+def simulated_peak_bytes(config: Config, index: int, cluster: Any, plan: ComputePlan, elements: int) -> float:
     """`sim.memory`'s peak per worker of policy `index` for the trained model (every worker's is the same); NaN
     where the policy does not bind to the resized plan (a run that trained is not failed for a prediction)."""
     trained = trained_plan(config, plan, cluster, elements)

@@ -40,7 +40,7 @@ from real.executor import RankExecutor
 from real.groups import ProcessGroups, planned_groups
 from real.layout import Placement, placement
 from real.liveness import Heartbeat
-from real.memory import predicted_peak_bytes, real_peak
+from real.memory import real_peak, simulated_peak_bytes
 from real.phases import Decisions, agree_used, restart
 from real.placement import on_host, optimizer_on, task_on
 from real.precision import PrecisionTask, configure_tf32
@@ -203,7 +203,7 @@ def _run_policy(
         return None
     assert gathered is not None
     wall_s = time.time() - wall
-    simulated = predicted_peak_bytes(config, index, cluster, plan, task.size)
+    simulated = simulated_peak_bytes(config, index, cluster, plan, task.size)
     batch = per_worker_batch(cfg.global_batch, workers)
     layout = real_peak(policy, cfg.optimizer, task, [b.nbytes for b in plan.buckets], batch, config.workload.precision)
     membership = policy.bound_view.membership

@@ -9,7 +9,7 @@ from helpers import star, synthetic
 
 pytest.importorskip("torch")
 
-from real.memory import predicted_peak_bytes, real_peak, trained_plan  # noqa: E402
+from real.memory import real_peak, simulated_peak_bytes, trained_plan  # noqa: E402
 from sim.api import prepare  # noqa: E402
 from sim.config import parse_config  # noqa: E402
 from sim.engine.faults import absences_of  # noqa: E402
@@ -42,12 +42,12 @@ def test_ddp_holds_its_weights_gradient_optimizer_state_and_flat_buckets(
     """fp32: 4 bytes each of weight, gradient and DDP's flat gradient bucket, plus 4 per optimizer state value
     (Adam's two moments, or the momentum)."""
     config, cluster, plan = setup([{"name": "ring"}], optimizer)
-    assert predicted_peak_bytes(config, 0, cluster, plan, 1000) == per_parameter * 1000
+    assert simulated_peak_bytes(config, 0, cluster, plan, 1000) == per_parameter * 1000
 
 
 def test_zero_1_holds_a_quarter_of_the_optimizer_state_over_four_ranks() -> None:
     config, cluster, plan = setup([{"name": "ring"}, {"name": "fsdp", "strategy": "optimizer"}], {"name": "adam"})
-    ddp, zero1 = (predicted_peak_bytes(config, i, cluster, plan, 1000) for i in (0, 1))
+    ddp, zero1 = (simulated_peak_bytes(config, i, cluster, plan, 1000) for i in (0, 1))
     assert ddp - zero1 == pytest.approx(2 * 4 * 1000 * (1 - 1 / 4))
 
 

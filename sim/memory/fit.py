@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Optional
 
 from policies.base import Policy
 from sim.catalog.gpus import GpuSpec
@@ -18,16 +19,14 @@ def capacity_bytes(gpu: GpuSpec) -> float:
     return gpu.memory_gb * GIB
 
 
-def largest_micro_batch(policy: Policy, plan: ComputePlan, config: Config, capacity: float) -> int:
-    """The largest samples per micro-batch whose peak fits `capacity` (0: not even one; activations grow
-    in proportion to the micro-batch, everything else does not)."""
-    fixed = policy_memory(policy, plan, config, batch_size=0).total
-    per_sample = policy_memory(policy, plan, config, batch_size=1).total - fixed
-    if fixed > capacity:
-        return 0
-    if per_sample <= 0:
-        return config.workload.batch_size
-    return int(math.floor((capacity - fixed) / per_sample))
+def largest_micro_batch(terms: MemoryTerms, batch_size: int, capacity: float) -> Optional[int]:
+    """The most samples per micro-batch whose peak fits `capacity`, activations growing in proportion to the
+    micro-batch and nothing else (0: not even one); None where the activations are not known or none are
+    saved (the micro-batch then changes nothing)."""
+    if terms.activations <= 0 or batch_size <= 0:
+        return None
+    fixed = terms.total - terms.activations
+    return max(0, math.floor((capacity - fixed) / (terms.activations / batch_size)))
 
 
 def memory_problems(config: Config, gpu: GpuSpec, plan: ComputePlan, policies: Sequence[Policy]) -> list[str]:
@@ -44,8 +43,8 @@ def memory_problems(config: Config, gpu: GpuSpec, plan: ComputePlan, policies: S
         estimated = terms.activations_source == "estimated"
         if (terms.total - terms.activations if estimated else terms.total) <= capacity:
             continue
-        largest = largest_micro_batch(policy, plan, config, capacity)
-        if largest >= 1:
+        largest = largest_micro_batch(terms, config.workload.batch_size, capacity)
+        if largest:
             advice = f"the largest micro-batch that fits is workload.batch_size: {largest}"
         else:
             sharded = policy.optimizer_share < 1

@@ -35,17 +35,20 @@ OPTIMIZER_STATES = {"none": 0, "momentum": 1, "adam": 2}
 
 @dataclass(frozen=True)
 class MemoryTerms:
-    """One GPU's peak memory, by term, in bytes; `activations_known` is False where the model gives no
-    activation sizes (a synthetic gradient, a profiled module whose profile has no saved bytes), whose
-    activations count as 0."""
+    """One GPU's peak memory, by term, in bytes; `activations_source` says where the activations come from
+    (ComputePlan.activation_source): counted, measured, estimated, or none where the model gives no sizes
+    (a synthetic gradient, a profiled module whose profile has no saved bytes) and they count as 0."""
 
     parameters: float
     gradients: float
     optimizer: float
     activations: float
     buffers: float
-    activations_known: bool = True
-    activations_source: str = "counted"  # counted, measured, estimated or none (ComputePlan.activation_source)
+    activations_source: str = "counted"
+
+    @property
+    def activations_known(self) -> bool:
+        return self.activations_source != "none"
 
     @property
     def total(self) -> float:
@@ -53,11 +56,7 @@ class MemoryTerms:
 
     def terms(self) -> dict[str, float]:
         """The byte terms by name, in the order above."""
-        return {
-            f.name: getattr(self, f.name)
-            for f in fields(self)
-            if f.name not in ("activations_known", "activations_source")
-        }
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "activations_source"}
 
     def describe(self) -> str:
         """`parameters 1.2, gradients ...` in GiB."""
@@ -90,15 +89,14 @@ def held_memory(
     per_sample = plan.activation_bytes_per_sample
     batch = plan.batch_size if batch_size is None else batch_size
     # skipping the reduce-scatter on inner micro-batches (no_sync) keeps the whole unsharded gradient meanwhile
-    unsharded = plan.gradient_bytes if held.gradients < 1 and plan.accumulation_steps > 1 else 0.0
-    unsharded *= not plan.sync_every_micro_batch
+    no_sync = plan.accumulation_steps > 1 and not plan.sync_every_micro_batch
+    unsharded = plan.gradient_bytes if held.gradients < 1 and no_sync else 0.0
     return MemoryTerms(
         parameters=master * held.parameters + working,
         gradients=master * held.gradients + unsharded,
         optimizer=master * (states * held.optimizer + held.extra_copies),
         activations=(per_sample or 0.0) * batch,
         buffers=held.buffer_bytes,
-        activations_known=per_sample is not None,
         activations_source=plan.activation_source if per_sample is not None else "none",
     )
 

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import math
-
 import pandas as pd
 
 from sim.catalog.gpus import GpuSpec
 from sim.engine.run import PolicyRun
-from sim.memory import MemoryTerms, capacity_bytes
+from sim.memory import capacity_bytes, largest_micro_batch
 
 MEMORY_COLUMNS = (
     "policy",
@@ -27,15 +25,6 @@ MEMORY_COLUMNS = (
 )
 
 
-def largest_batch_of(terms: MemoryTerms, batch_size: int, capacity: float) -> float:
-    """Samples per micro-batch that fit `capacity`, activations growing in proportion to them; NaN when
-    the activations are not known (or none are saved)."""
-    fixed = terms.total - terms.activations
-    if not terms.activations_known or terms.activations <= 0 or batch_size <= 0:
-        return float("nan")
-    return float(max(0, math.floor((capacity - fixed) / (terms.activations / batch_size))))
-
-
 def memory_frame(runs: list[PolicyRun], gpu: GpuSpec, batch_size: int) -> pd.DataFrame:
     """A row per run that has a prediction."""
     capacity = capacity_bytes(gpu)
@@ -44,12 +33,13 @@ def memory_frame(runs: list[PolicyRun], gpu: GpuSpec, batch_size: int) -> pd.Dat
         terms = run.memory
         if terms is None:
             continue
+        largest = largest_micro_batch(terms, batch_size, capacity)
         row: dict[str, object] = {"policy": run.label, "gpu": gpu.name, "capacity_bytes": capacity}
         row.update({f"{name}_bytes": value for name, value in terms.terms().items()})
         row.update(
             peak_bytes=terms.total,
             fits=terms.total <= capacity,
-            largest_micro_batch=largest_batch_of(terms, batch_size, capacity),
+            largest_micro_batch=float("nan") if largest is None else float(largest),
             activations_known=terms.activations_known,
             activations_source=terms.activations_source,
         )
