@@ -6,30 +6,32 @@ predictions beside the measured peak in `ranks.csv` are made for that model.
 `simulated_peak_bytes`: `sim.memory`'s peak for the trained model: the workload's compute plan with the
 trained model's parameter count, its gradient buckets scaled in proportion (the real backend maps the
 trained model's elements onto the workload's buckets the same way, `sim.numerics.replica.bucket_ranges`), the
-numerics batch, and no activation figure. It is what the simulator's model of DDP or FSDP says a rank holds.
+numerics batch, and the trained model's activations where its architecture says what they are: those of
+`numerics.model: transformer`, counted from `workload.transformer` at the numerics sequence length (no
+checkpointing: the real worker's module checkpoints nothing); for the other models none. It is what the
+simulator's model of DDP or FSDP says a rank holds.
 
 `real_peak`: what the real backend itself holds (docs/real.md, "Where a worker's bytes go"), which differs
 from DDP and FSDP by implementation choices the simulator does not model:
 
 - one flat fp32 parameter vector and one flat gradient, whole while a step runs, sharded or not: forward and
   backward are one autograd call on the whole vector (real/sharding.py gathers all of it for that call);
-- autograd's gradient of that vector: each parameter tensor is a slice of it, and a slice's backward
-  (`slice_backward`) hands back a zero-filled vector as long as the whole model, which autograd sums out of
-  place into the leaf's gradient as they arrive; a layer hands back its weight's and its bias's at once, so
-  four model-length vectors are alive while the second layer's pair is added (the running sum, the pair,
-  their sum; three for a one-layer model, one for a single tensor); a zoo model's task takes a leaf per
-  parameter instead and concatenates their gradients: two model-length vectors;
-- the optimizer is `sim.numerics.optim.FlatOptimizer` (not `torch.optim`): Adam keeps its two fp32 moments
-  and an int64 step count per element, and its step on a range of k elements holds six fp32 temporaries of
-  k elements at once (the two bias corrections, `lr * m / bias1`, `v.sqrt()`, `bias2.sqrt()` and their
-  quotient); SGD one (`lr * buf`), Nesterov two, and a gradient with weight decay added one more;
 - no flat gradient bucket: collectives act in place on slices of the flat gradient;
+- backward: a leaf per parameter tensor, whose gradient autograd adds in place into its slice of the flat
+  gradient (`sim.numerics.tasks.accumulate_gradient`), so beyond the activations' own gradients the transient
+  is one layer's parameter gradients, alive until they are added;
+- the optimizer is `sim.numerics.optim.FlatOptimizer` (not `torch.optim`): Adam keeps its two fp32 moments
+  (and a step count per range stepped, a few bytes), and its step on a range of k elements holds at most 16
+  bytes an element at once (the range's counts as int64, made for the step, and the two fp32 bias corrections;
+  the rest of the update runs in place); SGD one fp32 temporary (`lr * buf`), Nesterov two, and a gradient
+  with weight decay added one fp32 more;
 - activations as autograd saves them for the model trained, counted by `real.saved_activations` on one
-  batch (plus the largest layer's once more, sim/compute/activations.py's rule for backward).
+  batch (plus the largest layer's once more, sim/compute/activations.py's rule for backward): for the
+  numerics models and the decoder (`numerics.model: transformer`); not for the other zoo models.
 
-The peak is the state plus the larger of backward's (autograd's vectors and the activations) and the
-optimizer step's temporaries. Not counted: the allocator's and the process's own bookkeeping (Python
-objects, gloo's buffers, malloc's caches).
+The peak is the state plus the larger of backward's (its transient and the activations) and the optimizer
+step's temporaries. Not counted: the allocator's and the process's own bookkeeping (Python objects, gloo's
+buffers, malloc's caches).
 """
 
 from __future__ import annotations
@@ -44,7 +46,9 @@ from torch.nn import functional as F
 
 from policies.base import Policy
 from real.saved_activations import saved_bytes
-from sim.compute.activations import SIXTEEN_BIT
+from sim.catalog.zoo import get_model
+from sim.catalog.zoo.llm import decoder_model
+from sim.compute.activations import SIXTEEN_BIT, activation_bytes_per_sample
 from sim.compute.workload import ComputePlan
 from sim.config import Config
 from sim.config.numerics import OptimizerConfig
@@ -55,15 +59,31 @@ from sim.memory import policy_memory
 from sim.numerics.batches import per_worker_batch
 from sim.numerics.replica import bucket_ranges
 from sim.numerics.tasks import Task
+from sim.numerics.zoo_nets import flat_layout
+from sim.numerics.zoo_task import DECODER, numerics_architecture
 
 FP32_BYTES = 4  # a real worker keeps its flat parameters and gradient in fp32 (real/session.py)
-INT64_BYTES = 8  # FlatOptimizer's Adam step count, one per element
+
+
+def trained_activations(config: Config) -> Optional[float]:
+    """`sim.memory`'s activation bytes per sample of the trained model: the decoder's (`numerics.model:
+    transformer`), counted from its architecture at the numerics sequence length without checkpointing; None
+    for the other models."""
+    assert config.numerics is not None
+    transformer = config.workload.transformer
+    if config.numerics.model != DECODER or transformer is None:
+        return None
+    arch = numerics_architecture(transformer.architecture(), config.numerics)
+    spec = decoder_model(DECODER, arch, "workload.transformer at numerics.zoo.sequence")
+    return activation_bytes_per_sample(spec, config.workload.precision, False)
 
 
 def trained_plan(config: Config, plan: ComputePlan, cluster: Any, elements: int) -> ComputePlan:
-    """`plan` resized to a model of `elements` fp32 parameters, at the numerics batch, without activations."""
+    """`plan` resized to a model of `elements` fp32 parameters, at the numerics batch, with the trained model's
+    activations (`trained_activations`)."""
     assert config.numerics is not None
     scale = elements * FP32_BYTES / plan.gradient_bytes
+    activations = trained_activations(config)
     return replace(
         plan,
         params=elements,
@@ -71,7 +91,8 @@ def trained_plan(config: Config, plan: ComputePlan, cluster: Any, elements: int)
         parameter_bytes=elements * FP32_BYTES,
         buckets=tuple(replace(b, nbytes=b.nbytes * scale) for b in plan.buckets),
         batch_size=per_worker_batch(config.numerics.global_batch, cluster.world_size),
-        activation_bytes_per_sample=None,
+        activation_bytes_per_sample=activations,
+        activation_source="counted" if activations is not None else "none",
     )  # the buckets' tensor shapes stay the workload's: a policy that factors them (PowerSGD) binds to them
 
 
@@ -95,7 +116,7 @@ class RealPeak:
     gradients: float  # the flat fp32 gradient
     optimizer: float  # FlatOptimizer's state for the elements this rank steps, and a policy's further copies
     activations: float  # what autograd saves for backward, on one batch
-    backward: float  # autograd's model-length gradient vectors, alive at once
+    backward: float  # one layer's parameter gradients, alive until added into the flat gradient
     step: float  # the optimizer step's temporaries on the largest range stepped at once
 
     @property
@@ -111,47 +132,62 @@ class RealPeak:
 
 
 def state_bytes_per_element(cfg: OptimizerConfig) -> int:
-    """FlatOptimizer's state per element: Adam/AdamW's two fp32 moments and int64 step count, SGD's momentum."""
+    """FlatOptimizer's state per element: Adam/AdamW's two fp32 moments, SGD's momentum (Adam's step counts are
+    one per range stepped: not per element)."""
     if cfg.name in ("adam", "adamw"):
-        return 2 * FP32_BYTES + INT64_BYTES
+        return 2 * FP32_BYTES
     return FP32_BYTES if cfg.momentum > 0 else 0
 
 
-def step_temporaries(cfg: OptimizerConfig) -> int:
-    """fp32 temporaries per element alive at once in FlatOptimizer's step (the module's text)."""
+def step_bytes(cfg: OptimizerConfig) -> int:
+    """Bytes per element of temporaries alive at once in FlatOptimizer's step (the module's text)."""
     if cfg.name in ("adam", "adamw"):
-        temporaries = 6
+        temporaries = 8 + 2 * FP32_BYTES  # the int64 counts and the two bias corrections
     else:
-        temporaries = 2 if cfg.momentum > 0 and cfg.nesterov else 1
+        temporaries = FP32_BYTES * (2 if cfg.momentum > 0 and cfg.nesterov else 1)
     decayed_gradient = cfg.weight_decay > 0 and cfg.name != "adamw"  # AdamW decays the parameter in place
-    return temporaries + int(decayed_gradient)
+    return temporaries + FP32_BYTES * int(decayed_gradient)
 
 
-def gradient_vectors(task: Any) -> int:
-    """Model-length vectors autograd and the task hold at once for the gradient (the module's text): a numerics
-    model's flat leaf cut into tensors; a zoo model (`ZooTask`) has a leaf per parameter, whose gradients
-    (one vector in all) are then concatenated into a second."""
-    if not isinstance(task, Task):
-        return 2
-    tensors = len(task.tensor_sizes)
-    return 1 if tensors <= 1 else 3 if tensors == 2 else 4
+def gradient_transient(task: Any) -> int:
+    """Elements of the largest layer's parameter gradients, which autograd hands back together before they are
+    added into the flat gradient (the module's text): a numerics model's layer is a weight and its bias; a zoo
+    model's, a zoo layer's tensors."""
+    if isinstance(task, Task):
+        sizes = task.tensor_sizes  # Linear and Conv2d layers: weight, bias
+        return max((sum(sizes[i : i + 2]) for i in range(0, len(sizes), 2)), default=0)
+    return max((sum(int(params[n].numel()) for n in names) for params, (_, names) in _zoo_layers(task)), default=0)
+
+
+def _zoo_layers(task: Any) -> list[tuple[dict[str, torch.Tensor], tuple[str, list[str]]]]:
+    params = dict(task.module.named_parameters())
+    return [(params, layer) for layer in flat_layout(task.module, zoo_spec(task))]
+
+
+def zoo_spec(task: Any) -> Any:
+    """The zoo model a `ZooTask` trains (the decoder's own for `numerics.model: transformer`)."""
+    return getattr(task, "spec", None) or get_model(task.name)
 
 
 def activation_bytes(task: Any, batch: int, precision: str) -> Optional[float]:
     """What autograd saves for backward on one batch of the trained model, plus its largest layer's once more
-    (`real.saved_activations`, one layer per module that owns parameters); None for a model this does not
-    count (a zoo model, whose loss is its own)."""
-    if not isinstance(task, Task):
+    (`real.saved_activations`: one layer per module that owns parameters, or the decoder's zoo layers); None
+    for a model this does not count (a zoo model other than the decoder)."""
+    if isinstance(task, Task):
+        module, loss = task.module, F.cross_entropy
+        layout = [
+            (owner or "model", [f"{owner}.{n}" if owner else n for n, _ in sub.named_parameters(recurse=False)])
+            for owner, sub in module.named_modules()
+            if any(True for _ in sub.parameters(recurse=False))
+        ]
+    elif getattr(task, "architecture", None) is not None:  # the decoder: its zoo layers
+        module, loss = task.module, task.loss
+        layout = flat_layout(module, task.spec)
+    else:
         return None
-    module = task.module
-    layout = [
-        (owner or "model", [f"{owner}.{name}" if owner else name for name, _ in sub.named_parameters(recurse=False)])
-        for owner, sub in module.named_modules()
-        if any(True for _ in sub.parameters(recurse=False))
-    ]
     # copies, as the worker's indexed batch is: a slice would count the whole data set's storage
     x, y = task.data.x_train[:batch].clone(), task.data.y_train[:batch].clone()
-    per_layer = saved_bytes(module, [x], y, F.cross_entropy, layout, precision, torch.device("cpu"))
+    per_layer = saved_bytes(module, [x], y, loss, layout, precision, torch.device("cpu"))
     return float(sum(per_layer) + max(per_layer, default=0))
 
 
@@ -175,6 +211,6 @@ def real_peak(
         gradients=FP32_BYTES * n,
         optimizer=state_bytes_per_element(optimizer) * n * held.optimizer + FP32_BYTES * n * held.extra_copies,
         activations=activations or 0.0,
-        backward=FP32_BYTES * n * gradient_vectors(task),
-        step=FP32_BYTES * stepped * step_temporaries(optimizer),
+        backward=FP32_BYTES * gradient_transient(task),
+        step=stepped * step_bytes(optimizer),
     )

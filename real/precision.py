@@ -118,12 +118,17 @@ class PrecisionTask:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.task, name)
 
-    def gradient(self, flat: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, float]:
+    def gradient(
+        self, flat: torch.Tensor, x: torch.Tensor, y: torch.Tensor, out: Optional[torch.Tensor] = None
+    ) -> tuple[torch.Tensor, float]:
+        """`out`: passed on (a task with `gradient_in_place` writes the gradient into it)."""
+        into = {} if out is None else {"out": out}
+
         def compute(scale: Optional[float] = None) -> tuple[torch.Tensor, float]:
             with autocast(self.precision, self.device):
                 if scale is None:
-                    return self.task.gradient(flat, x, y)
-                return self.task.gradient(flat, x, y, loss_scale=scale)
+                    return self.task.gradient(flat, x, y, **into)
+                return self.task.gradient(flat, x, y, loss_scale=scale, **into)
 
         if self.loss_scale is None:
             return compute()

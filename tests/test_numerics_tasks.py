@@ -69,3 +69,22 @@ def refusal(numerics: dict) -> str:
 )
 def test_a_split_with_no_training_sample_is_refused_naming_the_field(numerics: dict, line: str) -> None:
     assert line in refusal(numerics).splitlines()
+
+
+@pytest.mark.parametrize("model", ["mlp", "cnn"])
+def test_the_gradient_written_in_place_is_a_flat_leafs_bit_for_bit(model: str) -> None:
+    """A leaf per tensor accumulating into its slice of `out` gives exactly the values of one flat leaf cut into
+    tensors (the former way, whose slices each handed back a model-length vector); `out` is the tensor returned."""
+    import torch
+    from torch.nn import functional as F
+
+    task = Task(NumericsConfig(model=model, hidden=[32, 16]), seed=0)
+    flat = task.initial + 0.01 * torch.randn(task.size, generator=torch.Generator().manual_seed(0))
+    x, y = task.data.x_train[:16], task.data.y_train[:16]
+    leaf = flat.detach().requires_grad_(True)
+    (expected,) = torch.autograd.grad(F.cross_entropy(task.forward(leaf, x), y), leaf)
+    out = torch.full((task.size,), float("nan"))
+    grad, loss = task.gradient(flat, x, y, out=out)
+    assert grad is out and torch.equal(out, expected)
+    scaled, _ = task.gradient(flat, x, y, loss_scale=1024.0)  # fp16's loss scaling: scaled, then divided back
+    assert torch.allclose(scaled, expected, rtol=1e-6, atol=1e-9) and scaled is not out

@@ -30,7 +30,8 @@ def test_the_plan_is_the_trained_models_with_the_workloads_buckets_in_proportion
     assert trained.params == 1000 and trained.gradient_bytes == 4000
     assert [b.nbytes for b in trained.buckets] == pytest.approx([b.nbytes / 2000 for b in plan.buckets])  # 8 MB
     assert trained.batch_size == 8  # the numerics batch of 32 over 4 workers
-    assert trained.activation_bytes_per_sample is None
+    assert trained.activation_bytes_per_sample is None  # the MLP's are not counted from an architecture
+    assert trained.activation_source == "none"
 
 
 @pytest.mark.parametrize(
@@ -80,22 +81,29 @@ SAVED = 16 * 64 * 4 + 2 * 16 * 256 * 4 + 16 * 10 * 4 + 16 * 8 + 4
 LARGEST_LAYER = 16 * 64 * 4 + 16 * 256 * 4
 
 
+# the largest layer's parameter gradients, handed back together before autograd adds them into the flat gradient:
+# the 256 x 256 Linear's weight and bias
+LARGEST_GRADIENT = 256 * 256 + 256
+
+
 def test_the_real_layout_of_ddp_on_the_digits_mlp_by_hand() -> None:
     """Ring all-reduce, Adam, 4 buckets of 2 MB: flat fp32 weights and gradient (4 + 4 bytes an element), Adam's
-    moments and int64 step count (4 + 4 + 8), and in backward four model-length gradient vectors (16) and the
-    saved activations; the step's 6 fp32 temporaries on the largest bucket's 21,251 elements are fewer."""
+    two fp32 moments (8); in backward the saved activations and one layer's parameter gradients; the step's
+    temporaries (int64 counts and two fp32 bias corrections: 16 bytes) on the largest bucket's 21,251 elements
+    (340,016 bytes) are more, so they make the peak."""
     config, cluster, plan, task = digits_mlp([{"name": "ring"}], 2.0)
     assert task.size == MLP
     peak = layout_of(config, cluster, plan, task, 0)
     assert peak.terms() == {
         "parameters": 4 * MLP,
         "gradients": 4 * MLP,
-        "optimizer": 16 * MLP,
+        "optimizer": 8 * MLP,
         "activations": SAVED + LARGEST_LAYER,
-        "backward": 4 * 4 * MLP,
-        "step": 6 * 4 * 21_251,
+        "backward": 4 * LARGEST_GRADIENT,
+        "step": 16 * 21_251,
     }
-    assert peak.total == (4 + 4 + 16 + 16) * MLP + SAVED + LARGEST_LAYER
+    assert SAVED + LARGEST_LAYER + 4 * LARGEST_GRADIENT < 16 * 21_251
+    assert peak.total == (4 + 4 + 8) * MLP + 16 * 21_251
 
 
 def test_full_sharding_keeps_a_quarter_of_adams_state_but_the_whole_flat_vectors() -> None:
@@ -103,29 +111,61 @@ def test_full_sharding_keeps_a_quarter_of_adams_state_but_the_whole_flat_vectors
     for its quarter; the real backend gathers the whole model for its one autograd call."""
     config, cluster, plan, task = digits_mlp([{"name": "fsdp", "strategy": "full"}], 2.0)
     peak = layout_of(config, cluster, plan, task, 0)
-    assert (peak.parameters, peak.gradients, peak.backward) == (4 * MLP, 4 * MLP, 16 * MLP)
-    assert peak.optimizer == 16 * MLP / 4
-    assert peak.step == 6 * 4 * 5_313
+    assert (peak.parameters, peak.gradients, peak.backward) == (4 * MLP, 4 * MLP, 4 * LARGEST_GRADIENT)
+    assert peak.optimizer == 8 * MLP / 4
+    assert peak.step == 16 * 5_313
 
 
 def test_one_bucket_makes_the_optimizer_step_the_peak() -> None:
-    """One 8 MB bucket: Adam steps all 85,002 elements at once, 24 bytes of temporaries each, more than
-    backward's 16 bytes and the activations."""
+    """One 8 MB bucket: Adam steps all 85,002 elements at once, 16 bytes of temporaries each."""
     config, cluster, plan, task = digits_mlp([{"name": "ring"}], 8.0)
     peak = layout_of(config, cluster, plan, task, 0)
-    assert peak.step == 24 * MLP
-    assert peak.total == (4 + 4 + 16) * MLP + 24 * MLP
+    assert peak.step == 16 * MLP
+    assert peak.total == (4 + 4 + 8) * MLP + 16 * MLP
 
 
-def test_a_zoo_models_task_holds_two_gradient_vectors_and_no_counted_activations() -> None:
-    """A zoo model's task (a leaf per parameter, gradients concatenated): two model-length fp32 vectors in
-    backward; its activations are not counted here (0)."""
-    from types import SimpleNamespace
+def test_a_zoo_model_other_than_the_decoder_has_no_counted_activations() -> None:
+    """DeepFM (a small hashed feature space): its largest zoo layer's gradients in backward, its activations not
+    counted here (0)."""
+    from sim.numerics.zoo_task import ZooTask
 
     config, cluster, plan = setup([{"name": "ring"}], {"name": "sgd", "momentum": 0.9})
     policy = bind_policy(config.policies[0], 0, cluster, plan, "fp32", absences_of(config, cluster))
-    zoo = SimpleNamespace(size=1000, slices=[("w", 0, 1000, (1000,))])
-    peak = real_peak(policy, config.numerics.optimizer, zoo, [1.0, 1.0], 8)
-    assert (peak.backward, peak.activations) == (2 * 4 * 1000, 0.0)
-    assert peak.optimizer == 4 * 1000  # SGD's momentum, fp32
-    assert peak.step == 4 * 500  # one temporary (lr * buf) on the larger of two equal buckets
+    numerics = config.numerics.model_copy(update={"model": "deepfm", "dataset": "synthetic"})
+    numerics = numerics.model_copy(update={"zoo": numerics.zoo.model_copy(update={"features": 390, "samples": 8})})
+    task = ZooTask(numerics, 0)
+    peak = real_peak(policy, config.numerics.optimizer, task, [1.0, 1.0], 8)
+    sizes = [p.numel() for p in task.module.parameters()]
+    assert peak.activations == 0.0
+    assert peak.optimizer == 4 * task.size  # SGD's momentum, fp32
+    # the largest zoo layer: DeepFM's hidden 400 -> 400 Linear and its bias (larger than the 390 x 10 table or
+    # the first Linear's 39 fields x 10 -> 400)
+    assert peak.backward == 4 * (400 * 400 + 400) and 390 * 10 in sizes
+
+
+# configs/real_transformer_memory.yaml's decoder, by hand: a 256 x 64 token table and head, and per block two
+# LayerNorms (gain and bias), Q and O projections of 64 x 64, K and V of 64 x 32 (2 KV heads of 16), and SwiGLU's
+# three 64 x 192 projections; no biases
+DECODER = 256 * 64 + 2 * (2 * 2 * 64 + 2 * 64 * 64 + 2 * 64 * 32 + 3 * 64 * 192) + 2 * 64 + 256 * 64
+# values autograd keeps per token (sim/catalog/zoo/llm.py's count): per block 9 d + 4 mlp_width; the final norm's
+# and the head's inputs (d each) and the fp32 log-probabilities over the 256-word vocabulary
+PER_TOKEN = 2 * (9 * 64 + 4 * 192) + 64 + 64 + 256
+# the largest layer's once more: the up projection keeps the SiLU's output and its own (2 x 192 a token)
+PER_SAMPLE = 4 * 128 * (PER_TOKEN + 2 * 192)
+
+
+def test_sim_memory_counts_the_decoders_activations_at_the_numerics_sequence() -> None:
+    """configs/real_transformer_memory.yaml: DDP holds 20 bytes a parameter (fp32 weight, gradient, Adam's two
+    moments, its flat bucket) and 8 sequences of 128 tokens' activations, counted from the architecture."""
+    from sim.api import as_config
+    from sim.config import load_config
+
+    config = as_config("configs/real_transformer_memory.yaml")
+    cluster, plan = prepare(config)
+    assert DECODER == 131_712 and PER_SAMPLE == 1_769_472
+    trained = trained_plan(config, plan, cluster, DECODER)
+    assert (trained.activation_bytes_per_sample, trained.activation_source) == (PER_SAMPLE, "counted")
+    assert simulated_peak_bytes(config, 0, cluster, plan, DECODER) == 20 * DECODER + 8 * PER_SAMPLE
+    short = load_config("configs/real_transformer_memory.yaml", ["numerics.zoo.sequence=8"])
+    per_sample = 4 * 8 * (PER_TOKEN + 2 * 192)  # the same values a token, 8 tokens
+    assert trained_plan(short, plan, cluster, DECODER).activation_bytes_per_sample == per_sample

@@ -13,10 +13,12 @@ from pydantic import Field, field_validator, model_validator
 
 from sim.catalog.zoo import MODEL_NAMES, TORCH_MODELS, canonical_name
 from sim.catalog.zoo.cnn import CIFAR10_CLASSES, IMAGENET_CLASSES
+from sim.catalog.zoo.llm import DecoderArchitecture
 from sim.catalog.zoo.transformers import BERT_POSITIONS, GPT2_POSITIONS
 from sim.config.types import AsTuple, Strict
 
 SMALL_MODELS = ("logreg", "mlp", "cnn")
+DECODER = "transformer"  # the decoder-only model workload.transformer describes (sim.numerics.decoder_net)
 ZOO_CLASSES = {
     "resnet50": IMAGENET_CLASSES,
     "vgg16": IMAGENET_CLASSES,
@@ -124,6 +126,32 @@ class ZooData(Strict):
     )
 
 
+def rotary_problem(arch: DecoderArchitecture) -> Optional[str]:
+    """Why the decoder's eager module cannot rotate `arch`'s heads (an odd head size), naming the field; else None."""
+    if arch.positions == "rotary" and arch.head_dim % 2:
+        return (
+            f"heads: hidden / heads = {arch.head_dim} is odd, and rotary positions rotate pairs of a head's "
+            "values; allowed: heads giving an even head size, or positions: learned"
+        )
+    return None
+
+
+def decoder_problems(arch: DecoderArchitecture, zoo: ZooData) -> list[str]:
+    """Why `numerics.model: transformer` cannot train `arch` (workload.transformer's) on `zoo`'s data."""
+    problems = []
+    if zoo.classes > arch.vocab:
+        problems.append(
+            f"numerics.zoo.classes: {zoo.classes} symbols do not fit the vocabulary; allowed: 2 to {arch.vocab}"
+        )
+    if arch.positions == "learned" and zoo.sequence > arch.max_positions:
+        problems.append(
+            f"numerics.zoo.sequence: {zoo.sequence} tokens exceed the learned position table "
+            f"(workload.transformer.max_positions {arch.max_positions}); allowed: 1 to {arch.max_positions}"
+        )
+    rotary = rotary_problem(arch)
+    return problems + ([f"workload.transformer.{rotary}"] if rotary else [])
+
+
 class NumericsConfig(Strict):
     """Train a real model in every simulated worker, on the simulator's clock."""
 
@@ -134,7 +162,8 @@ class NumericsConfig(Strict):
     model: str = Field(
         "mlp",
         description="logreg, mlp or cnn (cnn: digits only), or a zoo model (torch.nn, on synthetic data "
-        "shaped for it; `zoo:`): " + ", ".join(TORCH_MODELS),
+        "shaped for it; `zoo:`): " + ", ".join(TORCH_MODELS) + ", or transformer (workload.transformer's "
+        "architecture at zoo.sequence tokens, next-token prediction over zoo.classes symbols)",
     )
     hidden: list[Width] = Field([64], description="mlp: hidden layer widths")
     channels: list[Width] = Field([8, 16], description="cnn: channels of its two 3x3 conv layers")
@@ -162,20 +191,21 @@ class NumericsConfig(Strict):
     @classmethod
     def _known_model(cls, value: str) -> str:
         canonical = canonical_name(value)
-        if canonical in SMALL_MODELS:
+        allowed = ", ".join(SMALL_MODELS + TORCH_MODELS + (DECODER,))
+        if canonical in SMALL_MODELS or canonical == DECODER:
             return canonical
         if canonical not in MODEL_NAMES:
-            raise ValueError(f"unknown model {value!r}; allowed: {', '.join(SMALL_MODELS + TORCH_MODELS)}")
+            raise ValueError(f"unknown model {value!r}; allowed: {allowed}")
         if canonical not in TORCH_MODELS:
             raise ValueError(
-                f"{canonical} has no torch.nn version to train (the simulator times it only); "
-                f"allowed: {', '.join(SMALL_MODELS + TORCH_MODELS)}"
+                f"{canonical} has no torch.nn version to train (the simulator times it only); allowed: {allowed}"
             )
         return canonical
 
     @property
     def zoo_model(self) -> bool:
-        return self.model in MODEL_NAMES
+        """A model of sim.numerics.zoo_task (a zoo model's torch.nn version, or the decoder)."""
+        return self.model in MODEL_NAMES or self.model == DECODER
 
     @property
     def samples_field(self) -> str | None:

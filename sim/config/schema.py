@@ -27,7 +27,7 @@ from sim.config.cluster import (
 from sim.config.datacenters import MultiDatacenterCluster
 from sim.config.faults import BackgroundFlow, FaultsConfig
 from sim.config.nccl import NcclSettings
-from sim.config.numerics import NumericsConfig
+from sim.config.numerics import DECODER, NumericsConfig, decoder_problems
 from sim.config.sparsity import SparsityConfig
 from sim.config.transformer import TransformerConfig
 from sim.config.types import (
@@ -364,6 +364,14 @@ class Config(Strict):
                 f"workload.accumulation_steps: {self.workload.accumulation_steps} with numerics on; numerics "
                 "applies every iteration's gradients, so allowed there: 1"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _decoder_numerics_fit_the_architecture(self) -> Config:
+        n = self.numerics
+        if n is not None and n.model == DECODER and self.workload.transformer is not None:
+            if problems := decoder_problems(self.workload.transformer.architecture(), n.zoo):
+                raise ValueError("\n".join(problems))
         return self
 
     @model_validator(mode="after")

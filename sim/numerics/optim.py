@@ -14,17 +14,40 @@ import torch
 
 from sim.config.numerics import OptimizerConfig, ScheduleConfig
 
+Span = tuple[int, int, int]  # (row, a, b)
+
 
 class FlatOptimizer:
-    """Optimizer state for `rows` replicas of an `n`-element parameter vector."""
+    """Optimizer state for `rows` replicas of an `n`-element parameter vector.
+
+    Adam's step count is kept per range stepped (`steps`), as torch.optim keeps one per tensor: the ranges a
+    replica steps are its buckets, the same every step. Where a range is stepped that overlaps a different one
+    of the same row (a parameter-server shard's updates over changing ranges), the counts become per element
+    (`t`, an int64 per element) from then on. Either way the bias corrections are computed per element from an
+    int64 tensor of the counts, so the arithmetic is the same whichever holds them."""
 
     def __init__(self, cfg: OptimizerConfig, rows: int, n: int) -> None:
         self.cfg = cfg
+        self.rows, self.n = rows, n
         if cfg.name == "sgd":
             self.buffer = torch.zeros(rows, n) if cfg.momentum > 0 else None
         else:
             self.m, self.v = torch.zeros(rows, n), torch.zeros(rows, n)
-            self.t = torch.zeros(rows, n, dtype=torch.int64)
+            self.steps: dict[Span, int] = {}
+            self.t: Optional[torch.Tensor] = None
+
+    def _counts(self, row: int, a: int, b: int, device: torch.device) -> torch.Tensor:
+        """The step counts of `[row, a:b]` after this step, one per element."""
+        span = (row, a, b)
+        fresh = self.t is None and span not in self.steps and a < b
+        if fresh and any(r == row and a < d and c < b for r, c, d in self.steps):
+            self.t = torch.zeros(self.rows, self.n, dtype=torch.int64, device=device)
+            for (r, c, d), count in self.steps.items():  # disjoint: no two overlapped so far
+                self.t[r, c:d] = count
+        if self.t is not None:
+            return self.t[row, a:b].add_(1)
+        self.steps[span] = self.steps.get(span, 0) + 1
+        return torch.full((b - a,), self.steps[span], dtype=torch.int64, device=device)
 
     def step(
         self,
@@ -54,14 +77,21 @@ class FlatOptimizer:
             p.sub_(lr * (grad + mu * buf if cfg.nesterov else buf))
             return
         beta1, beta2 = cfg.betas
-        t = self.t[row, a:b]
-        t.add_(1)
         m, v = self.m[row, a:b], self.v[row, a:b]
         m.mul_(beta1).add_((1 - beta1) * grad)
         v.mul_(beta2).add_((1 - beta2) * grad * grad)
-        bias1 = 1 - torch.pow(beta1, t)
-        bias2 = 1 - torch.pow(beta2, t)
-        p.sub_(lr * m / bias1 / (v.sqrt() / bias2.sqrt() + cfg.eps))
+        # lr * m / (1 - beta1^t) / (sqrt(v) / sqrt(1 - beta2^t) + eps), each operation as written and in this
+        # order, but in place where a temporary's old value is not needed again: the same values, with at most
+        # the int64 counts and two fp32 temporaries per element alive at once (docs/real.md)
+        t = self._counts(row, a, b, p.device)
+        bias1 = torch.pow(beta1, t).neg_().add_(1)  # -x + 1 is 1 - x exactly
+        bias2 = torch.pow(beta2, t).neg_().add_(1)
+        del t  # per-range counts are a temporary
+        update = torch.mul(m, lr).div_(bias1)
+        del bias1
+        denominator = v.sqrt().div_(bias2.sqrt_()).add_(cfg.eps)
+        del bias2
+        p.sub_(update.div_(denominator))
 
 
 def learning_rate(base: float, schedule: ScheduleConfig, iteration: float, total: int) -> float:

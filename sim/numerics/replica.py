@@ -128,8 +128,13 @@ class Replica:
         """Forward has read its parameters: the gradient on this worker's next batch."""
         idx = torch.from_numpy(self.sampler.next())
         data = self.task.data
-        grad, loss = self.task.gradient(self.params, data.x_train[idx], data.y_train[idx])
-        self.grads.copy_(grad if self.sparsifier is None else self.sparsifier(grad))
+        x, y = data.x_train[idx], data.y_train[idx]
+        if self.sparsifier is None and getattr(self.task, "gradient_in_place", False):
+            grad, loss = self.task.gradient(self.params, x, y, out=self.grads)  # no model-length temporary
+        else:
+            grad, loss = self.task.gradient(self.params, x, y)
+        if grad is not self.grads:
+            self.grads.copy_(grad if self.sparsifier is None else self.sparsifier(grad))
         self.losses.append(loss)
         self.step = step
         self._settled.clear()

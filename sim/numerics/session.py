@@ -19,9 +19,14 @@ def load_task(config: Config) -> Task:
     """The data set and model of `config.numerics`, built once and shared by every policy."""
     assert config.numerics is not None
     if config.numerics.zoo_model:
-        from sim.numerics.zoo_task import ZooTask
+        from sim.numerics.zoo_task import DECODER, ZooTask, numerics_architecture
 
-        return ZooTask(config.numerics, config.seed)  # type: ignore[return-value]  # same interface
+        transformer = config.workload.transformer
+        arch = None
+        if config.numerics.model == DECODER:
+            assert transformer is not None  # the config's validators require workload.model transformer
+            arch = numerics_architecture(transformer.architecture(), config.numerics)
+        return ZooTask(config.numerics, config.seed, arch)  # type: ignore[return-value]  # same interface
     return Task(config.numerics, config.seed)
 
 

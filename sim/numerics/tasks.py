@@ -6,7 +6,9 @@ Nothing is downloaded: `load_digits` reads the copy that ships with scikit-learn
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
 import torch
@@ -86,8 +88,31 @@ def build_model(cfg: NumericsConfig, data: Dataset) -> nn.Module:
     )
 
 
+def accumulate_gradient(
+    loss: torch.Tensor,
+    leaves: Sequence[torch.Tensor],
+    grad: torch.Tensor,
+    views: Sequence[torch.Tensor],
+    loss_scale: float = 1.0,
+) -> None:
+    """Backward of `loss` into the flat gradient `grad`, of which `views` are the slices shaped as `leaves`.
+
+    `grad` is zeroed and each view set as its leaf's `.grad` before backward: autograd's AccumulateGrad then
+    adds the leaf's gradient into it in place (a defined `.grad`, outside grad mode), so the only temporaries
+    are one tensor's gradient at a time, never a model-length vector. 0 + g is g exactly, so the values are
+    those `torch.autograd.grad` returns. A leaf nothing depends on keeps its zeros."""
+    grad.zero_()
+    for leaf, view in zip(leaves, views):
+        leaf.grad = view
+    (loss * loss_scale if loss_scale != 1.0 else loss).backward()
+    if loss_scale != 1.0:
+        grad.div_(loss_scale)
+
+
 class Task:
     """A model with flat parameters: losses, gradients and accuracy as functions of a 1-D tensor."""
+
+    gradient_in_place = True  # `gradient` writes into `out` (sim.numerics.replica)
 
     def __init__(self, cfg: NumericsConfig, seed: int) -> None:
         self.cfg = cfg
@@ -104,14 +129,21 @@ class Task:
     def forward(self, flat: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """The model's logits with parameters taken from `flat`, layer by layer (functional_call costs
         more than the tiny models' arithmetic; tests check this path against the nn.Module)."""
-        offset = 0
+        return self._apply(self._tensors(flat), x)
+
+    def _tensors(self, flat: torch.Tensor) -> list[torch.Tensor]:
+        """`flat` cut into the parameter tensors, in flat order (views)."""
+        views, offset = [], 0
+        for n, shape in zip(self.tensor_sizes, self.tensor_shapes):
+            views.append(flat[offset : offset + n].view(shape))
+            offset += n
+        return views
+
+    def _apply(self, tensors: list[torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+        given = iter(tensors)
         for layer in self.layers:
             if isinstance(layer, (nn.Linear, nn.Conv2d)):
-                w_shape = layer.weight.shape
-                n_w = layer.weight.numel()
-                weight = flat[offset : offset + n_w].view(w_shape)
-                bias = flat[offset + n_w : offset + n_w + w_shape[0]]
-                offset += n_w + w_shape[0]
+                weight, bias = next(given), next(given)
                 if isinstance(layer, nn.Linear):
                     x = F.linear(x, weight, bias)
                 else:
@@ -127,14 +159,23 @@ class Task:
         return x
 
     def gradient(
-        self, flat: torch.Tensor, x: torch.Tensor, y: torch.Tensor, loss_scale: float = 1.0
+        self,
+        flat: torch.Tensor,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        loss_scale: float = 1.0,
+        out: Optional[torch.Tensor] = None,
     ) -> tuple[torch.Tensor, float]:
-        """The mean cross-entropy gradient over the batch, and the loss (`loss_scale`: backward runs
-        on the loss times it, and the gradient is divided by it again: fp16 training, real/precision.py)."""
-        leaf = flat.detach().requires_grad_(True)
-        loss = F.cross_entropy(self.forward(leaf, x), y)
-        (grad,) = torch.autograd.grad(loss * loss_scale if loss_scale != 1.0 else loss, leaf)
-        return (grad / loss_scale if loss_scale != 1.0 else grad), float(loss.detach())
+        """The mean cross-entropy gradient over the batch, written into `out` (or a new vector), and the loss
+        (`loss_scale`: backward runs on the loss times it, and the gradient is divided by it again: fp16
+        training, real/precision.py). A leaf per parameter tensor, each accumulating into its slice of the
+        gradient (`accumulate_gradient`): slices of one flat leaf would each hand back a zero-filled vector
+        of the whole model's length."""
+        leaves = [t.detach().requires_grad_(True) for t in self._tensors(flat)]
+        grad = torch.empty_like(flat) if out is None else out
+        loss = F.cross_entropy(self._apply(leaves, x), y)
+        accumulate_gradient(loss, leaves, grad, self._tensors(grad), loss_scale)
+        return grad, float(loss.detach())
 
     @torch.no_grad()
     def evaluate(self, flat: torch.Tensor) -> tuple[float, float]:
