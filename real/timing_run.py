@@ -41,6 +41,8 @@ def with_timing_numerics(config: Config) -> Config:
     zoo: dict[str, int] = {"samples": min(1_000_000, 2 * global_batch)}  # 80% for training: a batch per worker
     if model in SEQUENCE_LENGTHS:  # the zoo's own lengths: the FLOPs the simulator counts are the ones trained
         zoo["sequence"] = SEQUENCE_LENGTHS[model]
+    if workload.transformer is not None:  # the decoder workload.transformer describes, at its own length
+        zoo["sequence"] = workload.transformer.architecture().seq_len
     data = config.model_dump(mode="json")
     data["workload"] = {**data["workload"], "model": model}
     data["numerics"] = {

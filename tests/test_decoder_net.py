@@ -62,13 +62,15 @@ def test_grouped_query_projections_and_heads_by_hand() -> None:
 
 def test_the_head_is_the_token_table_when_tied() -> None:
     """Tied: word 31's logits move with its row of the token table even where no input token is 31."""
+    torch.manual_seed(0)
     module = DecoderLM(arch())
     assert module.lm_head is None and DecoderLM(arch(tied_embeddings=False)).lm_head is not None
     tokens = torch.zeros(1, 8, dtype=torch.int64)
     with torch.no_grad():
         before = module(tokens)
-        module.model.embed_tokens.weight[31] += 1.0
+        module.model.embed_tokens.weight[31] *= 3.0  # the head's row for word 31: its logits triple
         after = module(tokens)
+    assert torch.allclose(after[..., 31], 3 * before[..., 31], rtol=1e-5, atol=1e-7)
     assert not torch.allclose(before[..., 31], after[..., 31]) and torch.equal(before[..., :31], after[..., :31])
 
 

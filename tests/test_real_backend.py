@@ -232,6 +232,44 @@ def test_a_zoo_model_trains_on_gloo_as_in_numerics_mode(tmp_path: Path) -> None:
     assert not np.allclose(run.parameters[0], as_numerics_initial(path))
 
 
+def test_the_decoder_trains_on_gloo_as_in_numerics_mode_and_sim_memory_counts_its_activations(
+    tmp_path: Path,
+) -> None:
+    """`numerics.model: transformer` (1 block, d 16, 2 heads of 8, 1 KV head, rotary, SwiGLU of 32, untied head
+    over 32 words) on 2 ranks with Adam, ring and full sharding: both end where numerics mode does. Beside the
+    measured peak, sim.memory's DDP figure by hand: n = 32 x 16 (tokens) + 2 x 2 x 16 (LayerNorms) + 16 x 16 + 16 x
+    8 + 16 x 8 + 16 x 16 (Q, K, V, O) + 3 x 16 x 32 (SwiGLU) + 2 x 16 (final norm) + 16 x 32 (head) = 3,424
+    parameters at 20 bytes; per sequence of 8 tokens, 4 bytes x (9 x 16 + 4 x 32 values a token in the block, 16 +
+    16 + 32 in the head, and the up projection's 2 x 32 once more) = 12,800 bytes; 2 sequences a rank."""
+    transformer = {"layers": 1, "hidden": 16, "heads": 2, "kv_heads": 1, "mlp": "swiglu", "mlp_width": 32}
+    transformer |= {"positions": "rotary", "vocab": 32, "seq_len": 16, "tied_embeddings": False, "bias": False}
+    config = {
+        "name": "real-decoder",
+        "seed": 2,
+        "iterations": 3,
+        "cluster": {"topology": "star", "hosts": 2, "gpus_per_host": 1},
+        "workload": {"model": "transformer", "transformer": transformer, "batch_size": 2, "bucket_mb": 0.005},
+        "numerics": {
+            "dataset": "synthetic",
+            "model": "transformer",
+            "global_batch": 4,
+            "zoo": {"samples": 40, "classes": 16, "sequence": 8},
+            "optimizer": {"name": "adam", "lr": 0.01},
+        },
+        "policies": [{"name": "ring"}, {"name": "fsdp", "label": "full"}],
+    }
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    outcome = launch(path, tmp_path / "out", nproc=2, timeout_s=60)
+    assert outcome.ok, outcome.failed
+    real = np.load(tmp_path / "out" / "parameters.npz")
+    for run in simulate(path).runs:
+        np.testing.assert_allclose(real[f"{run.label}/workers"], run.parameters, rtol=1e-4, atol=1e-6)
+    assert not np.allclose(real["ring/workers"][0], as_numerics_initial(path))
+    ranks = pd.read_csv(tmp_path / "out" / "ranks.csv").set_index(["policy", "rank"])
+    assert (ranks.loc["ring", "simulated_peak_memory_bytes"] == 20 * 3_424 + 2 * 12_800).all()
+
+
 def as_numerics_initial(path: Path) -> np.ndarray:
     from sim.numerics.session import load_task
 

@@ -40,7 +40,7 @@ def test_every_fsdp_strategy_shards_the_optimizer_state_and_all_but_zero_1_the_p
 
 
 def test_a_range_optimizer_steps_as_the_flat_one_and_holds_state_for_the_ranges_it_stepped_only() -> None:
-    """Adam's state per stepped element: two fp32 moments and an int64 step count, 16 bytes."""
+    """Adam's state per stepped element: two fp32 moments, 8 bytes (its step count is one per range)."""
     cfg = OptimizerConfig(name="adam", lr=0.01, weight_decay=0.1)
     n, (a, b) = 100, (30, 55)
     mine, reference = torch.randn(n), None
@@ -51,7 +51,7 @@ def test_a_range_optimizer_steps_as_the_flat_one_and_holds_state_for_the_ranges_
         ranged.step(mine, 0, a, b, grad, 0.01)
         flat.step(reference, 0, a, b, grad, 0.01)
     assert torch.equal(mine, reference)
-    assert ranged.held_bytes() == (b - a) * (4 + 4 + 8)
+    assert ranged.held_bytes() == (b - a) * (4 + 4)
 
 
 def test_between_steps_a_sharded_rank_holds_its_own_slices_and_no_flat_storage() -> None:

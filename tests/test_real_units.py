@@ -244,6 +244,20 @@ def test_a_config_without_numerics_gets_its_zoo_model_on_synthetic_data() -> Non
         with_timing_numerics(parse_config({**with_numerics.model_dump(mode="json"), "numerics": None}))
 
 
+def test_a_config_without_numerics_trains_workload_transformers_decoder_at_its_length() -> None:
+    from real.timing_run import with_timing_numerics
+
+    transformer = {"layers": 1, "hidden": 16, "heads": 2, "vocab": 40, "seq_len": 24}
+    base = {
+        "cluster": {"topology": "star", "hosts": 2, "gpus_per_host": 1},
+        "workload": {"model": "transformer", "transformer": transformer, "batch_size": 2},
+        "policies": [{"name": "ring"}],
+        "iterations": 3,
+    }
+    n = with_timing_numerics(parse_config(base)).numerics
+    assert n is not None and (n.model, n.zoo.sequence, n.global_batch) == ("transformer", 24, 4)
+
+
 def test_a_rank_whose_calibration_cannot_fit_says_so_in_one_line(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -5,8 +5,10 @@ module names, so every parameter starts with the name of the zoo layer it belong
 `zoo_nets.flat_layout` lays the flat vector out in the zoo's layer order (tests/test_decoder_net.py checks
 it layer by layer). The forward pass is the one `llm.saved_per_token` counts: a norm (fused LayerNorm, or
 `F.rms_norm`), Q/K/V projections, rotary embedding on Q and K, `repeat_kv` (K and V expanded to every head,
-a copy), causal `F.scaled_dot_product_attention`, the heads merged (a copy) into the output projection, a
-GELU or SwiGLU MLP, residual adds, the final norm and a head tied to the token table or not. The loss
+a copy), causal `F.scaled_dot_product_attention`, the heads merged into the output projection, a GELU or
+SwiGLU MLP, residual adds, the final norm and a head tied to the token table or not. Merging the heads is a
+copy the zoo counts; on the CPU the kernel writes its output token-major, so it is a view of what the kernel
+keeps (tests/test_decoder_net.py). The loss
 (`ZooTask`'s token loss) is fp32 cross-entropy over the vocabulary.
 
 On the CPU `F.rms_norm` is not one fused kernel: its pieces keep the input, the normalised values and a
