@@ -6,13 +6,14 @@ autocast, else 4) and `saved_fp32` in FP32. Backward of a layer materializes gra
 saved, or the `backward_fp32` values its builder counted, and the peak adds the largest of these once (a
 language model's loss: autograd's cross-entropy is a log-softmax and a negative log-likelihood, whose
 backward holds the saved log-probabilities, the gradient with respect to them, and the gradient with
-respect to the logits, each a value per token and word of the vocabulary in FP32). Under checkpointing (torch.utils.checkpoint around each block the
-model's builder marks: a transformer layer), a block keeps only its input (what its first layer saves),
-and backward recomputes one block at a time, holding that block's activations again. Under selective
-checkpointing a block keeps what `Layer.selective_saved` says (torchtitan's op-level policy) and recomputes
-the rest of it, one block at a time. Layers in no block
-(embeddings, the head) are not checkpointed; a model whose builder marks no blocks saves what it saves
-without checkpointing.
+respect to the logits, each a value per token and word of the vocabulary in FP32).
+
+Under checkpointing (torch.utils.checkpoint around each block the model's builder marks: a transformer
+layer), a block keeps only its input (what its first layer saves), and backward recomputes one block at a
+time, holding that block's activations again. Under selective checkpointing a block keeps what
+`Layer.selective_saved` says (torchtitan's op-level policy) and recomputes the rest of it, one block at a
+time. Layers in no block (embeddings, the head) are not checkpointed; a model whose builder marks no
+blocks saves what it saves without checkpointing.
 """
 
 from __future__ import annotations
