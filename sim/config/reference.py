@@ -219,6 +219,8 @@ def render() -> str:
         "",
         "## Top level",
         "",
+        intro(Config),
+        "",
         table(Config),
     ]
     seen: set[type[BaseModel]] = {Config}
