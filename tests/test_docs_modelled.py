@@ -38,7 +38,7 @@ EXCEPTION = re.compile(r"\b(?:other than|except(?: for)?|besides|apart from)\s+$
 POSSESSIVE = re.compile(r"^(?:[ -][\w.]+)?['’]s\b")
 FILE = re.compile(r"^\.(?:md|py|csv|yaml|yml|json|txt)\b")
 CODE_ONLY = {"simple", "ideal", "star", "custom", "nccl"}
-FENCE = re.compile(r"^```.*?^```[^\n]*$", re.S | re.M)
+FENCE = re.compile(r"^[ \t]*```.*?^[ \t]*```[^\n]*$", re.S | re.M)
 LINK_TARGET = re.compile(r"\]\([^)\s]*\)")
 
 
