@@ -162,7 +162,7 @@ class CustomLink(Strict):
     gbps: Optional[Gbps] = Field(
         None, description="bandwidth per direction; default: nic_gbps (times nics_per_host for a GPU host's link)"
     )
-    latency_us: Optional[LatencyUs] = Field(None, description="default: link_latency_us")
+    latency_us: Optional[LatencyUs] = Field(None, description="the link's latency; default: link_latency_us")
 
 
 class CustomCluster(ClusterBase):

@@ -15,16 +15,7 @@ from pydantic_core import PydanticUndefined
 
 from policies.registry import BUILTIN, resolve
 from sim.config.datacenters import CustomDatacenter, MultiDatacenterCluster, StarDatacenter, TwoTierDatacenter
-from sim.config.schema import (
-    ClusterBase,
-    Config,
-    CustomCluster,
-    FatTreeCluster,
-    PolicyEntry,
-    RailOptimizedCluster,
-    StarCluster,
-    TwoTierCluster,
-)
+from sim.config.schema import ClusterBase, ClusterConfig, Config, CustomCluster, PolicyEntry
 
 _BOUNDS = ((at.Gt, ">"), (at.Ge, ">="), (at.Lt, "<"), (at.Le, "<="))
 
@@ -154,20 +145,17 @@ def cluster_sections(seen: set[type[BaseModel]]) -> list[str]:
         "",
         table(ClusterBase),
     ]
-    for model in (StarCluster, TwoTierCluster, FatTreeCluster, RailOptimizedCluster, CustomCluster):
-        tag = get_args(model.model_fields["topology"].annotation)[0]
-        parts += section(model, "cluster", seen, 3, intro(model), own + ("topology",), f"topology: {tag}")
-    seen.update((StarDatacenter, TwoTierDatacenter, CustomDatacenter))
     datacenters = (
         "",
         "Each entry of `datacenters` takes the keys of its `topology` (star, two_tier or custom, above) and:",
         "",
         table(CustomDatacenter, skip=tuple(CustomCluster.model_fields)),
     )
-    multi = MultiDatacenterCluster
-    parts += section(
-        multi, "cluster", seen, 3, intro(multi), own + ("topology",), "topology: multi_datacenter", datacenters
-    )
+    seen.update((StarDatacenter, TwoTierDatacenter, CustomDatacenter))  # described by their topologies
+    for model in models_in(ClusterConfig):
+        tag = get_args(model.model_fields["topology"].annotation)[0]
+        extra = datacenters if model is MultiDatacenterCluster else ()
+        parts += section(model, "cluster", seen, 3, intro(model), own + ("topology",), f"topology: {tag}", extra)
     return parts
 
 
