@@ -1,6 +1,7 @@
 """What the pages name exists as they name it (issue 49, "docs that cannot drift"): every `syncsim` command and
 flag written as code, every `python -m` module of the project and its flags, every config key path, every
-default a page quotes for a key, every policy of a YAML example, every link and every path into the code.
+default a page quotes for a key, every policy of a YAML example, every link and every path into the code;
+and docs/policies.md's table lists every built-in policy.
 
 Each check returns one line per problem, naming page and line; each is shown failing on a made-up page.
 README.md and docs/*.md are read, fenced code included only where a check says so.
@@ -347,6 +348,21 @@ def test_a_page_names_only_what_exists(page: Path) -> None:
     assert not problems, f"{page.relative_to(ROOT)}:\n" + "\n".join(problems)
 
 
+def listed_policies(text: str) -> set[str]:
+    """The policies of a page's table whose header starts `| name | settings |`."""
+    table = text.split("| name | settings |", 1)[1].split("\n\n", 1)[0] if "| name | settings |" in text else ""
+    return set(re.findall(r"^\| `([a-z_]+)` \|", table, re.M))
+
+
+def test_the_policies_page_lists_every_builtin_policy() -> None:
+    """The other direction: a policy added to the registry gets its row in docs/policies.md's table."""
+    from policies.registry import BUILTIN
+
+    listed = listed_policies((ROOT / "docs" / "policies.md").read_text())
+    assert sorted(set(BUILTIN) - listed) == [], "add a row to docs/policies.md's `| name | settings |` table"
+    assert sorted(listed - set(BUILTIN)) == [], "docs/policies.md lists a policy the registry lacks"
+
+
 # --- each check fails on a page that drifted ------------------------------------------------------------
 
 
@@ -404,3 +420,8 @@ def test_a_broken_link_anchor_or_code_path_fails(tmp_path: Path) -> None:
         "line 2: no path sim/nccl/tuners.py",
         "line 2: no path sim/nccl/fabric.py",
     ]
+
+
+def test_a_policy_missing_from_the_table_is_seen() -> None:
+    page = "| name | settings | what it does |\n| --- | --- | --- |\n| `ps` | a | b |\n| `ring` | - | c |\n\nAfter.\n"
+    assert listed_policies(page) == {"ps", "ring"}
