@@ -8,8 +8,11 @@ import sys
 from pathlib import Path
 
 from sim.cli.common import Subparsers, add_set, exit_code, hold, progress, writing
+from sim.cli.report import Provenance, add_report_flag, report_after
 from sim.errors import ConfigError, UsageError
+from sim.files import atomic_write
 from sim.flags import count, number
+from sim.report.names import SWEEP_CONFIG_FILE
 
 
 def add_search(sub: Subparsers) -> None:
@@ -82,6 +85,7 @@ def add_sweep(sub: Subparsers) -> None:
     sweep.add_argument("--jobs", type=count(1), help="points run at once, each in its own process (default: the cores)")
     sweep.add_argument("--quiet", action="store_true", help="no progress bar")
     sweep.add_argument("--dask", metavar="ADDRESS", help="run the points on this Dask scheduler (tcp://HOST:8786)")
+    add_report_flag(sweep)
     add_set(sweep)
     sweep.set_defaults(func=_cmd_sweep)
 
@@ -91,7 +95,10 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     from sim.experiments.sweep_runner import ERRORS_FILE, PARQUET_FILE, TABLE_FILE, run_sweep
 
     sweep = load_sweep(args.config, args.set, None if args.quiet else progress("validating"))
+    record = Provenance(args.argv, None, sweep.name)  # each point has its own seed (its summary row says it)
     out = hold(args, Path(args.out) if args.out else Path("results") / f"{sweep.name}-sweep")
+    with writing(out, "copying the sweep's config"):
+        atomic_write(out / SWEEP_CONFIG_FILE, Path(args.config).read_text())
     bad = sweep.bad
     print(f"{args.config}: {len(sweep.points)} points over {', '.join(sweep.axes)}; {len(bad)} do not validate")
     for point in bad:  # reported before anything runs; the good points still run
@@ -113,6 +120,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     except KeyboardInterrupt as stop:
         from sim.errors import signal_name
 
+        record.write(out)
         print(
             f"\nstopped by {signal_name(stop)}; finished points are kept in {out}/points/ (run again to go on)",
             file=sys.stderr,
@@ -121,6 +129,9 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     finally:
         if bar is not None:
             bar.close()
+    record.write(out)
+    if args.report:
+        report_after(out)
     errors = f", errors in {out / ERRORS_FILE}" if len(outcome.errors) else ""
     print(
         f"ran {outcome.ran} points, {outcome.skipped} finished before, {len(outcome.errors)} failed; "
