@@ -350,6 +350,17 @@ def test_plot_draws_a_sweep_and_a_run_in_three_formats(tmp_path: Path, capsys: p
     assert main(["plot", str(tmp_path / "empty")]) == 2
 
 
+def test_a_sweep_figure_is_titled_by_its_config_not_only_its_folder(tmp_path: Path, drawn: list) -> None:
+    path = sweep_file(tmp_path, {"seeds": [0, 1]}, name="uplink_study")
+    out = tmp_path / "results-folder"
+    assert main(["sweep", str(path), "--out", str(out), "--jobs", "1", "--quiet"]) == 0
+    assert main(["plot", str(out)]) == 0
+    assert drawn[0]._suptitle.get_text().startswith("config: uplink_study (2 seeds")
+    (out / "sweep.json").unlink()  # a sweep folder from before the name was kept
+    assert main(["plot", str(out)]) == 0
+    assert drawn[-1]._suptitle.get_text().startswith("results-folder (config not recorded)")
+
+
 BUNDLED_SWEEPS = sorted((Path(__file__).parent.parent / "configs" / "sweeps").glob("*.yaml"))
 
 
