@@ -440,3 +440,11 @@ def children(pid: int) -> list[int]:
     """The processes `pid` started (Linux's /proc)."""
     tasks = Path(f"/proc/{pid}/task")
     return [int(child) for task in tasks.iterdir() for child in (task / "children").read_text().split()]
+
+
+def test_a_piped_sweep_prints_a_line_per_finished_point(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = sweep_file(tmp_path, {"grid": {"cluster.uplink_gbps": [5, 50]}})
+    assert main(["sweep", str(path), "--out", str(tmp_path / "sweep"), "--jobs", "1"]) == 0  # stderr: not a TTY
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("sweep: point ")]
+    assert len(lines) == 2 and "done, 1 of 2" in lines[0] and "done, 2 of 2" in lines[1]
+    assert "cluster.uplink_gbps=5" in " ".join(lines)

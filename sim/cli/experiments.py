@@ -145,9 +145,20 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
         bar = tqdm(total=len(sweep.points) - len(bad), desc="sweep", unit=" points", dynamic_ncols=True)
 
+    piped = not args.quiet and bar is None  # a pipe or a log file: a line per point, never minutes of silence
+    started, finished = time.perf_counter(), [0]
+
     def done(point, error) -> None:  # type: ignore[no-untyped-def]
+        finished[0] += 1
         if bar is not None:
             bar.update(1)
+        if piped:
+            print(
+                f"sweep: point {point.index} ({point.label()}) done, {finished[0]} of {len(sweep.points) - len(bad)}, "
+                f"{time.perf_counter() - started:.0f} s",
+                file=sys.stderr,
+                flush=True,
+            )
         if error is not None:
             print(f"  point {point.index} ({point.label()}) failed: {error}", file=sys.stderr)
 

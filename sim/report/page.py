@@ -126,8 +126,9 @@ def sweep_page(folder: Path, table_file: str, errors_file: str) -> str:
     from sim.report.sweep_figures import METRICS, sweep_figure
 
     table = pd.read_csv(folder / table_file)
-    record = read_provenance(folder) or {}
-    name = str(record.get("config") or folder.name.removesuffix("-sweep"))
+    from sim.experiments.sweep_runner import config_name
+
+    name = config_name(folder) or f"{folder.name} (config not recorded)"
     columns = ["point", *axes_of(table), "policy", "status", *METRICS] if len(table) else None
     errors = folder / errors_file
     failed = pd.read_csv(errors) if errors.is_file() and errors.stat().st_size else pd.DataFrame()
