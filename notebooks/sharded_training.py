@@ -144,10 +144,10 @@ fig.tight_layout()
 # What the two tables say:
 #
 # - **Memory decides.** With AdamW, DDP holds 20 bytes per parameter (fp32 weights, their bf16 copies, fp32
-#   gradients, two fp32 moments, bf16 buckets): 8B needs 161 GiB and does not fit; ZeRO-1 takes the moments
-#   off (102 GiB, still too much); ZeRO-2 the gradients too (29 GiB). At 70B only full sharding fits (37 GiB):
+#   gradients, two fp32 moments, bf16 buckets): 8B needs 165 GiB and does not fit; ZeRO-1 takes the moments
+#   off (106 GiB, still too much); ZeRO-2 the gradients too (33 GiB). At 70B only full sharding fits (41 GiB):
 #   ZeRO-2 keeps every gathered bf16 parameter through backward (141 GB alone), and hybrid sharding over a
-#   host of 8 holds 1/8 of 16 bytes per parameter (160 GiB).
+#   host of 8 holds 1/8 of 16 bytes per parameter (164 GiB).
 # - **Time hardly does.** With 3.2 Tb/s per host, every scheme hides its traffic behind compute: the five
 #   iteration times of a model are within 2% of each other, although full sharding sends 1.5x DDP's bytes.
 #   The second section asks where that stops.

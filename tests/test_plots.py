@@ -1,5 +1,5 @@
-"""The run figures: identical links drawn once, each policy on its own time axis, coinciding curves
-kept visible."""
+"""The run figures: identical links drawn once, every policy on the same axes, coinciding curves kept
+visible, a colour meaning one thing, legends beside the data."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ def samples(policy: str, link: str, kind: str, values: list[float], step: float)
     ]
 
 
-def test_identical_uplinks_are_one_line_and_each_policy_keeps_its_own_time_axis(drawn: list) -> None:
+def test_identical_uplinks_are_one_line_and_every_policy_shares_the_time_and_utilisation_axes(drawn: list) -> None:
     rows = (
         samples("ring", "tor0->core0", "uplink", [0.5, 1.0, 0.0], 1.0)
         + samples("ring", "tor1->core0", "uplink", [0.5, 1.0, 0.0], 1.0)  # the same curve
@@ -29,7 +29,9 @@ def test_identical_uplinks_are_one_line_and_each_policy_keeps_its_own_time_axis(
     utilization_plot(pd.DataFrame(rows), Path("unused.png"))
     ring, fast = drawn[0].axes
     assert [line.get_label() for line in ring.lines] == ["tor0, tor1 → core0", "core0 → tor0"]
-    assert ring.get_xlim() == (0, 3.0) and fast.get_xlim() == pytest.approx((0, 0.03))
+    assert ring.get_shared_x_axes().joined(ring, fast) and ring.get_shared_y_axes().joined(ring, fast)
+    assert ring.get_xlim() == fast.get_xlim() == (0, 3.0)  # the fast policy's 30 ms are 1% of the slow one's 3 s
+    assert ring.get_ylim() == fast.get_ylim() == (0, 1.05)
     assert [line.get_label() for line in fast.lines] == ["tor0 → core0", "NICs (mean)"]
 
 
@@ -37,10 +39,29 @@ def test_many_distinct_links_become_a_mean_and_a_band(drawn: list) -> None:
     rows = [r for i in range(12) for r in samples("asp", f"l{i}", "uplink", [i / 12, 1 - i / 12], 1.0)]
     utilization_plot(pd.DataFrame(rows), Path("unused.png"))
     (ax,) = drawn[0].axes
-    assert [line.get_label() for line in ax.lines] == ["uplink links (mean)"]
+    assert [line.get_label() for line in ax.lines] == ["uplink links (12): mean"]
     assert ax.lines[0].get_ydata().tolist() == pytest.approx([11 / 24, 13 / 24])
     assert len(ax.collections) == 1  # the min-max band, named in the legend
-    assert legend_texts(ax) == ["uplink links (mean)", "uplink links (min-max)"]
+    assert legend_texts(ax) == ["uplink links (12): mean", "uplink links (12): min-max"]
+
+
+def test_zens_eight_directions_on_four_racks_are_a_mean_and_a_band_not_eight_lines(drawn: list) -> None:
+    """Four racks on one core: 8 uplink directions, each a slightly different curve (as Zen's hashed
+    partitions give). Beyond `MAX_LINES` = 4 distinct curves a panel draws their mean and min-max band;
+    two directions (two racks) are still drawn one by one."""
+    from sim.results.plots import MAX_LINES
+
+    links = [f"tor{r}->core0" for r in range(4)] + [f"core0->tor{r}" for r in range(4)]
+    rows = [r for i, link in enumerate(links) for r in samples("zen", link, "uplink", [0.5 + i / 100, 0.25], 1.0)]
+    utilization_plot(pd.DataFrame(rows), Path("unused.png"))
+    (ax,) = drawn[0].axes
+    assert MAX_LINES < 8 and legend_texts(ax) == ["uplink links (8): mean", "uplink links (8): min-max"]
+    assert ax.lines[0].get_ydata().tolist() == pytest.approx([0.5 + 3.5 / 100, 0.25])  # mean of i = 0..7
+    band = ax.collections[0].get_paths()[0].vertices[:, 1]
+    assert band.min() == pytest.approx(0.25) and band.max() == pytest.approx(0.57)  # min-max across the 8
+    two = [r for i, link in enumerate(links[::4]) for r in samples("zen", link, "uplink", [0.5 + i / 100, 0.25], 1.0)]
+    utilization_plot(pd.DataFrame(two), Path("unused.png"))
+    assert legend_texts(drawn[1].axes[0]) == ["tor0 → core0", "core0 → tor0"]
 
 
 def test_identical_columns() -> None:
@@ -165,6 +186,61 @@ assert plt.get_fignums() == [], plt.get_fignums()
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "comparison.png").stat().st_size > 1000
+
+
+def comparison(policies: list[str]):  # type: ignore[no-untyped-def]
+    """The comparison figure of `policies`, each with the same made-up times, as drawn (no file)."""
+    from sim.results.plots import comparison_plot
+
+    row = {"mean_iteration_s": 0.1, "p99_iteration_s": 0.12, "throughput_samples_s": 640.0,
+           "mean_compute_s": 0.05, "mean_comm_s": 0.04, "mean_wait_s": 0.01}  # fmt: skip
+    summary = pd.DataFrame([{"policy": p, **row} for p in policies])
+    ends = [{"policy": p, "rank": 0, "end_s": 0.1 * (i + 1)} for p in policies for i in range(3)]
+    return comparison_plot, summary, pd.DataFrame(ends)
+
+
+def test_a_colour_means_a_policy_or_a_time_component_never_both(drawn: list) -> None:
+    from matplotlib.colors import to_rgba
+
+    policies = [f"p{i}" for i in range(10)]  # more policies than colours: they repeat, greys never appear
+    plot, summary, ends = comparison(policies)
+    plot(summary, ends, Path("unused.png"))
+    ax_time, ax_tput, ax_iter = drawn[0].axes
+    components = {to_rgba(bar.get_facecolor()) for bar in ax_time.patches}
+    throughput = [to_rgba(bar.get_facecolor()) for bar in ax_tput.patches]
+    progress = [to_rgba(line.get_color()) for line in ax_iter.lines]
+    assert len(components) == 3 and not components & set(throughput)
+    assert throughput == progress  # a policy's bar and its progress line: one colour
+    assert len(set(throughput[:9])) == 9 and throughput[9] == throughput[0]
+
+
+def test_the_time_legend_reads_as_the_bars_stack_and_sits_beside_the_data(drawn: list) -> None:
+    plot, summary, ends = comparison(["ring", "ps"])
+    plot(summary, ends, Path("unused.png"))
+    fig = drawn[0]
+    fig.draw_without_rendering()  # lays out the legends
+    for ax in fig.axes[::2]:  # the iteration-time and progress panels have legends
+        legend = ax.get_legend()
+        assert legend.get_texts()[0].get_fontsize() >= 9
+        box, panel = legend.get_window_extent(), ax.get_window_extent()
+        assert box.x0 >= panel.x1  # entirely right of the axes: it covers no bar and no line
+    assert legend_texts(fig.axes[0]) == ["p99 iteration", "wait", "communication", "compute"]
+    assert legend_texts(fig.axes[2]) == ["ring", "ps"]
+
+
+def test_the_search_figure_keeps_its_legend_off_the_points_and_says_the_verdict(drawn: list) -> None:
+    from sim.results.plots import search_plot
+
+    table = pd.DataFrame({"fraction": [1.0, 0.5, 0.25], "final_accuracy": [0.9, 0.89, 0.8],
+                          "sim_time_s": [10.0, 6.0, 5.0], "passes": [True, True, False],
+                          "chosen": [False, True, False]})  # fmt: skip
+    search_plot(table, 0.9, 0.02, Path("unused.png"), notes=["the pick 50.00% against full BSP: NOT distinguishable"])
+    fig = drawn[0]
+    fig.draw_without_rendering()
+    ax_acc = fig.axes[0]
+    assert legend_texts(ax_acc) == ["passes", "falls short", "within tolerance", "smallest passing"]
+    assert ax_acc.get_legend().get_window_extent().x0 >= ax_acc.get_window_extent().x1
+    assert [t.get_text() for t in fig.texts] == ["the pick 50.00% against full BSP: NOT distinguishable"]
 
 
 NOT_FINITE = [float("inf"), float("-inf"), float("nan")]

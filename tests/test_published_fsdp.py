@@ -187,3 +187,10 @@ def test_no_row_of_the_compute_models_fit_comes_from_these_sources_or_models() -
     fitted = (zoo / "published_throughput.csv").read_text().lower() + (zoo / "measured_steps.csv").read_text().lower()
     for word in ("torchtitan", "fms-fsdp", "trillion", "llama", "gpt3_175b"):
         assert word not in fitted, word
+
+
+def test_the_memory_null_is_zeros_sixteen_bytes_per_parameter_sharded_over_every_gpu() -> None:
+    row = _row("tt_h100_l31_8b_8")
+    params = runner.model(row).params
+    assert 8.0e9 < params < 8.1e9  # Llama 3 8B: 8.03 B parameters
+    assert runner.zero_state_gib(row) == pytest.approx(16 * params / 8 / 2**30)

@@ -139,6 +139,60 @@ def test_cli_writes_every_point_and_the_plot(
     assert "smallest BSP fraction within 0 of full BSP's accuracy (mean of 3 seeds" in printed
 
 
+def test_the_pick_is_judged_against_both_neighbours_by_their_seeds_spread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Per seed, full BSP scores 0.95, 0.96, 0.97, 50% 0.96, 0.97, 0.98 and 25% 0.90, 0.91, 0.92;
+    tolerance 0.03 (25% falls short, 50% is the pick). 95% intervals (t = 4.303 on 2 degrees of
+    freedom, sd 0.01): ± 0.0248 each. The pick, 0.97, against full BSP, 0.96: 0.01 apart, they overlap,
+    and 18 seeds would separate them (tests/test_seed_spread.py works the count). Against 25%, 0.91:
+    0.06 apart, distinguishable."""
+    import sim.experiments.search as search
+
+    per_seed = {1.0: (0.95, 0.96, 0.97), 0.5: (0.96, 0.97, 0.98), 0.25: (0.90, 0.91, 0.92)}
+    monkeypatch.setattr(search, "simulate", fake_simulate(lambda fraction, seed: per_seed[fraction][seed]))
+    result = offline_search(config(), tolerance=0.03, start=0.5, smallest=0.0625)
+    assert result.best == 0.5
+    found = result.separation
+    assert list(found["neighbour"]) == [1.0, 0.25] and list(found["overlap"]) == [True, False]
+    assert found["seeds_needed"].iloc[0] == 18 and pd.isna(found["seeds_needed"].iloc[1])
+    assert list(found["fraction_ci95"]) == pytest.approx([4.303 * 0.01 / 3**0.5] * 2, rel=1e-3)
+    full, smaller = result.verdicts()
+    assert full.startswith("the pick 50.00% (0.9700 ± 0.0248) against full BSP (0.9600 ± 0.0248; 95% intervals")
+    assert full.endswith("NOT distinguishable (the intervals overlap); about 18 seeds per fraction would separate "
+                         "them if the spread stayed as measured")  # fmt: skip
+    assert smaller.endswith("against 25.00% (0.9100 ± 0.0248; 95% intervals over 3 seeds): distinguishable "
+                            "(the intervals do not overlap)")  # fmt: skip
+    assert list(result.table["final_accuracy_sd"]) == pytest.approx([0.01] * 3)
+    alone = offline_search(config(), tolerance=0.03, start=0.5, smallest=0.0625, seeds=1)
+    assert all("one seed per fraction shows no spread" in line for line in alone.verdicts())
+
+
+def test_a_piped_search_prints_a_line_per_finished_run_and_the_verdict(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """stderr is not a terminal here (as in `syncsim search ... | tee log`): no bar, a line per run, at
+    most 2 seeds x (full BSP, 50%, 25%) = 6 of them; the verdict is printed and written."""
+    import re
+
+    import sim.experiments.search as search
+
+    monkeypatch.setattr(search, "simulate", fake_simulate(lambda fraction, seed: 0.5 + 0.125 * seed))
+    path = tmp_path / "search.yaml"
+    path.write_text(yaml.safe_dump(config()))
+    out = tmp_path / "out"
+    assert main(["search", str(path), "--out", str(out), "--seeds", "2", "--smallest", "0.25"]) == 0
+    captured = capsys.readouterr()
+    lines = captured.err.splitlines()
+    assert len(lines) == 6 and all(re.fullmatch(r"search: run \d of at most 6 done \(.*\), \d+ s", ln) for ln in lines)
+    assert lines[0].startswith("search: run 1 of at most 6 done (fraction 100.00%, seed 0: final accuracy 0.5000)")
+    assert lines[5].startswith("search: run 6 of at most 6 done (fraction 25.00%, seed 1: final accuracy 0.6250)")
+    verdict = "  the pick 25.00% (0.5625 ± 0.7941) against 50.00% (0.5625 ± 0.7941; 95% intervals over 2 seeds)"
+    assert verdict in captured.out  # t(1) = 12.706 times sd 0.0884 / √2 = 0.0625: two seeds say little
+    assert "their means are equal, so no number of seeds would separate them" in captured.out
+    written = pd.read_csv(out / "search_separation.csv")
+    assert list(written["neighbour"]) == [0.5] and written["overlap"].tolist() == [True]
+    assert pd.isna(written["seeds_needed"].iloc[0])  # equal means: no number of seeds separates them
+
+
 @pytest.mark.parametrize(
     ("data", "message"),
     [

@@ -350,6 +350,17 @@ def test_plot_draws_a_sweep_and_a_run_in_three_formats(tmp_path: Path, capsys: p
     assert main(["plot", str(tmp_path / "empty")]) == 2
 
 
+def test_a_sweep_figure_is_titled_by_its_config_not_only_its_folder(tmp_path: Path, drawn: list) -> None:
+    path = sweep_file(tmp_path, {"seeds": [0, 1]}, name="uplink_study")
+    out = tmp_path / "results-folder"
+    assert main(["sweep", str(path), "--out", str(out), "--jobs", "1", "--quiet"]) == 0
+    assert main(["plot", str(out)]) == 0
+    assert drawn[0]._suptitle.get_text().startswith("config: uplink_study (2 seeds")
+    (out / "sweep.json").unlink()  # a sweep folder from before the name was kept
+    assert main(["plot", str(out)]) == 0
+    assert drawn[-1]._suptitle.get_text().startswith("results-folder (config not recorded)")
+
+
 BUNDLED_SWEEPS = sorted((Path(__file__).parent.parent / "configs" / "sweeps").glob("*.yaml"))
 
 
@@ -429,3 +440,11 @@ def children(pid: int) -> list[int]:
     """The processes `pid` started (Linux's /proc)."""
     tasks = Path(f"/proc/{pid}/task")
     return [int(child) for task in tasks.iterdir() for child in (task / "children").read_text().split()]
+
+
+def test_a_piped_sweep_prints_a_line_per_finished_point(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = sweep_file(tmp_path, {"grid": {"cluster.uplink_gbps": [5, 50]}})
+    assert main(["sweep", str(path), "--out", str(tmp_path / "sweep"), "--jobs", "1"]) == 0  # stderr: not a TTY
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("sweep: point ")]
+    assert len(lines) == 2 and "done, 1 of 2" in lines[0] and "done, 2 of 2" in lines[1]
+    assert "cluster.uplink_gbps=5" in " ".join(lines)

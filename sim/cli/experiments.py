@@ -5,11 +5,17 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from sim.cli.common import Subparsers, add_set, exit_code, hold, progress, writing
+from sim.cli.report import Provenance, add_report_flag, report_after
 from sim.errors import ConfigError, UsageError
+from sim.files import atomic_write
 from sim.flags import count, number
+from sim.report.names import SWEEP_CONFIG_FILE
 
 
 def add_search(sub: Subparsers) -> None:
@@ -38,16 +44,18 @@ def add_search(sub: Subparsers) -> None:
 
 def _cmd_search(args: argparse.Namespace) -> int:
     from sim.config import load_config
-    from sim.experiments.search import SearchError, offline_search
+    from sim.experiments.search import SearchError, offline_search, planned_runs
     from sim.files import atomic_write
 
     if not 0 < args.smallest <= args.start < 1:
         raise UsageError(f"--smallest, --start: need 0 < --smallest ({args.smallest}) <= --start ({args.start}) < 1")
     config = load_config(args.config, args.set)
     out = hold(args, Path(args.out))
+    report = search_progress(planned_runs(args.start, args.smallest, args.seeds))
 
     def save(points) -> None:  # type: ignore[no-untyped-def]
         atomic_write(out / "search_points.csv", points.to_csv(index=False))  # every point as it is measured
+        report(points)
 
     try:
         result = offline_search(
@@ -62,16 +70,47 @@ def _cmd_search(args: argparse.Namespace) -> int:
     except SearchError as exc:
         print(f"search stopped: {exc}; the points measured so far are in {out}/search_points.csv", file=sys.stderr)
         return 1
+    finally:
+        report(None)
     result.write(out)
     shown = result.table.copy()
     shown["fraction"] = shown["fraction"].map(lambda v: f"{v:.2%}")
     print(shown.to_string(index=False, float_format=lambda v: f"{v:,.4f}"))
     print(
         f"\nsmallest BSP fraction within {args.tolerance:g} of full BSP's accuracy (mean of {args.seeds} "
-        f"seed{'s' * (args.seeds != 1)}: {result.reference:.4f}): "
-        f"{result.best:.2%}\nresults: {out}/ (search.csv, search_points.csv, search.png)"
+        f"seed{'s' * (args.seeds != 1)}: {result.reference:.4f}): {result.best:.2%}"
     )
+    for line in result.verdicts():
+        print(f"  {line}")
+    print(f"results: {out}/ (search.csv, search_points.csv, search_separation.csv, search.png)")
     return 0
+
+
+def search_progress(most: int) -> Callable[[Any], None]:
+    """`report(points)` after each run of a search: a bar on a terminal; else (a pipe, a log file) a
+    line per finished run, so a search of minutes is never silent. `report(None)` ends it."""
+    start = time.monotonic()
+    bar = None
+    if sys.stderr.isatty():
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=most, desc="search", unit=" runs", dynamic_ncols=True, leave=False)
+
+    def report(points: Any) -> None:
+        if points is None:
+            if bar is not None:
+                bar.close()
+            return
+        last = points.iloc[-1]
+        said = f"fraction {last['fraction']:.2%}, seed {int(last['seed'])}: final accuracy {last['final_accuracy']:.4f}"
+        if bar is not None:
+            bar.update(len(points) - bar.n)
+            bar.set_postfix_str(said)
+        else:
+            line = f"search: run {len(points)} of at most {most} done ({said}), {time.monotonic() - start:.0f} s"
+            print(line, file=sys.stderr, flush=True)
+
+    return report
 
 
 def add_sweep(sub: Subparsers) -> None:
@@ -82,6 +121,7 @@ def add_sweep(sub: Subparsers) -> None:
     sweep.add_argument("--jobs", type=count(1), help="points run at once, each in its own process (default: the cores)")
     sweep.add_argument("--quiet", action="store_true", help="no progress bar")
     sweep.add_argument("--dask", metavar="ADDRESS", help="run the points on this Dask scheduler (tcp://HOST:8786)")
+    add_report_flag(sweep)
     add_set(sweep)
     sweep.set_defaults(func=_cmd_sweep)
 
@@ -91,7 +131,10 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     from sim.experiments.sweep_runner import ERRORS_FILE, PARQUET_FILE, TABLE_FILE, run_sweep
 
     sweep = load_sweep(args.config, args.set, None if args.quiet else progress("validating"))
+    record = Provenance(args.argv, None, sweep.name)  # each point has its own seed (its summary row says it)
     out = hold(args, Path(args.out) if args.out else Path("results") / f"{sweep.name}-sweep")
+    with writing(out, "copying the sweep's config"):
+        atomic_write(out / SWEEP_CONFIG_FILE, Path(args.config).read_text())
     bad = sweep.bad
     print(f"{args.config}: {len(sweep.points)} points over {', '.join(sweep.axes)}; {len(bad)} do not validate")
     for point in bad:  # reported before anything runs; the good points still run
@@ -102,9 +145,20 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
         bar = tqdm(total=len(sweep.points) - len(bad), desc="sweep", unit=" points", dynamic_ncols=True)
 
+    piped = not args.quiet and bar is None  # a pipe or a log file: a line per point, never minutes of silence
+    started, finished = time.perf_counter(), [0]
+
     def done(point, error) -> None:  # type: ignore[no-untyped-def]
+        finished[0] += 1
         if bar is not None:
             bar.update(1)
+        if piped:
+            print(
+                f"sweep: point {point.index} ({point.label()}) done, {finished[0]} of {len(sweep.points) - len(bad)}, "
+                f"{time.perf_counter() - started:.0f} s",
+                file=sys.stderr,
+                flush=True,
+            )
         if error is not None:
             print(f"  point {point.index} ({point.label()}) failed: {error}", file=sys.stderr)
 
@@ -113,6 +167,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     except KeyboardInterrupt as stop:
         from sim.errors import signal_name
 
+        record.write(out)
         print(
             f"\nstopped by {signal_name(stop)}; finished points are kept in {out}/points/ (run again to go on)",
             file=sys.stderr,
@@ -121,6 +176,9 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     finally:
         if bar is not None:
             bar.close()
+    record.write(out)
+    if args.report:
+        report_after(out)
     errors = f", errors in {out / ERRORS_FILE}" if len(outcome.errors) else ""
     print(
         f"ran {outcome.ran} points, {outcome.skipped} finished before, {len(outcome.errors)} failed; "
@@ -151,7 +209,7 @@ def _cmd_plot(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from sim.experiments.sweep_plot import FORMATS, pick_x, sweep_plot
-    from sim.experiments.sweep_runner import TABLE_FILE
+    from sim.experiments.sweep_runner import TABLE_FILE, config_name
     from sim.results import Result
 
     folder = Path(args.folder)
@@ -162,7 +220,9 @@ def _cmd_plot(args: argparse.Namespace) -> int:
             raise ConfigError(f"{folder / TABLE_FILE}: no finished points to draw")
         x = pick_x(table, args.x)
         scales = {"xlabel": args.xlabel, "ylabel": args.ylabel, "logx": args.logx, "logy": args.logy}
-        files = sweep_plot(table, args.metric, x, folder / f"sweep_{args.metric}", folder.name, **scales)
+        name = config_name(folder)  # a sweep from before the name was kept is titled by its folder
+        title = f"config: {name}" if name else f"{folder.name} (config not recorded)"
+        files = sweep_plot(table, args.metric, x, folder / f"sweep_{args.metric}", title, **scales)
         print("wrote " + ", ".join(str(f) for f in files))
         return 0
     flags = {"--x": args.x, "--xlabel": args.xlabel, "--ylabel": args.ylabel, "--logy": args.logy or None}

@@ -21,6 +21,7 @@ from typing import Optional
 from sim.cli.common import Parser, exit_code, version
 from sim.cli.experiments import add_bandwidth, add_fidelity, add_plot, add_search, add_sweep
 from sim.cli.hardware import add_calibrate, add_profile, add_real, add_validate
+from sim.cli.report import add_report
 from sim.cli.simulation import add_check, add_list, add_run
 from sim.errors import ConfigError, OutputBusy, SyncsimError, Terminated, UsageError, signal_name
 from sim.files import not_a_link
@@ -44,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
         add_sweep,
         add_bandwidth,
         add_plot,
+        add_report,
         add_profile,
         add_list,
     ):
@@ -54,6 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # as typed: provenance.json records it
     if unknown:  # named by the command's parser, whose --help lists what it takes
         _command_parser(parser, args).error(f"unrecognized arguments: {' '.join(unknown)}")
     try:

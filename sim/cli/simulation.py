@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from sim.cli.common import Subparsers, add_set, exit_code, hold, progress, writing
+from sim.cli.report import Provenance, add_report_flag, report_after
 from sim.errors import ConfigError
 
 
@@ -17,6 +18,7 @@ def add_run(sub: Subparsers) -> None:
     run.add_argument("--out", help="output folder (default: results/<config name>)")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     run.add_argument("--no-plot", action="store_true", help="skip every figure (.png); tables and trace still written")
+    add_report_flag(run)
     add_set(run)
     run.set_defaults(func=_cmd_run)
 
@@ -26,6 +28,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from sim.estimate.cost import check_limits
 
     config = load_config(args.config, args.set)  # a sweep's file is refused here, naming `syncsim sweep`
+    record = Provenance(args.argv, config.seed, config.name)
     check_limits(config)  # a run estimated over the limits is refused before its output folder exists
     from sim.api import simulate  # pandas and the engine: only for a run that goes ahead
     from sim.engine.faults import late_faults
@@ -46,17 +49,21 @@ def _cmd_run(args: argparse.Namespace) -> int:
     except RunInterrupted as stop:  # every policy still gets its summary row: the unfinished ones say why
         with writing(out, "writing the finished policies' tables"):
             stop.result.write(out, plot=False, trace=False)
+        record.write(out)
         status = stop.result.summary["status"]
         finished = f"{sum(~status.str.startswith('interrupted'))} of {len(status)} policies finished"
         print(f"\nstopped by {stop.signal}; {finished}, kept in {out}/", file=sys.stderr)
         return exit_code(stop)
     with writing(out, "writing the results"):
         result.write(out, plot=not args.no_plot)
+    record.write(out)
     print(summary_table(result.summary))
     tables = "summary, iterations, phases, ops, links, utilization, staleness, memory" + (
         ", accuracy" if config.numerics_on else ""
     )
     print(f"\nresults: {out}/ ({tables}: .csv; trace.json; plots)")
+    if args.report:
+        report_after(out)
     for label, error in result.errors.items():
         print(f"policy {label!r} stopped early: {error}", file=sys.stderr)
     for line in late_faults(config, {run.label: run.sim_time_s for run in result.runs if run.error is None}):

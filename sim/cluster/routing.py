@@ -35,7 +35,8 @@ class Router:
         self.seed = seed
         kinds = nx.get_node_attributes(self.graph, "kind")
         self._switches = [n for n, k in kinds.items() if k == "switch"]
-        self._fabric = self.graph.subgraph(self._switches)
+        # a copy, not a view: a view filters every neighbour lookup, and route searches make millions of them
+        self._fabric = self.graph.subgraph(self._switches).copy()
         self._chains: dict[str, list[str]] = {}
         self._fabric_paths: dict[tuple[str, str], list[Path]] = {}
         self._routes: dict[tuple[str, str, Hashable], Path] = {}

@@ -3,14 +3,17 @@ checkpointing.
 
 Each layer saves `Layer.activation_values` values in the training type (2 bytes under fp16/bf16
 autocast, else 4) and `saved_fp32` in FP32. Backward of a layer materializes gradients as large as what it
-saved, so the peak adds the largest layer's saved bytes once more (for a language model, the gradient of the
-log-probabilities over the vocabulary). Under checkpointing (torch.utils.checkpoint around each block the
-model's builder marks: a transformer layer), a block keeps only its input (what its first layer saves),
-and backward recomputes one block at a time, holding that block's activations again. Under selective
-checkpointing a block keeps what `Layer.selective_saved` says (torchtitan's op-level policy) and recomputes
-the rest of it, one block at a time. Layers in no block
-(embeddings, the head) are not checkpointed; a model whose builder marks no blocks saves what it saves
-without checkpointing.
+saved, or the `backward_fp32` values its builder counted, and the peak adds the largest of these once (a
+language model's loss: autograd's cross-entropy is a log-softmax and a negative log-likelihood, whose
+backward holds the saved log-probabilities, the gradient with respect to them, and the gradient with
+respect to the logits, each a value per token and word of the vocabulary in FP32).
+
+Under checkpointing (torch.utils.checkpoint around each block the model's builder marks: a transformer
+layer), a block keeps only its input (what its first layer saves), and backward recomputes one block at a
+time, holding that block's activations again. Under selective checkpointing a block keeps what
+`Layer.selective_saved` says (torchtitan's op-level policy) and recomputes the rest of it, one block at a
+time. Layers in no block (embeddings, the head) are not checkpointed; a model whose builder marks no
+blocks saves what it saves without checkpointing.
 """
 
 from __future__ import annotations
@@ -33,7 +36,9 @@ def activation_bytes_per_sample(spec: ModelSpec, precision: str, checkpointing: 
     (every block) or "selective" (torchtitan's op-level policy inside every block)."""
     size = activation_type_bytes(precision)
     per_layer = [layer.activation_values * size + layer.saved_fp32 * FP32_BYTES for layer in spec.layers]
-    transient = max(per_layer, default=0.0)
+    transient = max(
+        (layer.backward_fp32 * FP32_BYTES or saved for layer, saved in zip(spec.layers, per_layer)), default=0.0
+    )
     if checkpointing is False:
         return sum(per_layer) + transient
     blocks: dict[int, list[tuple[float, float]]] = defaultdict(list)  # per block layer: (saved, kept)

@@ -146,6 +146,8 @@ class RailOptimizedCluster(ClusterBase):
 
 
 class CustomNode(Strict):
+    """One node of a custom topology: a host with GPUs, a switch, or a server without GPUs."""
+
     name: str = Field(description="unique node name")
     kind: Literal["host", "switch", "server"] = Field(description="host (with GPUs), switch, or server (no GPUs)")
     gpus: Optional[Count] = Field(None, description="a host's GPUs; default: gpus_per_host")
@@ -153,12 +155,14 @@ class CustomNode(Strict):
 
 
 class CustomLink(Strict):
+    """One full-duplex cable between two nodes; unset settings come from the cluster's keys."""
+
     a: str = Field(description="one end (a node name)")
     b: str = Field(description="the other end")
     gbps: Optional[Gbps] = Field(
         None, description="bandwidth per direction; default: nic_gbps (times nics_per_host for a GPU host's link)"
     )
-    latency_us: Optional[LatencyUs] = Field(None, description="default: link_latency_us")
+    latency_us: Optional[LatencyUs] = Field(None, description="the link's latency; default: link_latency_us")
 
 
 class CustomCluster(ClusterBase):

@@ -5,35 +5,17 @@ python -m sim.config.reference > docs/config.md
 
 from __future__ import annotations
 
+import sys
 import types
-from typing import Any, Literal, Union, get_args, get_origin
+from typing import Any, Literal, Optional, Union, get_args, get_origin
 
 import annotated_types as at
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 from policies.registry import BUILTIN, resolve
-from sim.config.calibration import CalibrationConfig
-from sim.config.datacenters import CustomDatacenter, MultiDatacenterCluster
-from sim.config.faults import BackgroundFlow, FaultsConfig, SlowWorker, Straggler
-from sim.config.nccl import NcclConstants, NcclSettings
-from sim.config.numerics import AsyncConfig, NumericsConfig, OptimizerConfig, ScheduleConfig, SyntheticData, ZooData
-from sim.config.schema import (
-    ClusterBase,
-    Config,
-    CustomCluster,
-    CustomLink,
-    CustomNode,
-    FatTreeCluster,
-    PolicyEntry,
-    RailOptimizedCluster,
-    SimulationConfig,
-    StarCluster,
-    TwoTierCluster,
-    WorkloadConfig,
-)
-from sim.config.transformer import TransformerConfig
-from sim.config.wan import WanLink, WanSettings
+from sim.config.datacenters import CustomDatacenter, MultiDatacenterCluster, StarDatacenter, TwoTierDatacenter
+from sim.config.schema import ClusterBase, ClusterConfig, Config, CustomCluster, PolicyEntry
 
 _BOUNDS = ((at.Gt, ">"), (at.Ge, ">="), (at.Lt, "<"), (at.Le, "<="))
 
@@ -80,8 +62,115 @@ def table(model: type[BaseModel], skip: tuple[str, ...] = ()) -> str:
     return "\n".join(rows)
 
 
-def render() -> str:
+def models_in(annotation: Any) -> list[type[BaseModel]]:
+    """The config models a field's type names, inside Optional, list, Union and Annotated."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [model for arg in get_args(annotation) for model in models_in(arg)]
+
+
+def prose(text: Optional[str]) -> str:
+    """A docstring as one markdown paragraph."""
+    return " ".join((text or "").split())
+
+
+def intro(model: type[BaseModel], field: Any = None) -> str:
+    """What a section is: the model's docstring, else the description of the field that holds it."""
+    return prose(model.__doc__) or (field.description if field is not None else "") or ""
+
+
+def policy_summary(cls: type) -> str:
+    """A policy's first docstring paragraph; a policy whose class has none is its module's one concept."""
+    doc = cls.__doc__ or sys.modules[cls.__module__].__doc__ or ""
+    return prose(doc.strip().split("\n\n")[0])
+
+
+LIST = "A list of entries. "  # a section whose key holds a list
+# Words a section's docstring does not say, kept beside the generated table (path -> sentence).
+NOTES = {
+    "cluster.wan": "docs/wan.md gives the physics.",
+    "faults.stragglers": "Each entry has one target, one effect and one timing.",
+    "background": "Each entry has one target and one rate.",
+    "numerics": "Off unless present. The workload still sets the clock; this small model is what every worker "
+    "trains (docs/numerics.md).",
+    "calibration": "`syncsim calibrate` and `syncsim validate` read it; the simulator ignores it. Unset message "
+    "sizes come from a first probe (docs/validation.md). The flags `--repeats`, `--statistic`, `--uplink-bytes` "
+    "and `--max-bytes` of `syncsim calibrate` override these keys.",
+}
+
+
+def section(
+    model: type[BaseModel],
+    path: str,
+    seen: set[type[BaseModel]],
+    level: int = 2,
+    text: str = "",
+    skip: tuple[str, ...] = (),
+    title: str = "",
+    extra: tuple[str, ...] = (),
+) -> list[str]:
+    """A heading for `path`, what it is, its table, then a section for every model nested in it that no
+    earlier section described: a key added to the schema, however deep, reaches the reference. `title`
+    names a variant of a union (`topology: star`) whose nested sections still take the config's path;
+    `extra` follows the table."""
+    seen.add(model)
+    parts = [
+        "",
+        f"{'#' * level} `{title or path}`",
+        "",
+        " ".join(filter(None, (text, NOTES.get(path, "")))),
+        "",
+        table(model, skip),
+        *extra,
+    ]
+    for name, field in model.model_fields.items():
+        if name in skip:
+            continue
+        for inner in models_in(field.annotation):
+            if inner in seen:
+                continue
+            entry = LIST if get_origin(field.annotation) is list else ""
+            parts += section(inner, f"{path}.{name}", seen, min(level + 1, 4), entry + intro(inner, field))
+    return parts
+
+
+def cluster_sections(seen: set[type[BaseModel]]) -> list[str]:
+    """`cluster`: the keys every topology takes, then each topology's own (a union on `topology`)."""
     own = tuple(ClusterBase.model_fields)
+    parts = [
+        "",
+        "## `cluster`",
+        "",
+        "`topology` selects the shape. Keys every topology accepts:",
+        "",
+        table(ClusterBase),
+    ]
+    datacenters = (
+        "",
+        "Each entry of `datacenters` takes the keys of its `topology` (star, two_tier or custom, above) and:",
+        "",
+        table(CustomDatacenter, skip=tuple(CustomCluster.model_fields)),
+    )
+    seen.update((StarDatacenter, TwoTierDatacenter, CustomDatacenter))  # described by their topologies
+    for model in models_in(ClusterConfig):
+        tag = get_args(model.model_fields["topology"].annotation)[0]
+        extra = datacenters if model is MultiDatacenterCluster else ()
+        parts += section(model, "cluster", seen, 3, intro(model), own + ("topology",), f"topology: {tag}", extra)
+    return parts
+
+
+def policy_sections() -> list[str]:
+    """`policies`: the keys of every entry, then each built-in policy's own settings."""
+    parts = ["", "## `policies`", "", "A list; each entry takes these keys plus the policy's own settings:"]
+    parts += ["", table(PolicyEntry)]
+    for name in BUILTIN:
+        cls = resolve(name)
+        parts += ["", f"### `{name}`", "", policy_summary(cls), ""]
+        parts.append(table(cls.Settings) if cls.Settings.model_fields else "No settings.")
+    return parts
+
+
+def render() -> str:
     parts = [
         "# Config reference",
         "",
@@ -118,109 +207,19 @@ def render() -> str:
         "",
         "## Top level",
         "",
+        intro(Config),
+        "",
         table(Config),
-        "",
-        "## `cluster`",
-        "",
-        "`topology` selects the shape. Keys every topology accepts:",
-        "",
-        table(ClusterBase),
     ]
-    for model in (StarCluster, TwoTierCluster, FatTreeCluster, RailOptimizedCluster, CustomCluster):
-        tag = get_args(model.model_fields["topology"].annotation)[0]
-        parts += ["", f"### `topology: {tag}`", "", model.__doc__ or "", "", table(model, skip=own + ("topology",))]
-    parts += ["", "Each entry of `nodes`:", "", table(CustomNode), "", "Each entry of `links`:", "", table(CustomLink)]
-    parts += [
-        "",
-        "### `topology: multi_datacenter`",
-        "",
-        " ".join((MultiDatacenterCluster.__doc__ or "").split()),
-        "",
-        table(MultiDatacenterCluster, skip=own + ("topology",)),
-        "",
-        "Each entry of `datacenters` takes the keys of its `topology` (star, two_tier or custom, above) and:",
-        "",
-        table(CustomDatacenter, skip=tuple(CustomCluster.model_fields)),
-        "",
-        "### `cluster.wan`",
-        "",
-        " ".join((WanSettings.__doc__ or "").split()) + " docs/wan.md gives the physics.",
-        "",
-        table(WanSettings),
-        "",
-        "Each entry of `wan.links`:",
-        "",
-        table(WanLink),
-    ]
-    parts += ["", "## `workload`", "", table(WorkloadConfig)]
-    transformer = " ".join((TransformerConfig.__doc__ or "").split())
-    parts += ["", "### `workload.transformer`", "", transformer, "", table(TransformerConfig)]
-    parts += ["", "## `simulation`", "", table(SimulationConfig)]
-    parts += ["", "### `simulation.nccl`", "", NcclSettings.__doc__ or "", "", table(NcclSettings)]
-    parts += ["", "### `simulation.nccl.constants`", "", NcclConstants.__doc__ or "", "", table(NcclConstants)]
-    parts += [
-        "",
-        "## `faults`",
-        "",
-        FaultsConfig.__doc__ or "",
-        "",
-        table(FaultsConfig),
-        "",
-        "Each entry of `slow_workers`:",
-        "",
-        table(SlowWorker),
-        "",
-        "Each entry of `stragglers` (one target, one effect, one timing):",
-        "",
-        table(Straggler),
-        "",
-        "## `background`",
-        "",
-        "A list; each entry is one flow (one target, one rate):",
-        "",
-        table(BackgroundFlow),
-    ]
-    parts += [
-        "",
-        "## `numerics`",
-        "",
-        "Off unless present. The workload still sets the clock; this small model is what every worker trains",
-        "(docs/numerics.md).",
-        "",
-        table(NumericsConfig),
-    ]
-    for key, model in (
-        ("optimizer", OptimizerConfig),
-        ("schedule", ScheduleConfig),
-        ("asynchronous", AsyncConfig),
-        ("synthetic", SyntheticData),
-        ("zoo", ZooData),
-    ):
-        parts += ["", f"### `numerics.{key}`", "", table(model)]
-    parts += [
-        "",
-        "## `calibration`",
-        "",
-        "How `syncsim calibrate` and `syncsim validate` measure a cluster; the simulator ignores it. Unset",
-        "message sizes come from a first probe (docs/validation.md). The flags `--repeats`, `--statistic`,",
-        "`--uplink-bytes` and `--max-bytes` of `syncsim calibrate` override these keys.",
-        "",
-        table(CalibrationConfig),
-    ]
-    parts += [
-        "",
-        "## `policies`",
-        "",
-        "A list; each entry takes these keys plus the policy's own settings:",
-        "",
-        table(PolicyEntry),
-    ]
-    for name in BUILTIN:
-        cls = resolve(name)
-        settings = cls.Settings.model_fields
-        doc = " ".join((cls.__doc__ or "").strip().split("\n\n")[0].split())
-        parts += ["", f"### `{name}`", "", doc, ""]
-        parts.append(table(cls.Settings) if settings else "No settings.")
+    seen: set[type[BaseModel]] = {Config}
+    for name, field in Config.model_fields.items():
+        entry = LIST if get_origin(field.annotation) is list else ""
+        if name == "cluster":
+            parts += cluster_sections(seen)
+        elif name != "policies":  # last: the longest part
+            for model in models_in(field.annotation):
+                parts += section(model, name, seen, 2, entry + intro(model, field))
+    parts += policy_sections()
     return "\n".join(parts) + "\n"
 
 

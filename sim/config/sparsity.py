@@ -16,6 +16,8 @@ from sim.config.types import Fraction, Share, Strict
 
 
 class SparsityConfig(Strict):
+    """Which gradients are sparse: embedding tables by their lookups, other tensors by top-k (docs/sparse.md)."""
+
     embeddings: bool = Field(
         True,
         description="embedding tables get gradients only in the rows a batch looked up; false: treat them as dense",

@@ -97,6 +97,15 @@ def peak_gib(memory: pd.DataFrame, policy: str) -> float:
     return float(rows["peak_bytes"].iloc[0]) / GIB if len(rows) else float("nan")
 
 
+ZERO_STATE_BYTES_PER_PARAM = 16  # ZeRO (Rajbhandari et al. 2020, arXiv:1910.02054, section 3.1): 2 + 2 + 12 bytes
+
+
+def zero_state_gib(row: pd.Series) -> float:
+    """The memory null: ZeRO's model states under mixed-precision Adam, 16 bytes a parameter, sharded over
+    every GPU (its stage 3), with no activations and no buffers."""
+    return ZERO_STATE_BYTES_PER_PARAM * model(row).params / int(row["gpus"]) / GIB
+
+
 def full_recompute_memory_gib(row: pd.Series) -> float:
     """The memory model's peak for `row` with every block recomputed: where the published run recomputed
     selectively, this is the least any checkpointing of its blocks could hold."""
@@ -131,6 +140,8 @@ def scored(rows: pd.DataFrame | None = None, iterations: int = ITERATIONS) -> pd
                 "published_memory_gib": published_gib,
                 "predicted_memory_gib": sim["memory_gib"],
                 "memory_error": sim["memory_gib"] / published_gib - 1 if published_gib else float("nan"),
+                "zero_state_gib": zero_state_gib(row),
+                "zero_state_error": zero_state_gib(row) / published_gib - 1 if published_gib else float("nan"),
                 "memory_full_ac_gib": full_recompute_memory_gib(row)
                 if published_gib and str(row["ac"]).startswith("selective")
                 else float("nan"),
@@ -150,10 +161,11 @@ def summary(table: pd.DataFrame) -> str:
         errors = table[column].abs()
         by_gpu = ", ".join(f"{gpu} {e.median():.1%}" for gpu, e in errors.groupby(table["gpu"], sort=True))
         lines.append(f"{name}: median |error| {errors.median():.1%} ({by_gpu}), worst {errors.max():.1%}")
-    memory = table["memory_error"].dropna().abs()
-    if len(memory):
-        worst = memory.max()
-        lines.append(f"peak memory ({len(memory)} rows): median |error| {memory.median():.1%}, worst {worst:.1%}")
+    for column, name in (("memory_error", "peak memory"), ("zero_state_error", "null: ZeRO's 16 B/param states")):
+        memory = table[column].dropna().abs()
+        if len(memory):
+            worst = memory.max()
+            lines.append(f"{name} ({len(memory)} rows): median |error| {memory.median():.1%}, worst {worst:.1%}")
     mfu = table["compute_vs_mfu_step"].dropna().abs()
     lines.append(f"compute model vs MFU-derived iteration ({len(mfu)} rows): median |error| {mfu.median():.1%}")
     lines.append(f"{len(table)} rows, all held out (no constant fitted to them)")
@@ -163,6 +175,7 @@ def summary(table: pd.DataFrame) -> str:
 THROUGHPUT_COLUMNS = ("id", "gpus", "gpu", "published", "predicted", "error", "compute_only", "compute_only_error")
 THROUGHPUT_COLUMNS += ("alpha_beta", "alpha_beta_error", "compute_vs_mfu_step")
 MEMORY_COLUMNS = ("id", "published_memory_gib", "predicted_memory_gib", "memory_error", "memory_full_ac_gib")
+MEMORY_COLUMNS += ("zero_state_gib", "zero_state_error")
 
 
 def shown(table: pd.DataFrame, columns: Sequence[str]) -> str:

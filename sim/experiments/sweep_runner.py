@@ -5,6 +5,7 @@ The tidy table, `DIR/sweep.csv`, has one row per point and policy: the point's i
 column per axis (seed included), then every summary column; it is built from the kept files in point
 order, so it does not depend on the order points finished in or on how many runs it took.
 `DIR/errors.csv` lists the points that did not validate or failed, with their coordinates.
+`DIR/sweep.json` names the config (figures redrawn from the folder say which config they show).
 
 Pool workers die with the sweep: on Linux each asks the kernel for SIGKILL when its parent dies
 (PR_SET_PDEATHSIG), so a SIGKILLed sweep leaves no orphan simulating on; they ignore Ctrl-C (the
@@ -34,6 +35,7 @@ from sim.files import atomic_path, atomic_write
 TABLE_FILE = "sweep.csv"
 PARQUET_FILE = "sweep.parquet"
 ERRORS_FILE = "errors.csv"
+NAME_FILE = "sweep.json"
 
 
 @dataclass
@@ -55,6 +57,7 @@ def run_sweep(
     Dask scheduler at `dask`), then write and return the tidy table and the errors. `on_done(point,
     error)` is called as each one ends."""
     out.mkdir(parents=True, exist_ok=True)
+    atomic_write(out / NAME_FILE, json.dumps({"config": sweep.name}) + "\n")
     todo = [p for p in sweep.points if p.config is not None and not finished(point_folder(out, p))]
     skipped = sum(1 for p in sweep.points if p.config is not None) - len(todo)
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(todo) or 1))
@@ -150,6 +153,15 @@ def collect(sweep: Sweep, out: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
         frames.append(pd.concat([head, summary], axis=1))
     table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["point", "key", *sweep.axes])
     return table, pd.DataFrame(errors, columns=["point", *sweep.axes, "error"])
+
+
+def config_name(out: Path) -> Optional[str]:
+    """The name of the config whose sweep `out` holds; None for a folder from before it was recorded."""
+    try:
+        name = json.loads((out / NAME_FILE).read_text()).get("config")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return name if isinstance(name, str) else None
 
 
 def _cell(value: Any) -> Any:

@@ -7,6 +7,7 @@ silently, so such rows are left out and a note under the figure says how many an
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,9 @@ def comparison_plot(
     config_name: str | None = None,
     time_label: str = "simulated time (s)",
 ) -> None:
+    """Where each policy's iteration time goes (stacked components, in greys: `TIME_COLORS`), its
+    throughput and its progress, the last two in the policy's own colour (`policy_colors`), so a colour
+    means one thing across the figure."""
     ok = summary.dropna(subset=["mean_iteration_s"])
     ms = ok[["mean_compute_s", "mean_comm_s", "mean_wait_s", "p99_iteration_s"]] * 1e3  # as drawn: in ms
     drawn = finite(ms.assign(total=ms.sum(axis=1), tput=ok["throughput_samples_s"]))
@@ -42,28 +46,32 @@ def comparison_plot(
     ok = ok[drawn]
     iterations, dropped = finite_rows(iterations, ["end_s"])
     left_out += [f"{dropped} iteration end(s)"] if dropped else []
-    fig, (ax_time, ax_tput, ax_iter) = figure(1, 3, figsize=(15, 4.2))
+    fig, (ax_time, ax_tput, ax_iter) = figure(1, 3, figsize=(16, 4.4))
     labels = list(ok["policy"])
+    colors = policy_colors(len(labels))
     x = range(len(labels))
     bottom = pd.Series(0.0, index=ok.index)
     for column, name in (("mean_compute_s", "compute"), ("mean_comm_s", "communication"), ("mean_wait_s", "wait")):
-        ax_time.bar(x, ok[column] * 1e3, bottom=bottom * 1e3, label=name)
+        ax_time.bar(x, ok[column] * 1e3, bottom=bottom * 1e3, label=name, **TIME_COLORS[name])
         bottom = bottom + ok[column]
     ax_time.scatter(x, ok["p99_iteration_s"] * 1e3, color="black", marker="_", s=300, zorder=3, label="p99 iteration")
     ax_time.set_ylabel("Time per iteration (ms, mean)")
     ax_time.set_title("Iteration time")
-    below(ax_time, ncol=4)
-    ax_tput.bar(x, ok["throughput_samples_s"], color="tab:green")
+    handles = dict(zip(*reversed(ax_time.get_legend_handles_labels())))
+    order = ["p99 iteration", "wait", "communication", "compute"]  # top to bottom, as the bars stack
+    beside(ax_time, handles=[handles[name] for name in order], labels=order)
+    ax_tput.bar(x, ok["throughput_samples_s"], color=colors)
     ax_tput.set_ylabel("Throughput (samples/s)")
     ax_tput.set_title("Throughput")
     for ax in (ax_time, ax_tput):
         ax.set_xticks(list(x), labels, rotation=20, ha="right")
     done = iterations.sort_values("end_s").groupby("policy", sort=False)
-    for label, style in zip(labels, line_styles(len(labels))):
+    for label, style, color in zip(labels, line_styles(len(labels)), colors):
         rows = done.get_group(label) if label in done.groups else iterations.iloc[:0]
         workers = rows["rank"].nunique() or 1
-        (line,) = ax_iter.plot(rows["end_s"], (pd.RangeIndex(1, len(rows) + 1) / workers), label=label, **style)
-        shade_phases(ax_iter, phases, label, line.get_color())
+        steps = pd.RangeIndex(1, len(rows) + 1) / workers
+        ax_iter.plot(rows["end_s"], steps, label=label, color=color, **style)
+        shade_phases(ax_iter, phases, label, color)
     ax_iter.set_xlabel(time_label[:1].upper() + time_label[1:])
     ax_iter.set_ylabel("Updates per worker")
     ax_iter.set_title("Progress")
@@ -72,19 +80,37 @@ def comparison_plot(
     save_captioned(fig, path, config_name)
 
 
+# The time components in greys (wait also hatched): no policy's colour is a grey (`policy_colors`),
+# so a bar's colour says either "this policy" or "this part of an iteration", never both.
+TIME_COLORS: dict[str, dict[str, Any]] = {
+    "compute": {"color": "0.82", "edgecolor": "white", "lw": 0.5},
+    "communication": {"color": "0.45", "edgecolor": "white", "lw": 0.5},
+    "wait": {"color": "white", "edgecolor": "0.2", "hatch": "////", "lw": 0.5},
+}
+# matplotlib's default cycle less its grey (tab:gray), which the time components own
+POLICY_COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink",
+                 "tab:olive", "tab:cyan")  # fmt: skip
+
+
+def policy_colors(count: int) -> list[str]:
+    """A colour per policy, in order (repeating after nine; the line styles still tell them apart)."""
+    return [POLICY_COLORS[i % len(POLICY_COLORS)] for i in range(count)]
+
+
 def utilization_plot(utilization: pd.DataFrame, path: Path, config_name: str | None = None) -> bool:
-    """Link utilisation over time, one panel per policy on its own time axis (a fast policy is not a
-    sliver of a slow one's). Links whose curves are identical (the symmetric uplinks of a balanced
-    scheme) are drawn once and named together (`tor0, tor1 ↔ core0`); beyond `MAX_LINES` distinct
-    curves a panel shows each kind's mean and min-max band instead. NIC links, if sampled, appear as
-    their mean. A policy that sent nothing (`no_sync`) gets no panel, only a note; returns whether a
-    figure was written (none when no policy sent anything)."""
+    """Link utilisation over time, one panel per policy, all on the same time and utilisation axes (a
+    fast policy's bursts look short beside a slow one's because they are). Links whose curves are
+    identical (the symmetric uplinks of a balanced scheme) are drawn once and named together (`tor0,
+    tor1 ↔ core0`); beyond `MAX_LINES` distinct curves (Zen's directions on four racks) a panel shows
+    each kind's mean and min-max band instead. NIC links, if sampled, appear as their mean. A policy
+    that sent nothing (`no_sync`) gets no panel, only a note; returns whether a figure was written
+    (none when no policy sent anything)."""
     policies = list(dict.fromkeys(utilization["policy"]))
     utilization, dropped = finite_rows(utilization, ["time_s", "utilization"])
     busy = [p for p in policies if (utilization.loc[utilization["policy"] == p, "utilization"] > 0).any()]
     if not busy:
         return False
-    fig, axes = figure(len(busy), 1, figsize=(10, 2.4 * len(busy)), squeeze=False)
+    fig, axes = figure(len(busy), 1, figsize=(10, 2.4 * len(busy)), squeeze=False, sharex=True, sharey=True)
     for ax, label in zip(axes[:, 0], busy):
         rows = utilization[utilization["policy"] == label]
         network = rows[rows["kind"] != "nic"]
@@ -96,19 +122,20 @@ def utilization_plot(utilization: pd.DataFrame, path: Path, config_name: str | N
         else:
             for kind, links in network.groupby("kind", sort=False)["link"]:
                 kind_curves = curves[list(dict.fromkeys(links))]
-                (line,) = ax.plot(kind_curves.index, kind_curves.mean(axis=1), lw=1.2, label=f"{kind} links (mean)")
+                named = f"{kind} links ({kind_curves.shape[1]})"
+                (line,) = ax.plot(kind_curves.index, kind_curves.mean(axis=1), lw=1.2, label=f"{named}: mean")
                 ax.fill_between(kind_curves.index, kind_curves.min(axis=1), kind_curves.max(axis=1),
-                                color=line.get_color(), alpha=0.2, lw=0, label=f"{kind} links (min-max)")  # fmt: skip
+                                color=line.get_color(), alpha=0.25, lw=0, label=f"{named}: min-max")  # fmt: skip
         nics = rows[rows["kind"] == "nic"]
         if len(nics):
             mean = nics.groupby("time_s")["utilization"].mean()
             ax.plot(mean.index, mean.to_numpy(), lw=1.2, color="black", ls="--", label="NICs (mean)")
-        ax.set_ylim(0, 1.05)
-        ax.set_xlim(0, rows["time_s"].max() if len(rows) else 1)
         ax.set_ylabel("Utilisation")
         ax.set_title(label, fontsize=10, loc="left")
         beside(ax)
-    axes[-1, 0].set_xlabel("Simulated time (s)")  # each panel has its own scale; the unit is said once
+    axes[0, 0].set_ylim(0, 1.05)  # shared: every panel's scale
+    axes[0, 0].set_xlim(0, utilization.loc[utilization["policy"].isin(busy), "time_s"].max())
+    axes[-1, 0].set_xlabel("Simulated time (s)")  # one time axis for all panels, labelled once
     idle = [p for p in policies if p not in busy]
     notes = [f"not shown, no network traffic: {', '.join(idle)}"] if idle else []
     footnote(fig, notes + not_finite([f"{dropped} sample(s)"] if dropped else []))
@@ -140,15 +167,11 @@ def footnote(fig: Figure, lines: Sequence[str]) -> None:
 
 def beside(ax: Axes, **kwargs: Any) -> None:
     """The axes' legend to their right, outside the data (saving with a tight bounding box keeps it whole)."""
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, fontsize=8, **kwargs)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, fontsize=LEGEND_SIZE, **kwargs)
 
 
-def below(ax: Axes, ncol: int = 2) -> None:
-    """The axes' legend under them, clear of rotated tick labels."""
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), frameon=False, fontsize=8, ncol=ncol)
-
-
-MAX_LINES = 8  # distinct link curves a utilisation panel draws one by one
+LEGEND_SIZE = 9  # points: the tick labels' size less one, read at the saved 150 dpi
+MAX_LINES = 4  # distinct link curves a utilisation panel draws one by one (more overlap into a tangle)
 
 
 def identical_columns(curves: pd.DataFrame) -> list[list[str]]:
@@ -225,23 +248,30 @@ def accuracy_plot(
 
 
 def search_plot(
-    table: pd.DataFrame, reference: float, tolerance: float, path: Path, config_name: str | None = None
+    table: pd.DataFrame,
+    reference: float,
+    tolerance: float,
+    path: Path,
+    config_name: str | None = None,
+    notes: Sequence[str] = (),
 ) -> None:
     """Sync-Switch's offline search: final accuracy and time to finish against the BSP fraction, as
-    means over the seeds with min-max bars where the table has them (`search.csv`)."""
+    means over the seeds with min-max bars where the table has them (`search.csv`); `notes` (whether
+    the pick can be told from its neighbours) go under the figure."""
     rows, dropped = finite_rows(table.sort_values("fraction"), ["fraction", "final_accuracy", "sim_time_s"])
     x = rows["fraction"] * 100
-    fig, (ax_acc, ax_time) = figure(1, 2, figsize=(11, 4))
-    colors = ["tab:green" if ok else "tab:red" for ok in rows["passes"]]
+    fig, (ax_acc, ax_time) = figure(1, 2, figsize=(12, 4))
     ax_acc.plot(x, rows["final_accuracy"], color="grey", lw=1)
     _spread_bars(ax_acc, rows, "final_accuracy")
-    ax_acc.scatter(x, rows["final_accuracy"], c=colors, zorder=3)
+    for passes, color, name in ((True, "tab:green", "passes"), (False, "tab:red", "falls short")):
+        mine = rows[rows["passes"] == passes]
+        ax_acc.scatter(mine["fraction"] * 100, mine["final_accuracy"], color=color, zorder=3, label=name)
     ax_acc.axhspan(reference - tolerance, reference, color="tab:green", alpha=0.1, lw=0, label="within tolerance")
     chosen = rows[rows["chosen"]]
     ax_acc.scatter(chosen["fraction"] * 100, chosen["final_accuracy"], s=160, facecolors="none", edgecolors="black",
                    label="smallest passing")  # fmt: skip
     ax_acc.set_ylabel(f"final accuracy (consensus)\n{_seeds_said(rows)}")
-    ax_acc.legend(fontsize=8)
+    beside(ax_acc)
     ax_time.plot(x, rows["sim_time_s"], marker="o")
     _spread_bars(ax_time, rows, "sim_time_s")
     ax_time.set_ylabel(f"time to finish (simulated s)\n{_seeds_said(rows)}")
@@ -251,7 +281,8 @@ def search_plot(
         ax.minorticks_off()
         ax.set_xlabel("BSP share of training")
         ax.grid(alpha=0.3)
-    footnote(fig, not_finite([f"{dropped} fraction(s)"] if dropped else []))
+    wrapped = [part for note in notes for part in textwrap.wrap(note, 160, subsequent_indent="    ")]
+    footnote(fig, wrapped + not_finite([f"{dropped} fraction(s)"] if dropped else []))
     save_captioned(fig, path, config_name)
 
 

@@ -206,11 +206,18 @@ def _saving(layer: Layer, arch: DecoderArchitecture, block: int) -> Layer:
 
 
 def _head_saving(layer: Layer, arch: DecoderArchitecture, inputs: int) -> Layer:
-    """The final norm or head: `inputs` tensors of width d kept, and the loss's log-probabilities (a value per
-    token and word of the vocabulary, in FP32 under autocast) when the loss is folded in."""
+    """The final norm or head: `inputs` tensors of width d kept, and, when the loss is folded in, its
+    log-probabilities (a value per token and word of the vocabulary, in FP32 under autocast, as Hugging Face's
+    and torchtitan's losses cast the logits) and its backward's two gradients of that size (with respect to
+    the log-probabilities, then to the logits), alive with them at once."""
     loss = layer.name == "lm_head" or arch.tied_embeddings
     log_probabilities = float(arch.vocab * arch.seq_len) * loss
-    return replace(layer, saved=float(inputs * arch.hidden * arch.seq_len), saved_fp32=log_probabilities)
+    return replace(
+        layer,
+        saved=float(inputs * arch.hidden * arch.seq_len),
+        saved_fp32=log_probabilities,
+        backward_fp32=2 * log_probabilities,
+    )
 
 
 def decoder_layers(arch: DecoderArchitecture) -> tuple[Layer, ...]:

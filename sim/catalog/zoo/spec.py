@@ -105,6 +105,9 @@ class Layer:
     # (what autograd saves); None: not counted, estimated from the ops (`activation_values`)
     saved: Optional[float] = None
     saved_fp32: float = 0.0  # values it saves in FP32 whatever the training type (the loss's log-softmax)
+    # FP32 values its backward holds at once besides what it saved (the loss: the gradients with respect to
+    # the log-probabilities and to the logits); 0: gradients as large as what it saved (the general rule)
+    backward_fp32: float = 0.0
     block: int = -1  # the checkpointed block (a transformer layer) it belongs to; -1: none
     # under op-level selective checkpointing of its block (torchtitan's): the values it keeps per sample, and
     # whether backward recomputes its forward (its matrix product's output was not kept)
@@ -112,8 +115,11 @@ class Layer:
     selective_recompute: bool = False
 
     def __post_init__(self) -> None:
-        if self.params < 0 or self.forward_flops < 0 or (self.saved or 0.0) < 0 or self.saved_fp32 < 0:
-            raise ValueError(f"layer {self.name!r}: params, forward_flops, saved and saved_fp32 must be >= 0")
+        counts = (self.params, self.forward_flops, self.saved or 0.0, self.saved_fp32, self.backward_fp32)
+        if min(counts) < 0:
+            raise ValueError(
+                f"layer {self.name!r}: params, forward_flops, saved, saved_fp32 and backward_fp32 must be >= 0"
+            )
         if any(not all(isinstance(d, int) and d >= 1 for d in shape) for shape in self.shapes):
             raise ValueError(f"layer {self.name!r}: shapes {self.shapes} must hold positive integer dimensions")
         if self.shapes and shape_values(self.shapes) != self.params:
