@@ -26,7 +26,8 @@ from DDP and FSDP by implementation choices the simulator does not model:
   the rest of the update runs in place); SGD one fp32 temporary (`lr * buf`), Nesterov two, and a gradient
   with weight decay added one fp32 more;
 - activations as autograd saves them for the model trained, counted by `real.saved_activations` on one
-  batch (plus the largest layer's once more, sim/compute/activations.py's rule for backward): for the
+  batch, plus backward's transient by sim/compute/activations.py's rule (the largest layer's saved bytes, or
+  the cross-entropy's two fp32 logit-sized gradients where they are more): for the
   numerics models and the decoder (`numerics.model: transformer`); not for the other zoo models.
 
 The peak is the state plus the larger of backward's (its transient and the activations) and the optimizer
@@ -170,11 +171,14 @@ def zoo_spec(task: Any) -> Any:
 
 
 def activation_bytes(task: Any, batch: int, precision: str) -> Optional[float]:
-    """What autograd saves for backward on one batch of the trained model, plus its largest layer's once more
-    (`real.saved_activations`: one layer per module that owns parameters, or the decoder's zoo layers); None
-    for a model this does not count (a zoo model other than the decoder)."""
+    """What autograd saves for backward on one batch of the trained model (`real.saved_activations`: one layer
+    per module that owns parameters, or the decoder's zoo layers), plus backward's transient as
+    sim/compute/activations.py takes it: the larger of the largest layer's saved bytes and the cross-entropy's two
+    fp32 gradients of the logits' size (with respect to the log-probabilities, then to the logits); None for a
+    model this does not count (a zoo model other than the decoder)."""
     if isinstance(task, Task):
         module, loss = task.module, F.cross_entropy
+        outputs = task.data.classes  # logits a sample
         layout = [
             (owner or "model", [f"{owner}.{n}" if owner else n for n, _ in sub.named_parameters(recurse=False)])
             for owner, sub in module.named_modules()
@@ -183,12 +187,14 @@ def activation_bytes(task: Any, batch: int, precision: str) -> Optional[float]:
     elif getattr(task, "architecture", None) is not None:  # the decoder: its zoo layers
         module, loss = task.module, task.loss
         layout = flat_layout(module, task.spec)
+        outputs = task.architecture.vocab * task.cfg.zoo.sequence
     else:
         return None
     # copies, as the worker's indexed batch is: a slice would count the whole data set's storage
     x, y = task.data.x_train[:batch].clone(), task.data.y_train[:batch].clone()
     per_layer = saved_bytes(module, [x], y, loss, layout, precision, torch.device("cpu"))
-    return float(sum(per_layer) + max(per_layer, default=0))
+    transient = max(max(per_layer, default=0), 2 * FP32_BYTES * outputs * len(y))
+    return float(sum(per_layer) + transient)
 
 
 def real_peak(

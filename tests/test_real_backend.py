@@ -240,7 +240,8 @@ def test_the_decoder_trains_on_gloo_as_in_numerics_mode_and_sim_memory_counts_it
     measured peak, sim.memory's DDP figure by hand: n = 32 x 16 (tokens) + 2 x 2 x 16 (LayerNorms) + 16 x 16 + 16 x
     8 + 16 x 8 + 16 x 16 (Q, K, V, O) + 3 x 16 x 32 (SwiGLU) + 2 x 16 (final norm) + 16 x 32 (head) = 3,424
     parameters at 20 bytes; per sequence of 8 tokens, 4 bytes x (9 x 16 + 4 x 32 values a token in the block, 16 +
-    16 + 32 in the head, and the up projection's 2 x 32 once more) = 12,800 bytes; 2 sequences a rank."""
+    16 + 32 in the head, and backward's transient: the up projection's 2 x 32 or the loss's two gradients over
+    the vocabulary, 2 x 32 too) = 12,800 bytes; 2 sequences a rank."""
     transformer = {"layers": 1, "hidden": 16, "heads": 2, "kv_heads": 1, "mlp": "swiglu", "mlp_width": 32}
     transformer |= {"positions": "rotary", "vocab": 32, "seq_len": 16, "tied_embeddings": False, "bias": False}
     config = {
