@@ -148,6 +148,22 @@ class Policy:
         Default: the settings as given. Call after `bind`."""
         return self.settings.model_dump(mode="json", exclude_unset=True)
 
+    def decisions(self) -> list[tuple[str, str, str]]:
+        """(setting, value chosen, why) for each of its settings left `auto`, as `bind` resolved it
+        (the simulator's decisions.csv). Default: the value `pinned_settings` writes out, else "auto"
+        (decided op by op during the run); policies whose choice has a reason say it. Call after `bind`."""
+        pinned = self.pinned_settings()
+        rows = []
+        for setting, value in self.settings.model_dump(mode="json").items():
+            if value != "auto":
+                continue
+            chosen = pinned.get(setting, "auto")
+            if chosen == "auto":
+                rows.append((setting, "auto", "decided op by op during the run"))
+            else:
+                rows.append((setting, str(chosen), "resolved when the policy was bound to the cluster"))
+        return rows
+
     def buffers(self) -> Sequence[Buffer]:
         """Model-sized tensors every worker keeps for this policy (`policies.tensors`; none by default).
         Backends allocate them when the run starts, from their `initial` value."""

@@ -208,6 +208,31 @@ class DSSync(Policy):
             return given | {"group_size": self.group_sizes[0]}
         return given
 
+    def decisions(self) -> list[tuple[str, str, str]]:
+        """The automatic schedule's islands and why (the uplinks' oversubscription decides them), and
+        `group_size: auto` as resolved."""
+        s, view, rows = self.settings, self.bound_view, []
+        if s.schedule == "auto":
+            worst = max((rack.oversubscription(view.hosts) for rack in view.racks.values()), default=0.0)
+            sizes = sorted({len(i) for i in self.islands})
+            shown = "/".join(map(str, sizes))
+            if len(self.islands) > 1:
+                value = f"{len(self.islands)} rack islands of {shown} ranks, racks mixed every {s.mixing_period} steps"
+                why = f"uplinks oversubscribed (the most: {worst:.3g}:1 NIC bandwidth over uplink)"
+            else:
+                value = f"one island of {self.world_size} ranks"
+                why = (
+                    f"no uplink oversubscribed (the most: {worst:.3g}:1 NIC bandwidth over uplink)"
+                    if view.racks
+                    else "no racks"
+                )
+            rows.append(("schedule", value, f"auto: {why}"))
+        if s.group_size == "auto" and not isinstance(s.schedule, list):
+            sizes = sorted(set(self.group_sizes))
+            why = "each island's ranks" if s.schedule == "auto" else "the largest island's ranks"
+            rows.append(("group_size", "/".join(map(str, sizes)), f"auto: {why}"))
+        return rows
+
     # -- what tests and docs inspect --------------------------------------------------------------
 
     def pattern(self, step: int) -> list[Group]:

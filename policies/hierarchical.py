@@ -60,6 +60,12 @@ class Hierarchical(Policy):
     def pinned_settings(self) -> dict[str, Any]:
         return super().pinned_settings() | {"level": self.level}
 
+    def decisions(self) -> list[tuple[str, str, str]]:
+        if self.settings.level != "auto":
+            return []
+        why = "hosts hold several GPUs" if self.level == "host" else "every host holds one GPU"
+        return [("level", self.level, f"auto: {why}; local groups of {self.local_size} ranks")]
+
     def on_gradients(self, rank: int, step: int, bucket: Bucket) -> Program:
         key = (rank, bucket.nbytes)
         program = self._programs.get(key)

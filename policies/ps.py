@@ -79,6 +79,14 @@ class ShardedPolicy(Policy):
         self.shard_hosts = tuple(candidates[i % len(candidates)] for i in range(shards))
         self._ops: dict[tuple, tuple] = {}
 
+    def decisions(self) -> list[tuple[str, str, str]]:
+        s = self.settings
+        if s.shards != "auto":
+            return []
+        where = "the hosts named" if s.hosts is not None else f"{s.placement} hosts"
+        hosts = len(set(self.shard_hosts))
+        return [("shards", str(len(self.shard_hosts)), f"auto: one per candidate host ({hosts} {where})")]
+
     @property
     def one_input_pipeline(self) -> bool:
         return bool(self.settings.replication == "in_graph")

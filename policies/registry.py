@@ -192,6 +192,22 @@ def resolve(name: str) -> type[Policy]:
     return _check(name, obj)
 
 
+def label_of(name: str) -> str:
+    """What results call a policy entry named `name` (when it has no `label`): the name as written, but
+    for a `module:Class` path the `name` its class sets, so a plug-in's rows read `local_sgd_variant`,
+    not `my_policies:Variant`. A class that sets none is called by its class name: one inherited from a
+    built-in would read as that built-in, beside which a plug-in is usually compared. A path that cannot
+    be loaded keeps its text (the config's check reports it)."""
+    if ":" not in name:
+        return name
+    try:
+        cls = resolve(name)
+    except (ValueError, ImportError, AttributeError, SyntaxError):
+        return name
+    own = cls.__dict__.get("name")
+    return own if isinstance(own, str) and own else cls.__name__
+
+
 def create(name: str, settings: Mapping[str, Any] | None = None) -> Policy:
     """Instantiate a policy, validating its settings; errors name the offending settings (all of them:
     `SettingError.problems`)."""

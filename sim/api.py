@@ -20,6 +20,7 @@ from sim.results import Result
 from sim.results.memory_table import memory_frame
 from sim.results.tables import (
     accuracy_frame,
+    decisions_frame,
     faults_frame,
     iterations_frame,
     links_frame,
@@ -184,6 +185,7 @@ def result_of(
         list(runs),
         accuracy_frame(runs) if cfg.numerics_on else None,
         memory=memory_frame(runs, cluster.gpu, plan.batch_size),
+        decisions=decisions_frame(runs),
     )
 
 

@@ -130,5 +130,5 @@ def test_the_nccl_model_refuses_a_butterfly() -> None:
     """NCCL has no butterfly all-reduce: the NCCL model fails the run naming the algorithm it allows."""
     config = synthetic(star(4), [{"name": "custom_policies:ButterflyBuckets"}], 8.0)
     config["simulation"]["network_model"] = "nccl"
-    error = simulate(config).errors["custom_policies:ButterflyBuckets"]
+    error = simulate(config).errors["butterfly_buckets"]
     assert "algorithm 'butterfly' has no NCCL form; under simulation.network_model nccl allowed: ring" in error

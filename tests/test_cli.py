@@ -95,9 +95,9 @@ def test_failing_policy_keeps_other_results_and_exits_1(tmp_path: Path, capsys: 
     )
     out = tmp_path / "out"
     assert main(["run", str(config), "--out", str(out), "--quiet"]) == 1
-    assert "policy 'custom_policies:YieldsGarbage' stopped early: PolicyError" in capsys.readouterr().err
+    assert "policy 'yields_garbage' stopped early: PolicyError" in capsys.readouterr().err
     summary = pd.read_csv(out / "summary.csv").set_index("policy")
     assert summary.loc["ring", "status"] == "ok" and summary.loc["no_sync", "status"] == "ok"
-    assert summary.loc["custom_policies:YieldsGarbage", "status"].startswith("failed: PolicyError")
-    assert summary.loc["custom_policies:YieldsGarbage", "iterations"] == 2  # steps 0 and 1 completed
+    assert summary.loc["yields_garbage", "status"].startswith("failed: PolicyError")
+    assert summary.loc["yields_garbage", "iterations"] == 2  # steps 0 and 1 completed
     assert "Traceback" in (out / "errors.txt").read_text()

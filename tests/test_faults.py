@@ -189,7 +189,7 @@ def test_a_deadlock_under_periodic_background_is_caught_by_the_stall_timeout() -
     cfg = synthetic(star(3), [{"name": "custom_policies:HalfTheRanks"}], 1, compute_ms=1.0, iterations=2)
     cfg["background"] = [{"hosts": ["h0", "h1"], "gbps": 1.0, "on_s": 0.5, "off_s": 0.5}]
     cfg["simulation"]["stall_timeout_s"] = 10.0
-    error = simulate(cfg).errors["custom_policies:HalfTheRanks"]
+    error = simulate(cfg).errors["half_the_ranks"]
     assert error.startswith("DeadlockError:") and "never reached it" in error
 
 

@@ -222,7 +222,7 @@ def test_a_write_stopped_at_any_file_never_claims_missing_rows(tmp_path: Path, m
     monkeypatch.setattr(sim.results.result, "atomic_write", counted)
     partials[1].write(tmp_path / "count", plot=False, trace=False)
     monkeypatch.undo()
-    assert len(calls) == 10  # config.yaml and 9 tables
+    assert len(calls) == 11  # config.yaml and 10 tables
     for stop in range(len(calls) + 1):
         out = tmp_path / f"stop{stop}"
         partials[0].write(out, plot=False, trace=False)

@@ -181,19 +181,23 @@ def test_a_plugin_beside_the_config_loads_without_pythonpath(tmp_path, monkeypat
     result = simulate(load_config(folder / "c.yaml"))
     assert result.summary["status"].tolist() == ["ok"]
     assert result.summary["name"].tolist() == ["beside_policies:SlowRing"]
+    assert result.summary["policy"].tolist() == ["slow_ring"]  # labelled by its class's name, not the path
     assert str(folder.resolve()) not in sys.path  # the file is run, its folder is not importable
 
 
 def test_a_plugin_in_the_working_directory_loads(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     import sys
 
-    from policies.registry import create
+    from policies.registry import create, label_of
 
     (tmp_path / "cwd_policies.py").write_text("from policies.ring import Ring\n\n\nclass MyRing(Ring):\n    pass\n")
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", ".")])
     monkeypatch.setattr(sys, "modules", dict(sys.modules))
     assert type(create("cwd_policies:MyRing")).__name__ == "MyRing"
+    # it sets no name of its own: labelled by its class name, not by the `ring` it inherits
+    assert label_of("cwd_policies:MyRing") == "MyRing" and label_of("ring") == "ring"
+    assert label_of("policies.ring:Ring") == "ring" and label_of("absent_policies:X") == "absent_policies:X"
     with pytest.raises(SettingError, match="cannot load policy 'absent_policies:X': no file absent_policies.py"):
         create("absent_policies:X")
 

@@ -102,5 +102,5 @@ def test_a_sparse_op_outside_a_gradient_bucket_fails_with_a_clear_error() -> Non
     raw = synthetic(star(4), [{"name": "custom_policies:SparseOnEndStep"}], gradient_mb=8)
     raw["workload"]["sparsity"] = {"topk": 0.01}
     status = simulate(parse_config(raw)).summary.status[0]
-    assert status.startswith("failed: PolicyError: policy 'custom_policies:SparseOnEndStep'")
+    assert status.startswith("failed: PolicyError: policy 'sparse_on_end_step'")
     assert "acts on a gradient bucket (yield it from on_gradients)" in status

@@ -20,7 +20,7 @@ from sim.cli import main
 from sim.errors import ConfigError
 from sim.experiments.sweep import expand, load_sweep
 from sim.experiments.sweep_points import POINT_FILE, point_folder
-from sim.experiments.sweep_runner import TABLE_FILE, run_sweep
+from sim.experiments.sweep_runner import DECISIONS_FILE, TABLE_FILE, run_sweep
 
 
 def base(iterations: int = 3) -> dict[str, Any]:
@@ -267,6 +267,20 @@ def test_the_table_has_a_row_per_point_and_policy_and_resumes(tmp_path: Path) ->
     pd.testing.assert_frame_equal(pd.read_csv(out / TABLE_FILE), table)
     parallel = run_sweep(sweep, tmp_path / "parallel", jobs=2)  # processes: the same table
     pd.testing.assert_frame_equal(parallel.table, table)
+
+
+def test_each_points_decisions_are_kept_beside_the_table(tmp_path: Path) -> None:
+    """DS-Sync over 8 one-GPU hosts in 2 racks of 25 Gb/s NICs (100 Gb/s a rack): a 50 Gb/s uplink is
+    oversubscribed 2:1 (an island per rack), a 100 Gb/s one is not (one island)."""
+    sweep = load_sweep(
+        sweep_file(tmp_path, {"grid": {"cluster.uplink_gbps": [50, 100]}}, policies=[{"name": "ds_sync"}])
+    )
+    out = tmp_path / "out"
+    run_sweep(sweep, out, jobs=1)
+    decisions = pd.read_csv(out / DECISIONS_FILE)
+    assert list(decisions.columns[:4]) == ["point", "key", "cluster.uplink_gbps", "policy"]
+    schedule = decisions[decisions["setting"] == "schedule"].set_index("cluster.uplink_gbps")["value"]
+    assert schedule[50].startswith("2 rack islands of 4 ranks") and schedule[100] == "one island of 8 ranks"
 
 
 def test_one_bad_point_exits_1_and_the_good_points_are_written(

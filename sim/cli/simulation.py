@@ -32,7 +32,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     check_limits(config)  # a run estimated over the limits is refused before its output folder exists
     from sim.api import simulate  # pandas and the engine: only for a run that goes ahead
     from sim.engine.faults import late_faults
-    from sim.results.console import summary_table
+    from sim.results.console import decisions_text, summary_table
     from sim.results.result import clear_run_files
 
     out = hold(args, Path(args.out) if args.out else Path("results") / config.name)
@@ -58,7 +58,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         result.write(out, plot=not args.no_plot)
     record.write(out)
     print(summary_table(result.summary))
-    tables = "summary, iterations, phases, ops, links, utilization, staleness, memory" + (
+    if decided := decisions_text(result.decisions):
+        print("\n" + decided)
+    tables = "summary, iterations, phases, ops, links, utilization, staleness, memory, decisions" + (
         ", accuracy" if config.numerics_on else ""
     )
     print(f"\nresults: {out}/ ({tables}: .csv; trace.json; plots)")
@@ -174,6 +176,7 @@ def _check_sweep(args: argparse.Namespace) -> int:
 def add_list(sub: Subparsers) -> None:
     """`syncsim list`: the policies, models and GPUs a config may name."""
     lst = sub.add_parser("list", help="list policies, models and GPUs")
+    lst.add_argument("-v", "--verbose", action="store_true", help="one line each: what it is, its figures")
     lst.set_defaults(func=_cmd_list)
 
 
@@ -181,6 +184,12 @@ def _cmd_list(args: argparse.Namespace) -> int:
     from policies.registry import available
     from sim.catalog.gpus import GPU_NAMES
     from sim.catalog.zoo import MODEL_NAMES
+
+    if args.verbose:
+        from sim.cli.listing import verbose_listing
+
+        print(verbose_listing())
+        return 0
 
     print("policies:", ", ".join(sorted(available())))
     print("models:   synthetic,", ", ".join(MODEL_NAMES))

@@ -24,7 +24,7 @@ from sim.errors import ConfigError
 def policy_problems(entries: list[Any]) -> list[str]:
     """One line per bad setting of every policy entry (all of them, not only the first bad one), and
     duplicate labels. `entries` are raw mappings or `PolicyEntry` objects."""
-    from policies.registry import create
+    from policies.registry import create, label_of
 
     lines: list[str] = []
     seen: set[str] = set()
@@ -43,7 +43,7 @@ def policy_problems(entries: list[Any]) -> list[str]:
         except ValueError as exc:  # SettingError carries every bad setting
             problems = getattr(exc, "problems", [(getattr(exc, "field", "name"), getattr(exc, "detail", exc))])
             lines += [f"policies[{i}].{field}: {detail}" for field, detail in problems]
-        display = label if isinstance(label, str) else name
+        display = label if isinstance(label, str) else label_of(name)
         if display in seen:
             lines.append(f"policies[{i}].label: duplicate label {display!r}; give each entry a unique label")
         seen.add(display)

@@ -243,7 +243,12 @@ class PolicyEntry(BaseModel):
 
     @property
     def display(self) -> str:
-        return self.label or self.name
+        """The policy's name in results: its label, else `policies.registry.label_of(name)`."""
+        if self.label:
+            return self.label
+        from policies.registry import label_of  # a plug-in's class names its rows
+
+        return label_of(self.name)
 
 
 class SimulationConfig(Strict):

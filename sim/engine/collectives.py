@@ -61,6 +61,7 @@ from sim.network.flows import Network
 
 MODELS = ("pipelined", "stepwise")
 RING_CACHE_LIMIT = 20_000  # groups whose ring paths are kept
+NAN = float("nan")
 
 
 def ring_steps(op: Collective, p: int) -> int:
@@ -73,12 +74,18 @@ def ring_steps(op: Collective, p: int) -> int:
 
 
 class Launched(NamedTuple):
-    """A collective under way: its completion event, the bytes it puts on the wire in all, and for a
-    sparse collective max / mean of the bytes its members receive (NaN for dense ones)."""
+    """A collective under way: its completion event, the bytes it puts on the wire in all, for a
+    sparse collective max / mean of the bytes its members receive (NaN for dense ones), and how it runs
+    (ops.csv's last columns, docs/outputs.md): `algorithm` (NCCL's pick under the NCCL model; else ring,
+    butterfly, chain or pairwise), and the NCCL `protocol` and `channels` it was priced with (empty and 0
+    where NCCL's tuner did not price it)."""
 
     done: simpy.Event
     nbytes: float
     imbalance: float = float("nan")
+    algorithm: str = ""
+    protocol: str = ""
+    channels: int = 0
 
 
 class CollectiveRunner:
@@ -150,17 +157,18 @@ class CollectiveRunner:
             each, cap = choice.wire_per_path / ways, choice.cap / ways
             net_each, net_cap = choice.net_wire_per_path / net_ways, choice.net_cap / net_ways
             wire = each * len(paths) + net_each * len(net_paths)
+            how = (choice.algorithm, choice.protocol, self.planner.fabric.channels)
             if not net_paths:
-                return Launched(self.net.transfer(paths, each, latency=lat, cap=cap, done=done), wire)
+                return Launched(self.net.transfer(paths, each, latency=lat, cap=cap, done=done), wire, NAN, *how)
             parts = [self.net.transfer(net_paths, net_each, latency=lat, cap=net_cap)]
             if paths:
                 parts.append(self.net.transfer(paths, each, latency=lat, cap=cap))
-            return Launched(self.env.all_of(parts), wire)
+            return Launched(self.env.all_of(parts), wire, NAN, *how)
         if isinstance(op, AllToAll):
-            return Launched(self._all_to_all(ranks, op.nbytes / p), (p - 1) * op.nbytes)
+            return Launched(self._all_to_all(ranks, op.nbytes / p), (p - 1) * op.nbytes, NAN, "pairwise")
         if isinstance(op, AllReduce) and op.algorithm == "butterfly":  # two all-to-alls of n/p: the ring's bytes
             event = butterfly(self.env, self.net, self._mesh(op.group), op.nbytes / p, self.model, done)
-            return Launched(event, 2 * (p - 1) * op.nbytes)
+            return Launched(event, 2 * (p - 1) * op.nbytes, NAN, "butterfly")
         steps = self._steps.get((type(op), p))
         if steps is None:
             steps = self._steps[(type(op), p)] = ring_steps(op, p)
@@ -168,11 +176,12 @@ class CollectiveRunner:
         paths, hop_latency, ways = self._ring(op.group)
         chunk = op.nbytes / p / ways  # each channel ring carries its share
         if self.model == "pipelined":
-            return Launched(self.net.transfer(paths, steps * chunk, latency=steps * hop_latency, done=done), wire)
+            event = self.net.transfer(paths, steps * chunk, latency=steps * hop_latency, done=done)
+            return Launched(event, wire, NAN, "ring")
         if ways == 1:
-            return Launched(_StepwiseRing(self.env, self.net, paths, steps, chunk).done, wire)
+            return Launched(_StepwiseRing(self.env, self.net, paths, steps, chunk).done, wire, NAN, "ring")
         rings = [_StepwiseRing(self.env, self.net, paths[c * p : (c + 1) * p], steps, chunk) for c in range(ways)]
-        return Launched(self.env.all_of([ring.done for ring in rings]), wire)
+        return Launched(self.env.all_of([ring.done for ring in rings]), wire, NAN, "ring")
 
     def _broadcast(self, op: Broadcast, done: Optional[simpy.Event]) -> Launched:
         """A pipelined chain from the root through the other members in group order: every hop carries the
@@ -183,7 +192,8 @@ class CollectiveRunner:
         chain = ranks[start:] + ranks[:start]
         paths = [self._path(chain[i], chain[i + 1]) for i in range(len(chain) - 1)]
         latency = len(paths) * max(self.net.path_latency(path) for path in paths)
-        return Launched(self.net.transfer(paths, op.nbytes, latency=latency, done=done), len(paths) * op.nbytes)
+        event = self.net.transfer(paths, op.nbytes, latency=latency, done=done)
+        return Launched(event, len(paths) * op.nbytes, NAN, "chain")
 
     def cast_s(self, op: Collective) -> tuple[float, float]:
         """Seconds of `op`'s cast to its `wire` before its transfers and back after them."""
@@ -283,7 +293,7 @@ class CollectiveRunner:
         done = self.env.all_of(events) if events else self.env.event()
         if not events:
             done.succeed()
-        return Launched(done, float(sizes.sum()), received_imbalance(sizes.sum(axis=0)))
+        return Launched(done, float(sizes.sum()), received_imbalance(sizes.sum(axis=0)), "pairwise")
 
     def _ring(self, group: Group) -> tuple[tuple[Path, ...], float, int]:
         """The ring's paths (member i to i+1), the longest one's latency and its channels, once per group:

@@ -29,7 +29,7 @@ from sim.cluster.topology import Cluster
 from sim.config import SimulationConfig
 from sim.nccl.fabrics import Fabric, fabric_of, with_constants
 from sim.nccl.trees import busiest_host_edges, tree_edges
-from sim.nccl.tuner import Choice, Shape, choose, predict
+from sim.nccl.tuner import Choice, Shape, predict, ranked
 from sim.network.flows import Network
 
 PLAN_CACHE_LIMIT = 200_000  # plans, group layouts and choices kept (groups may change every step)
@@ -56,6 +56,19 @@ class _Layout:
         if self._switch is None:
             self._switch = tuple(p for r in self.ranks for p in self.host_paths(r))
         return self._switch
+
+
+@dataclass
+class Pick:
+    """What NCCL's tuner picked for one kind of collective on one group shape, over the sizes it picked
+    it for (bytes `low` to `high`); at `high`, its own estimate and that of the next best option
+    (`runner_up`: "algorithm/protocol", empty when nothing else could run)."""
+
+    low: float
+    high: float
+    estimate_s: float
+    runner_up: str = ""
+    runner_up_s: float = math.nan
 
 
 class Plan(NamedTuple):
@@ -107,6 +120,9 @@ class NcclPlanner:
         self._plans: dict[tuple[type, Group, float], Plan] = {}
         self._layouts: dict[tuple[type, Group], _Layout] = {}
         self._choices: dict[tuple[Shape, Shape], Choice] = {}  # groups of one shape (every host's, say) share them
+        # (kind, ranks, hosts, algorithm, protocol) -> the sizes it was picked for: written when a choice is
+        # made, not per collective (decisions.csv, sim/engine/decisions.py)
+        self.picks: dict[tuple[str, int, int, str, str], Pick] = {}
         self._live: Network | None = None
         self._latency_version = -1
         self._added = np.zeros_like(self._network_latency)  # delay on top of each network link's own
@@ -155,7 +171,9 @@ class NcclPlanner:
         if choice is None:
             if len(self._choices) >= PLAN_CACHE_LIMIT:
                 self._choices.clear()
-            choice = choose(seen, self.fabric, self.algorithm, self.protocol)
+            options = ranked(seen, self.fabric, self.algorithm, self.protocol)
+            choice = options[0]
+            self._remember(seen, options)
             if seen is not shape:  # what NCCL picked, on the network as it is
                 choice = predict(shape, self.fabric, choice.algorithm, choice.protocol) or choice
             self._choices[(seen, shape)] = choice
@@ -170,6 +188,21 @@ class NcclPlanner:
         if layout.between and not isinstance(op, AllToAll):
             return Plan(choice, layout.inside, layout.between, layout.ways, layout.ways)
         return Plan(choice, layout.paths)
+
+    def _remember(self, seen: Shape, options: list[Choice]) -> None:
+        """Widen the sizes over which the first of `options` was picked for `seen`'s kind and group shape."""
+        best = options[0]
+        key = (seen.kind, seen.ranks, seen.hosts, best.algorithm, best.protocol)
+        pick = self.picks.get(key)
+        runner = next((c for c in options[1:] if (c.algorithm, c.protocol) != (best.algorithm, best.protocol)), None)
+        if pick is None:
+            pick = self.picks[key] = Pick(seen.nbytes, seen.nbytes, best.tuner_seconds)
+        elif seen.nbytes < pick.high:
+            pick.low = min(pick.low, seen.nbytes)
+            return
+        pick.high, pick.estimate_s = seen.nbytes, best.tuner_seconds
+        if runner is not None:
+            pick.runner_up, pick.runner_up_s = f"{runner.algorithm}/{runner.protocol}", runner.tuner_seconds
 
     def _layout(self, op: Collective, ring: tuple[Path, ...], ways: int = 1) -> _Layout:
         """Where `op`'s group sits, as the tuner sees it (with nbytes 0), and the paths each algorithm uses.

@@ -30,6 +30,7 @@ from sim.config import Config, PolicyEntry
 from sim.engine.clocks import ClockBoard
 from sim.engine.collectives import CollectiveRunner, Launched
 from sim.engine.communicators import Communicators
+from sim.engine.decisions import Decision, run_decisions
 from sim.engine.executor import Executor
 from sim.engine.faults import FaultContext, LinkEffects, absences_of, background, straggler
 from sim.engine.input_pipeline import preparing
@@ -75,6 +76,7 @@ class PolicyRun:
     checkpoints: list[np.ndarray] = field(default_factory=list)  # numerics: the model at each switch
     devices: list[tuple] = field(default_factory=list)  # real runs: rows of real.device_use.RANK_FIELDS
     memory: Optional[MemoryTerms] = None  # predicted peak memory per GPU (sim.memory)
+    decisions: list[Decision] = field(default_factory=list)  # what the run chose for `auto` settings, and why
 
 
 def model_info(plan: ComputePlan, gradient_type: str = "fp32") -> ModelInfo:
@@ -173,12 +175,17 @@ def run_policy(
             wire.nbytes,
             wire.imbalance,
             op.wire or "",
+            wire.algorithm,
+            wire.protocol,
+            wire.channels,
         )
         run.ops.append(row)
 
     def on_op(rank: int, step: int, kind: str, shard: int, count: int, nbytes: float, start: float, end: float) -> None:
         progress["last"] = env.now
-        run.ops.append((step, rank, kind, -1, 1, shard, count, nbytes, start, start, end, nbytes, float("nan"), ""))
+        run.ops.append(
+            (step, rank, kind, -1, 1, shard, count, nbytes, start, start, end, nbytes, float("nan"), "", "", "", 0)
+        )
 
     def on_iteration() -> None:
         progress["last"] = env.now
@@ -328,6 +335,7 @@ def run_policy(
     sampler.finish()
     run.events, run.flows, run.recomputes = env.events_processed(), net.transfers_started, net.recomputes
     run.sim_time_s = env.now
+    run.decisions = run_decisions(config, policy, plan, planner)
     run.link_bytes = net.carried_bytes()
     run.sampler = sampler
     return run

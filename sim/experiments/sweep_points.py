@@ -1,7 +1,8 @@
 """One point of a sweep: simulated anywhere (here, in a pool process, on a Dask worker), kept here.
 
 Each point's results go to `DIR/points/<key>/` (`key`: the hash of its resolved config): its
-`summary.csv`, then `point.json` with its coordinates and status, written last and atomically. A
+`summary.csv`, then `point.json` with its coordinates, status and decisions (what its `auto` settings
+chose, decisions.csv's rows), written last and atomically. A
 point whose `point.json` says "ok" is finished: a re-run skips it, so an interrupted sweep loses only
 the points in flight, and a point that failed is tried again.
 """
@@ -39,12 +40,16 @@ def compute_point(config: Config, coords: dict[str, Any]) -> tuple[Optional[str]
     from sim.api import simulate  # imported where the point runs
 
     start = time.perf_counter()
+    decisions: list[dict[str, Any]] = []
     try:
-        summary: Optional[str] = simulate(config).summary.to_csv(index=False)
+        result = simulate(config)
+        summary: Optional[str] = result.summary.to_csv(index=False)
+        decisions = result.decisions.to_dict("records")  # a few rows per policy: what `auto` chose, and why
         error = None
     except Exception as exc:  # a point's failure is recorded; the other points go on
         summary, error = None, f"{type(exc).__name__}: {' / '.join(str(exc).splitlines())}"
     record = {"status": "ok" if error is None else "failed", "error": error, "coords": _plain(coords)}
+    record["decisions"] = decisions
     record["wall_s"] = round(time.perf_counter() - start, 3)
     return summary, record
 

@@ -4,7 +4,9 @@ and builds one tidy table from the files each point kept (`sim.experiments.sweep
 The tidy table, `DIR/sweep.csv`, has one row per point and policy: the point's index and key, one
 column per axis (seed included), then every summary column; it is built from the kept files in point
 order, so it does not depend on the order points finished in or on how many runs it took.
-`DIR/errors.csv` lists the points that did not validate or failed, with their coordinates.
+`DIR/errors.csv` lists the points that did not validate or failed, with their coordinates;
+`DIR/decisions.csv` what each finished point's `auto` settings chose and why (a run's decisions.csv,
+with the point's index, key and coordinates in front).
 `DIR/sweep.json` names the config (figures redrawn from the folder say which config they show).
 
 Pool workers die with the sweep: on Linux each asks the kernel for SIGKILL when its parent dies
@@ -36,6 +38,7 @@ TABLE_FILE = "sweep.csv"
 PARQUET_FILE = "sweep.parquet"
 ERRORS_FILE = "errors.csv"
 NAME_FILE = "sweep.json"
+DECISIONS_FILE = "decisions.csv"
 
 
 @dataclass
@@ -77,6 +80,7 @@ def run_sweep(
     with atomic_path(out / PARQUET_FILE) as tmp:
         table.to_parquet(tmp, index=False)
     atomic_write(out / ERRORS_FILE, errors.to_csv(index=False))
+    atomic_write(out / DECISIONS_FILE, collect_decisions(sweep, out).to_csv(index=False))
     return SweepOutcome(table, errors, len(todo), skipped)
 
 
@@ -162,6 +166,24 @@ def config_name(out: Path) -> Optional[str]:
     except (OSError, ValueError, AttributeError):
         return None
     return name if isinstance(name, str) else None
+
+
+def collect_decisions(sweep: Sweep, out: Path) -> pd.DataFrame:
+    """Every finished point's decisions, in point order (none for points run before they were recorded)."""
+    frames = []
+    for point in sweep.points:
+        if point.config is None:
+            continue
+        try:
+            record = json.loads((point_folder(out, point) / POINT_FILE).read_text())
+        except (OSError, ValueError):
+            continue
+        rows = pd.DataFrame(record.get("decisions") or [], columns=["policy", "setting", "value", "why"])
+        coords = {axis: _cell(point.coords.get(axis)) for axis in sweep.axes}
+        head = pd.DataFrame({"point": point.index, "key": point.key, **coords}, index=rows.index)
+        frames.append(pd.concat([head, rows], axis=1))
+    columns = ["point", "key", *sweep.axes, "policy", "setting", "value", "why"]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
 
 
 def _cell(value: Any) -> Any:

@@ -285,14 +285,19 @@ def _applies(shape: Shape, algorithm: str) -> bool:
     return True
 
 
-def choose(shape: Shape, fabric: Fabric, algorithm: str = "auto", protocol: str = "auto") -> Choice:
-    """The (algorithm, protocol) NCCL's tuner would pick among those allowed: the fastest by its own
-    estimate (`Choice.tuner_seconds`). A forced algorithm that cannot run `shape` falls back to the
-    ring (as NCCL does when NCCL_ALGO names one it cannot use)."""
+def ranked(shape: Shape, fabric: Fabric, algorithm: str = "auto", protocol: str = "auto") -> list[Choice]:
+    """Every (algorithm, protocol) allowed that can run `shape`, fastest first by NCCL's own estimate
+    (`Choice.tuner_seconds`). A forced algorithm that cannot run `shape` falls back to the ring (as NCCL
+    does when NCCL_ALGO names one it cannot use)."""
     algorithms = ALGORITHMS if algorithm == "auto" else (algorithm,)
     protocols = PROTOCOLS if protocol == "auto" else (protocol,)
     options = [c for a in algorithms for p in protocols if (c := predict(shape, fabric, a, p)) is not None]
     if not options:
         fallback = [c for p in protocols if (c := predict(shape, fabric, "ring", p)) is not None]
         options = fallback or [c for p in PROTOCOLS if (c := predict(shape, fabric, "ring", p)) is not None]
-    return min(options, key=lambda c: c.tuner_seconds)
+    return sorted(options, key=lambda c: c.tuner_seconds)
+
+
+def choose(shape: Shape, fabric: Fabric, algorithm: str = "auto", protocol: str = "auto") -> Choice:
+    """The (algorithm, protocol) NCCL's tuner would pick among those allowed: the first of `ranked`."""
+    return ranked(shape, fabric, algorithm, protocol)[0]

@@ -49,3 +49,23 @@ def _warmup_note(summary: pd.DataFrame) -> str:
     else:
         which = "each worker's first " + ", ".join(f"{n} ({p})" for p, n in zip(rows["policy"], dropped))
     return f"\ntimings leave out {which} as warm-up (warmup_iterations; iterations.csv keeps every one)"
+
+
+def decisions_text(decisions: pd.DataFrame, limit: int = 12) -> str:
+    """What the run chose where the config said `auto`, one line per choice (setting: value), at most
+    `limit` lines; a choice every policy shares is printed once. decisions.csv has every one, each with
+    its reason. Empty when there are none."""
+    if decisions is None or not len(decisions):
+        return ""
+    policies = decisions["policy"].unique()
+    pairs = list(zip(decisions["setting"], decisions["value"]))
+    counts = pd.Series(pairs).value_counts()
+    shared = {pair for pair, n in counts.items() if n == len(policies) > 1}
+    lines = [f"  every policy: {s}: {v}" for s, v in dict.fromkeys(p for p in pairs if p in shared)]
+    lines += [
+        f"  {row.policy}: {row.setting}: {row.value}"
+        for row, pair in zip(decisions.itertuples(index=False), pairs)
+        if pair not in shared
+    ]
+    tail = f"\n  ... {len(lines) - limit} more in decisions.csv" if len(lines) > limit else ""
+    return "decisions (why: decisions.csv):\n" + "\n".join(lines[:limit]) + tail

@@ -21,7 +21,11 @@ from sim.files import atomic_write
 
 # summary.csv is written after these: it lists the policies whose rows are already in them, so a run
 # killed between two files never has a summary claiming rows that are not there yet
-DETAIL_TABLES = ("iterations", "phases", "ops", "links", "utilization", "staleness", "faults", "memory")
+DETAIL_TABLES = (
+    "iterations", "phases", "ops", "links", "utilization", "staleness", "faults", "memory", "decisions",
+)  # fmt: skip
+# tables that folders written before they existed lack: read as empty frames
+LATER_TABLES = ("memory", "decisions")
 # per-link tables: a real run cannot see what each link carried, so its folder has none of them
 UNMEASURED = ("links", "utilization")
 FIGURES = ("comparison", "utilization", "staleness", "accuracy")
@@ -56,6 +60,8 @@ class Result:
     accuracy: Optional[pd.DataFrame] = None  # numerics mode only
     measured: bool = False  # a real run's tables: times measured, seconds from each policy's start
     memory: pd.DataFrame = field(default_factory=pd.DataFrame)  # predicted peak memory per GPU (memory.csv)
+    # what the run chose for `auto` settings, and why (decisions.csv; sim.engine.decisions)
+    decisions: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     @property
     def time_label(self) -> str:
@@ -77,7 +83,7 @@ class Result:
         tables = {
             name: _empty(name) if measured and name in UNMEASURED else read_table(out, name)
             for name in DETAIL_TABLES
-            if name != "memory" or table_path(out, name).is_file()  # folders written before memory.csv existed
+            if name not in LATER_TABLES or table_path(out, name).is_file()
         }
         return cls(
             load_config(out / "config.yaml"),

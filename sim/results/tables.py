@@ -5,6 +5,7 @@ ops: one row per collective (rank -1) and per point-to-point batch or wait.
 summary: one row per policy; `status`: ok, `failed: <reason>`, or `interrupted: <what stopped it>`. Its
 timings (iteration time, throughput, compute, comm, wait) leave out each worker's first
 `warmup_dropped` iterations (`Config.summary_warmup`: a real run's warm-up); its counts keep them.
+decisions: one row per choice the simulator made where the config said `auto` (and the bucket plan, NCCL's picks).
 links: one row per network link per policy; utilization: link utilisation over time.
 staleness: histogram of the staleness of updates applied by asynchronous shards, in updates (others'
 updates to the bucket since the pusher read it; not steps: SSP's bound counts steps).
@@ -22,6 +23,7 @@ import pandas as pd
 
 from sim.cluster.topology import GBPS, Cluster
 from sim.compute.workload import ComputePlan
+from sim.engine.decisions import DECISION_FIELDS
 from sim.engine.run import PolicyRun
 from sim.memory.peak import GIB
 
@@ -35,11 +37,14 @@ PHASE_FIELDS = ("phase", "phase_policy", "synchronous", "start_step", "start_s",
 # nbytes: the tensor size the op names (a sparse op: its dense size); wire_bytes: what it sent to other
 # ranks or shards, over all members of a collective, same-host peers included (links.csv has what
 # each network link carried); imbalance: a sparse collective's max / mean bytes received; wire: the
-# element type a collective's values travel in (policies.wire), empty for the default type
+# element type a collective's values travel in (policies.wire), empty for the default type; algorithm,
+# protocol, channels: how a collective ran (sim.engine.collectives.Launched; docs/outputs.md, "ops.csv")
 OP_FIELDS = (
     "step", "rank", "kind", "group", "group_size", "shard", "count", "nbytes", "issued_s", "launched_s", "finished_s",
-    "wire_bytes", "imbalance", "wire",
+    "wire_bytes", "imbalance", "wire", "algorithm", "protocol", "channels",
 )  # fmt: skip
+# what a row without the last fields gets (a backend that does not record them: the real one)
+_OP_DEFAULTS = ("", "", "", 0)
 SUMMARY_COLUMNS = (
     "policy",
     "name",
@@ -121,10 +126,11 @@ def phase_summary(run: PolicyRun) -> dict[str, float]:
 
 
 def _op_rows(run: PolicyRun) -> list[tuple]:
-    """A run's op rows; rows without a `wire` (a backend that does not record it) get an empty one."""
+    """A run's op rows; rows without the last fields (a backend that does not record them) get empty ones."""
     rows = run.ops
     if rows and len(rows[0]) < len(OP_FIELDS):
-        return [row + ("",) for row in rows]
+        tail = _OP_DEFAULTS[len(rows[0]) - len(OP_FIELDS) :]
+        return [row + tail for row in rows]
     return rows
 
 
@@ -132,6 +138,11 @@ def ops_frame(runs: list[PolicyRun]) -> pd.DataFrame:
     df = _per_policy(runs, _op_rows, OP_FIELDS)
     df["duration_s"] = df["finished_s"] - df["launched_s"]
     return df
+
+
+def decisions_frame(runs: list[PolicyRun]) -> pd.DataFrame:
+    """What each run chose for the config's `auto` settings and why (sim.engine.decisions)."""
+    return _per_policy(runs, lambda run: run.decisions, DECISION_FIELDS)
 
 
 FAULT_FIELDS = ("what", "targets", "effect", "value", "start_s", "end_s")
