@@ -236,6 +236,17 @@ def test_a_refused_plugin_is_one_line_naming_the_entry() -> None:
     assert "no file subprocess.py in the working directory or beside the config" in lines[1]
 
 
+def test_two_entries_of_one_plugin_class_need_labels() -> None:
+    """Both would be labelled by the class's name, `interleaved_rings`: the second is refused."""
+    from sim.config.load import policy_problems
+
+    entry = {"name": "custom_policies:InterleavedRings"}
+    assert policy_problems([entry, entry]) == [
+        "policies[1].label: duplicate label 'interleaved_rings'; give each entry a unique label"
+    ]
+    assert policy_problems([entry, {**entry, "label": "second"}]) == []
+
+
 def test_a_plugin_file_does_not_shadow_an_imported_module(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     (tmp_path / "json.py").write_text("raise SystemExit('must not run')\n")
     monkeypatch.chdir(tmp_path)

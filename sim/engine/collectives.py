@@ -76,7 +76,7 @@ def ring_steps(op: Collective, p: int) -> int:
 class Launched(NamedTuple):
     """A collective under way: its completion event, the bytes it puts on the wire in all, for a
     sparse collective max / mean of the bytes its members receive (NaN for dense ones), and how it runs
-    (ops.csv's last columns, docs/outputs.md): `algorithm` (NCCL's pick under the NCCL model; else ring,
+    (ops.csv's last columns, README "What you get"): `algorithm` (NCCL's pick under the NCCL model; else ring,
     butterfly, chain or pairwise), and the NCCL `protocol` and `channels` it was priced with (empty and 0
     where NCCL's tuner did not price it)."""
 

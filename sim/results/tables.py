@@ -38,7 +38,7 @@ PHASE_FIELDS = ("phase", "phase_policy", "synchronous", "start_step", "start_s",
 # ranks or shards, over all members of a collective, same-host peers included (links.csv has what
 # each network link carried); imbalance: a sparse collective's max / mean bytes received; wire: the
 # element type a collective's values travel in (policies.wire), empty for the default type; algorithm,
-# protocol, channels: how a collective ran (sim.engine.collectives.Launched; docs/outputs.md, "ops.csv")
+# protocol, channels: how a collective ran (sim.engine.collectives.Launched; README, "What you get")
 OP_FIELDS = (
     "step", "rank", "kind", "group", "group_size", "shard", "count", "nbytes", "issued_s", "launched_s", "finished_s",
     "wire_bytes", "imbalance", "wire", "algorithm", "protocol", "channels",
