@@ -99,6 +99,9 @@ def test_ops_priced_without_nccl_say_how_they_ran() -> None:
     ps = ops[ops["policy"] == "ps"]
     assert len(ps) and (ps["algorithm"] == "").all() and (ps["channels"] == 0).all()
     assert not result.decisions["setting"].str.startswith("nccl.").any()  # nothing priced by NCCL
+    # ps's shards: auto, colocated: one per worker host, 4 of them
+    shards = result.decisions.set_index(["policy", "setting"]).loc[("ps", "shards")]
+    assert (shards["value"], shards["why"]) == ("4", "auto: one per candidate host (4 colocated hosts)")
 
 
 def ds_sync_run(uplink_gbps: float) -> Result:
