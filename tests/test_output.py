@@ -531,6 +531,7 @@ OUT_COMMANDS = {
     "fidelity": ["fidelity", "--out", "{out}"],
     "bandwidth": ["bandwidth", "configs/wan_bandwidth_sweep.yaml", "--out", "{out}"],
     "profile": ["profile", "resnet32", "--batch", "2", "--out", "{out}"],
+    "report": ["report", "configs", "--out", "{out}"],
 }
 
 

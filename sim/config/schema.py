@@ -235,7 +235,11 @@ class PolicyEntry(BaseModel):
         description="a registered policy name (`syncsim list`) or `module:Class` with module.py beside the config "
         "or in the working directory (docs/policies.md)"
     )
-    label: Optional[Label] = Field(None, description="the name in results; default: name (labels must be unique)")
+    label: Optional[Label] = Field(
+        None,
+        description="the name in results; default: the policy's name (a plug-in: its class's `name`, else the "
+        "class name); labels must be unique",
+    )
 
     @property
     def settings(self) -> dict[str, Any]:
