@@ -119,3 +119,20 @@ def test_report_rewrites_to_another_file(run_dir: Path, tmp_path: Path) -> None:
 def test_numbers_read_as_people_write_them() -> None:
     assert number(14562.0023) == "14,562" and number(0.0351612) == "0.03516" and number(2.4e9) == "2.4e+09"
     assert number(float("nan")) == ""
+
+
+def test_a_sweep_report_lists_the_settings_auto_decided_differently_between_points() -> None:
+    from sim.report.page import changed_decisions
+
+    decisions = pd.DataFrame(
+        {
+            "point": [0, 0, 1, 1],
+            "policy": ["ds_sync", "ds_sync", "ds_sync", "ds_sync"],
+            "setting": ["schedule", "buckets", "schedule", "buckets"],
+            "value": ["one island of 16 ranks", "39 buckets", "4 rack islands", "39 buckets"],
+            "why": ["no uplink oversubscribed", "bucket_mb", "uplinks oversubscribed", "bucket_mb"],
+        }
+    )
+    changed = changed_decisions(decisions)
+    assert list(changed["setting"]) == ["schedule", "schedule"] and list(changed["point"]) == [0, 1]
+    assert changed_decisions(decisions[decisions["setting"] == "buckets"]).empty

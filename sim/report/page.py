@@ -120,6 +120,24 @@ def run_page(folder: Path) -> str:
     return page(f"syncsim run: {result.config.name}", sections)
 
 
+def changed_decisions(decisions: pd.DataFrame) -> pd.DataFrame:
+    """The rows of a sweep's decisions.csv whose setting took more than one value across the points (per
+    policy): where an `auto` setting's choice, not only the swept value, changed between points."""
+    if decisions.empty:
+        return decisions
+    values = decisions.groupby(["policy", "setting"], sort=False)["value"].transform("nunique")
+    return decisions[values > 1]
+
+
+def changed_html(decisions: pd.DataFrame, axes: list[str]) -> str:
+    """`changed_decisions` as a table, or a line saying nothing changed."""
+    changed = changed_decisions(decisions)
+    if changed.empty:
+        return '<p class="note">Every setting was decided the same at every point (decisions.csv has each).</p>'
+    note = '<p class="note">Settings whose choice differs between points, and why (every row: decisions.csv).</p>'
+    return note + table_html(changed, ["point", *axes, "policy", "setting", "value", "why"])
+
+
 def sweep_page(folder: Path, table_file: str, errors_file: str) -> str:
     """The report of the sweep `syncsim sweep` wrote to `folder`."""
     from sim.experiments.sweep_plot import axes_of
@@ -135,6 +153,9 @@ def sweep_page(folder: Path, table_file: str, errors_file: str) -> str:
     sections = [("Provenance", provenance_html(folder))]
     if not table.empty:
         sections.append(("Figure", figures_html([sweep_figure(table, name)])))
+    decisions = folder / DECISIONS_FILE
+    if decisions.is_file() and decisions.stat().st_size:
+        sections.append(("Where auto changed its mind", changed_html(pd.read_csv(decisions), axes_of(table))))
     sections += [
         (
             "Points",
