@@ -24,8 +24,8 @@ STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 1200px; color: #222; padding: 0 1rem; }
 h1 { font-size: 1.6rem; } h2 { font-size: 1.25rem; margin-top: 2.2rem; border-bottom: 1px solid #ddd; }
 table { border-collapse: collapse; font-size: 0.9rem; margin: 0.5rem 0; }
-th, td { border: 1px solid #ddd; padding: 0.25rem 0.6rem; text-align: right; }
-th { background: #f4f4f4; } td:first-child, th:first-child { text-align: left; }
+th, td { border: 1px solid #ddd; padding: 0.25rem 0.6rem; text-align: left; vertical-align: top; }
+th { background: #f4f4f4; }
 pre { background: #f7f7f7; padding: 0.8rem; overflow-x: auto; font-size: 0.85rem; max-height: 32rem; }
 .note { color: #555; font-size: 0.9rem; } .scroll { overflow-x: auto; max-width: 100%; }
 """
