@@ -9,7 +9,9 @@ from the project's issues: one 100 MB ring all-reduce iteration over 1,024 GPUs 
 workers and 8 PS shards in <= 60 s; numerics mode, 16 workers x 500 iterations of the digits MLP
 in <= 60 s; a 64-worker Zen iteration at 1% density over 100M parameters in <= 10 s; 10 iterations of
 BERT-large over 4,096 A100 GPUs, ring or hierarchical, in <= 30 s and 2 GB; 10 iterations of ResNet-50
-over 16,384 GPUs, hierarchical, in <= 60 s and 4 GB; ASP with 256 workers in <= 10 s.
+over 16,384 GPUs, hierarchical, in <= 60 s and 4 GB; ASP with 256 workers in <= 10 s. Issue 48's: 131,072 H100s,
+BERT-large hierarchical or ring, 2 iterations, in <= 60 s and 6 GB; 100 iterations of ResNet-50 over 16,384
+GPUs, hierarchical, in <= 60 s; `bert_ring_4096` in <= 10 s.
 """
 
 from __future__ import annotations
@@ -63,6 +65,28 @@ def large_job(racks: int, model: str, policy: str, batch_size: int, iterations: 
             "uplink_gbps": 400,
         },
         "workload": {"model": model, "batch_size": batch_size},
+        "policies": [{"name": policy}],
+        "simulation": {"trace": False},
+    }
+
+
+def frontier_job(racks: int, policy: str) -> dict[str, Any]:
+    """Issue 48's cluster: racks of 32 hosts of 8 H100s, 8 x 400 Gbps NICs a host, uplinks at the rack's
+    NIC bandwidth (1:1, two tiers), BERT-large in bf16 (27 buckets), 2 iterations. 512 racks: 131,072 GPUs."""
+    return {
+        "name": f"frontier-{policy}-{racks * 256}",
+        "iterations": 2,
+        "cluster": {
+            "topology": "two_tier",
+            "racks": racks,
+            "hosts_per_rack": 32,
+            "gpus_per_host": 8,
+            "gpu": "H100",
+            "nic_gbps": 400,
+            "nics_per_host": 8,
+            "uplink_gbps": 12800,
+        },
+        "workload": {"model": "bert_large", "batch_size": 32, "precision": "bf16"},
         "policies": [{"name": policy}],
         "simulation": {"trace": False},
     }
@@ -146,6 +170,18 @@ SCENARIOS: dict[str, tuple[str, Callable[[], Any]]] = {
     "resnet_hier_16384": (
         "ResNet-50 hierarchical, 16,384 A100 (256x16x4), 10 iterations",
         lambda: large_job(256, "resnet50", "hierarchical", 32),
+    ),
+    "resnet_hier_16384_100": (
+        "ResNet-50 hierarchical, 16,384 A100 (256x16x4), 100 iterations (issue 48)",
+        lambda: large_job(256, "resnet50", "hierarchical", 32, iterations=100),
+    ),
+    "frontier_hier_131072": (
+        "BERT-large hierarchical, 131,072 H100 (512x32x8), 2 iterations (issue 48)",
+        lambda: frontier_job(512, "hierarchical"),
+    ),
+    "frontier_ring_131072": (
+        "BERT-large ring, 131,072 H100 (512x32x8), 2 iterations (issue 48)",
+        lambda: frontier_job(512, "ring"),
     ),
     "bert_ring_1024": (
         "scaling: BERT-large ring, 1,024 A100, 10 iterations",
