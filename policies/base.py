@@ -90,6 +90,13 @@ class Policy:
     shared_budget: ClassVar[bool] = False
 
     @property
+    def host_symmetric(self) -> bool:
+        """True when, bound, host k's ranks run host 0's programs with every rank shifted by k hosts'
+        worth, and every group either holds some of host 0's ranks or lies on one host: the simulator
+        may then run one host and copy it (sim/engine/symmetry.py). A single-phase policy only."""
+        return False
+
+    @property
     def one_input_pipeline(self) -> bool:
         """True when one client prepares every worker's batch (TensorFlow 1.x in-graph replication,
         as Tensor2Tensor's `--sync` runs it): the workers then share one host's input pipeline

@@ -57,6 +57,11 @@ class Hierarchical(Policy):
             for r in cross.ranks:
                 self.cross_of[r] = cross
 
+    @property
+    def host_symmetric(self) -> bool:
+        """Host-level groups: each host's local group is its own, each cross group holds one rank of host 0."""
+        return self.level == "host"
+
     def pinned_settings(self) -> dict[str, Any]:
         return super().pinned_settings() | {"level": self.level}
 

@@ -19,6 +19,10 @@ class Ring(Policy):
         super().bind(view, model)
         self.world = Group.of(range(view.world_size))
 
+    @property
+    def host_symmetric(self) -> bool:
+        return True
+
     def on_gradients(self, rank: int, step: int, bucket: Bucket) -> Program:
         if self.settings.wire is None:
             yield AllReduce(self.world, bucket.nbytes)

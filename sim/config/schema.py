@@ -272,6 +272,11 @@ class SimulationConfig(Strict):
         description="ideal network only: pipelined, a collective is one set of coupled flows (fast); stepwise, every "
         "ring step is p flows (the NCCL model pipelines every collective)",
     )
+    host_symmetry: Literal["auto", "off"] = Field(
+        "auto",
+        description="auto: where every host runs the same program on the same hardware (docs/scale.md), simulate "
+        "one host and copy its rows to the others, the same answers in a fraction of the time; off: every rank",
+    )
     trace: bool = Field(True, description="write trace.json")
     check_memory: bool = Field(
         True,

@@ -116,6 +116,7 @@ class CollectiveRunner:
         self.gradient_type, self.memory_bytes_per_s = gradient_type, memory_bytes_per_s
         # per rank, when the collectives launched so far should end (the tuner's uncontended time)
         self.busy_until = [0.0] * len(rank_nodes)
+        self.busy_since = [0.0] * len(rank_nodes)  # per rank, when `busy_until` last grew (a launch)
         self._rings: dict[Group, tuple[tuple[Path, ...], float]] = {}
         self._rings_version = -1
         self._meshes: dict[Group, Mesh] = {}  # butterfly all-reduces' paths
@@ -149,10 +150,11 @@ class CollectiveRunner:
                 )
             plan = self._plan(op, self.planner)
             choice, paths, net_paths = plan.choice, plan.paths, plan.net_paths
-            ends, busy_until = self.env._now + choice.seconds, self.busy_until
+            now = self.env._now
+            ends, busy_until, busy_since = now + choice.seconds, self.busy_until, self.busy_since
             for rank in op.group.ranks:
                 if busy_until[rank] < ends:
-                    busy_until[rank] = ends
+                    busy_until[rank], busy_since[rank] = ends, now
             lat, ways, net_ways = choice.latency_s, plan.ways, plan.net_ways  # channels share a path's bytes
             each, cap = choice.wire_per_path / ways, choice.cap / ways
             net_each, net_cap = choice.net_wire_per_path / net_ways, choice.net_cap / net_ways

@@ -67,8 +67,12 @@ class Communicators:
         on_finish: Optional[OnFinish] = None,
         on_blocked: Optional[OnBlocked] = None,
         on_complete: Optional[OnComplete] = None,
+        quorum: Optional[Callable[[Group], int]] = None,
     ):
+        """`quorum`: how many of a group's members arrive (host symmetry, sim/engine/symmetry.py: only the
+        simulated ones, each standing for its images); default: every member."""
         self.env, self.runner, self.policy = env, runner, policy
+        self.quorum = quorum or (lambda group: len(group.ranks))
         self.on_finish, self.on_blocked, self.on_complete = on_finish, on_blocked, on_complete
         self._comms: dict[Group, _Communicator] = {}
         self._keep_contexts = on_complete is not None
@@ -77,7 +81,7 @@ class Communicators:
         """The communicator of `op`'s group (made at its first use)."""
         comm = self._comms.get(op.group)
         if comm is None:
-            comm = self._comms[op.group] = _Communicator(op.group.ranks, len(op.group.ranks))
+            comm = self._comms[op.group] = _Communicator(op.group.ranks, self.quorum(op.group))
         return comm
 
     def enqueue(
@@ -141,6 +145,8 @@ class Communicators:
         out = []
         for comm in self._comms.values():
             for seq, call in comm.calls.items():
+                if len(call.arrivals) >= comm.size:
+                    continue
                 arrived = {rank for rank, _, _ in call.arrivals}
                 missing = [r for r in comm.ranks if r not in arrived]
                 if missing:

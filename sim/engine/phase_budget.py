@@ -48,9 +48,12 @@ class SharedClaims:
 
 
 class PhaseBudget:
-    def __init__(self, phase: Phase[Policy], policy: Policy, progress: Progress, clocks: ClockBoard) -> None:
-        """`policy`: the phased policy that observes (the phase's own policy runs the hooks)."""
-        self.phase, self.policy, self.clocks = phase, policy, clocks
+    def __init__(
+        self, phase: Phase[Policy], policy: Policy, progress: Progress, clocks: ClockBoard, weight: int = 1
+    ) -> None:
+        """`policy`: the phased policy that observes (the phase's own policy runs the hooks). `weight`: the
+        workers each simulated one stands for (host symmetry, sim/engine/symmetry.py)."""
+        self.phase, self.policy, self.clocks, self.weight = phase, policy, clocks, weight
         self.start, self.world = progress.step, progress.workers
         self.steps = phase.steps(self.world)
         self.shared = None if phase.synchronous else SharedClaims(phase, policy, progress)
@@ -80,7 +83,7 @@ class PhaseBudget:
             self._timings.setdefault(timing.step, {})[timing.rank] = timing
 
     def _grant(self) -> bool:
-        self.claimed += 1
+        self.claimed += self.weight
         return True
 
     def _synchronous_decision(self, step: int) -> simpy.Event:

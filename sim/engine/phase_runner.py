@@ -44,8 +44,11 @@ class PhaseRunner:
     evaluator: Any = None  # numerics mode: sim.numerics.evaluation.Evaluator
     overlap_slowdown: float = 1.0  # compute under a running collective (sim.engine.worker)
     busy_until: Any = None  # per rank, when its launched collectives end (sim.engine.collectives)
+    busy_since: Any = None  # per rank, when its busy_until last grew
     inputs: Any = None  # the running phase's input pipeline per rank (sim.engine.input_pipeline)
     workers: list[simpy.Process] = field(default_factory=list)  # the running phase's worker processes
+    ranks: Optional[range] = None  # the ranks simulated (host symmetry: host 0's); None: every rank
+    weight: int = 1  # the ranks each simulated one stands for
 
     def process(self) -> Generator[simpy.Event, Any, None]:
         """Every phase in turn (a SimPy process): it ends when the last phase does."""
@@ -82,7 +85,7 @@ class PhaseRunner:
         ]
         self.inputs = self._inputs(phase.policy)
         clocks = ClockBoard(env, world, start)
-        budget = PhaseBudget(phase, self.policy, progress, clocks)
+        budget = PhaseBudget(phase, self.policy, progress, clocks, self.weight)
         ctx = WorkerContext(
             env,
             phase.policy,
@@ -99,9 +102,11 @@ class PhaseRunner:
             progress.phases,
             self.overlap_slowdown,
             self.busy_until,
+            self.busy_since,
             self.inputs,
         )
-        self.workers[:] = [env.process(worker(ctx, rank)) for rank in range(world)]
+        ranks = range(world) if self.ranks is None else self.ranks
+        self.workers[:] = [env.process(worker(ctx, rank)) for rank in ranks]
         return budget
 
     def _inputs(self, policy: Policy) -> Optional[list[HostInput]]:

@@ -38,6 +38,7 @@ from sim.engine.local_op_costs import FactorPricing, LocalOpCosts, local_op_band
 from sim.engine.nccl_plans import nccl_capacity, planner_for
 from sim.engine.phase_runner import PhaseRunner
 from sim.engine.servers import Shard
+from sim.engine.symmetry import HostImages, fill_image_links, host_images, why_not_symmetric
 from sim.engine.worker import BlockedTime, IterationRow
 from sim.errors import ConfigError, DeadlockError
 from sim.kernel.environment import CountingEnvironment
@@ -77,6 +78,7 @@ class PolicyRun:
     devices: list[tuple] = field(default_factory=list)  # real runs: rows of real.device_use.RANK_FIELDS
     memory: Optional[MemoryTerms] = None  # predicted peak memory per GPU (sim.memory)
     decisions: list[Decision] = field(default_factory=list)  # what the run chose for `auto` settings, and why
+    images: Optional[HostImages] = None  # host symmetry: rows are host 0's, expanded by sim.results.tables
 
 
 def model_info(plan: ComputePlan, gradient_type: str = "fp32") -> ModelInfo:
@@ -116,6 +118,18 @@ def bind_policy(
     return policy
 
 
+def symmetry_decision(
+    config: Config, cluster: Cluster, policy: Policy, numerics: bool, images: Optional[HostImages]
+) -> Decision:
+    """decisions.csv's row for `simulation.host_symmetry`: which path ran, and why."""
+    if images is not None:
+        return ("simulation.host_symmetry", "one host", f"auto: {images.describe()} (docs/scale.md)")
+    if config.simulation.host_symmetry == "off":
+        return ("simulation.host_symmetry", "every rank", "off: every rank simulated")
+    why = why_not_symmetric(config, cluster, policy, numerics) or "a local group's routes leave its host"
+    return ("simulation.host_symmetry", "every rank", f"auto: {why}")
+
+
 def sampled_links(cluster: Cluster) -> np.ndarray:
     """Every network link (GPU-host links aside)."""
     return np.array([i for i, link in enumerate(cluster.links) if link.kind != "intra"], dtype=np.int64)
@@ -150,15 +164,31 @@ def run_policy(
         planner.follow(net)  # faults' delays reach NCCL's per-step network latency
     model = config.simulation.collective_model
     world = cluster.world_size
+    images = host_images(config, cluster, policy, router, task is not None)
+    weight = images.hosts if images is not None else 1
     blocked = BlockedTime()
     progress = {"last": 0.0}
     group_ids: dict[Any, int] = {}
+    next_gid = [0]
+
+    def group_id(group: Any) -> int:
+        """Groups numbered in the order their first call finishes; a group on host 0 keeps the ids of its
+        images on the other hosts after its own (they finish right after it, in host order)."""
+        gid = group_ids.get(group)
+        if gid is None:
+            gid = group_ids[group] = next_gid[0]
+            if images is not None and images.is_local(group):
+                images.image_gids.add(gid)
+                next_gid[0] += images.hosts
+            else:
+                next_gid[0] += 1
+        return gid
 
     # progress for the deadlock detector: every finished op counts, so that hops of a second each
     # (slow-latency links) are not mistaken for a stall when an iteration takes an hour
     def on_collective(op: Any, step: int, issued: float, launched: float, wire: Launched) -> None:
         progress["last"] = env.now
-        gid = group_ids.setdefault(op.group, len(group_ids))
+        gid = group_id(op.group)
         kind = type(op).__name__
         row = (
             step,
@@ -190,7 +220,7 @@ def run_policy(
     def on_iteration() -> None:
         progress["last"] = env.now
         if on_progress is not None:
-            on_progress(1)
+            on_progress(weight)
 
     replicas = evaluator = None
     if task is not None:
@@ -221,7 +251,13 @@ def run_policy(
         memory_bytes_per_s=cluster.gpu.memory_bandwidth_gbs * 1e9,
     )
     comms = Communicators(
-        env, runner, entry.display, on_collective, blocked.add, replicas.collective_done if replicas else None
+        env,
+        runner,
+        entry.display,
+        on_collective,
+        blocked.add,
+        replicas.collective_done if replicas else None,
+        images.quorum if images is not None else None,
     )
     compute = ComputeModel(config, world)
 
@@ -276,6 +312,9 @@ def run_policy(
         evaluator,
         slowdown,
         runner.busy_until if slowdown != 1.0 else None,
+        runner.busy_since if slowdown != 1.0 else None,
+        ranks=images.representatives if images is not None else None,
+        weight=weight,
     )
     workers = phases.workers
     done = env.process(phases.process())
@@ -337,5 +376,9 @@ def run_policy(
     run.sim_time_s = env.now
     run.decisions = run_decisions(config, policy, plan, planner)
     run.link_bytes = net.carried_bytes()
+    if images is not None:
+        fill_image_links(run.link_bytes, cluster, images)
+        run.images = images
+    run.decisions.append(symmetry_decision(config, cluster, policy, task is not None, images))
     run.sampler = sampler
     return run

@@ -153,6 +153,7 @@ class WorkerContext:
     phase: int = 0  # the phase's index in the run
     overlap_slowdown: float = 1.0  # compute runs this many times slower while the rank's collectives run
     busy_until: Optional[list[float]] = None  # per rank, when its running collectives end (None: no contention)
+    busy_since: Optional[list[float]] = None  # per rank, when its `busy_until` last grew
     inputs: Optional[list[HostInput]] = None  # per rank, its host's input pipeline (None: data never waits)
     timers: SharedTimeouts = field(init=False)
     starts: StepStarts = field(init=False)
@@ -262,7 +263,7 @@ def worker(ctx: WorkerContext, rank: int) -> Generator[simpy.Event, Any, None]:
         programs = []
         syncs = plan.syncs_gradients(step)  # False: an inner micro-batch under no_sync, its gradient kept
         steady = compute.steady  # no straggler: a slice lasts backward_s x factor (x 1.0, as `segment` gives)
-        busy_until, slowdown = ctx.busy_until, ctx.overlap_slowdown
+        busy_until, busy_since, slowdown = ctx.busy_until, ctx.busy_since, ctx.overlap_slowdown
         gathers = (
             executor.run_in_turn(rank, step, [policy.on_backward(rank, step, b) for b in buckets], range(n_buckets))
             if reads_before_backward
@@ -273,9 +274,15 @@ def worker(ctx: WorkerContext, rank: int) -> Generator[simpy.Event, Any, None]:
                 yield gathers[i]  # the bucket's parameters, gathered again for its backward
             a = env._now  # (the `now` property is a call; this runs per rank and bucket)
             duration = backward_s * factor if steady else segment(rank, backward_s, factor)
-            if busy_until is not None and busy_until[rank] > a:  # NCCL's kernels hold some SMs meanwhile
-                duration = _shared_compute(duration, busy_until[rank] - a, slowdown)
-            yield after(duration)
+            if busy_until is None:
+                yield after(duration)
+            else:  # NCCL's kernels hold some SMs meanwhile
+                busy = busy_until[rank]
+                yield after(_shared_compute(duration, busy - a, slowdown) if busy > a else duration)
+                if busy_until[rank] != busy and busy_since[rank] == a:
+                    # a collective of this rank launched at the instant the slice began, handled after the
+                    # slice began: it slows the slice as it would had it been handled first
+                    yield ctx.timers.at(a + _shared_compute(duration, busy_until[rank] - a, slowdown))
             computing.append((a, env._now))
             if overlap and syncs:
                 programs.append(run(rank, step, on_gradients(rank, step, bucket), bucket.index))

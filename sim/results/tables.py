@@ -25,6 +25,7 @@ from sim.cluster.topology import GBPS, Cluster
 from sim.compute.workload import ComputePlan
 from sim.engine.decisions import DECISION_FIELDS
 from sim.engine.run import PolicyRun
+from sim.engine.symmetry import expand_iterations, expand_ops
 from sim.memory.peak import GIB
 
 ITERATION_FIELDS = (
@@ -83,17 +84,20 @@ ACCURACY_SUMMARY = ("final_accuracy", "best_accuracy", "target_accuracy", "time_
 MAX_NIC_SERIES = 128
 
 
-def _per_policy(runs: list[PolicyRun], rows_of, columns) -> pd.DataFrame:  # type: ignore[no-untyped-def]
+def _per_policy(runs: list[PolicyRun], rows_of, columns, expand=None) -> pd.DataFrame:  # type: ignore[no-untyped-def]
+    """`expand(frame, images)`: a run on one host's ranks (sim/engine/symmetry.py) made every host's."""
     frames = []
     for run in runs:
         df = pd.DataFrame(rows_of(run), columns=list(columns))
+        if expand is not None and run.images is not None:
+            df = expand(df, run.images)
         df.insert(0, "policy", run.label)
         frames.append(df)
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["policy", *columns])
 
 
 def iterations_frame(runs: list[PolicyRun], cluster: Cluster, batch_size: int) -> pd.DataFrame:
-    df = _per_policy(runs, lambda run: sorted(run.iterations), ITERATION_FIELDS)
+    df = _per_policy(runs, lambda run: sorted(run.iterations), ITERATION_FIELDS, expand_iterations)
     df.insert(3, "host", [cluster.view.rank_hosts[r] for r in df["rank"]])
     labels = {(run.label, row[0]): row[1] for run in runs for row in run.phases}
     names = {run.label: run.name for run in runs}
@@ -135,7 +139,7 @@ def _op_rows(run: PolicyRun) -> list[tuple]:
 
 
 def ops_frame(runs: list[PolicyRun]) -> pd.DataFrame:
-    df = _per_policy(runs, _op_rows, OP_FIELDS)
+    df = _per_policy(runs, _op_rows, OP_FIELDS, expand_ops)
     df["duration_s"] = df["finished_s"] - df["launched_s"]
     return df
 
