@@ -59,8 +59,9 @@ class Hierarchical(Policy):
 
     @property
     def host_symmetric(self) -> bool:
-        """Host-level groups: each host's local group is its own, each cross group holds one rank of host 0."""
-        return self.level == "host"
+        """Host-level groups: each host's local group is its own, each cross group holds one rank of host 0
+        (a subclass may issue other ops, so it says so itself)."""
+        return type(self) is Hierarchical and self.level == "host"
 
     def pinned_settings(self) -> dict[str, Any]:
         return super().pinned_settings() | {"level": self.level}
