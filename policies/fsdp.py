@@ -72,6 +72,13 @@ class FSDP(Policy):
         self.group_size = len(groups[0])
 
     @property
+    def host_symmetric(self) -> bool:
+        """One shard group of every rank, or one per host (`hybrid` at host level, its replica groups each
+        holding one rank of host 0); a subclass may issue other ops, so it says so itself."""
+        s = self.settings
+        return type(self) is FSDP and (s.strategy != "hybrid" or s.shard_group == "host")
+
+    @property
     def optimizer_share(self) -> float:
         return 1.0 / self.group_size
 

@@ -65,6 +65,12 @@ class PowerSGD(Policy):
         self._seeds: list[int] = []
         self._draws = np.random.RandomState(s.seed)
 
+    @property
+    def host_symmetric(self) -> bool:
+        """Every all-reduce is over all ranks, and every rank draws the same seeds; a subclass may issue
+        other ops, so it says so itself."""
+        return type(self) is PowerSGD
+
     def buffers(self) -> tuple[Buffer | FactorBuffer, ...]:
         feedback = (Buffer(ERROR), Buffer(COPY)) if self.settings.error_feedback else ()
         factors = tuple(FactorBuffer(name, self.lowrank, side) for name, side in ((P, "p"), (Q, "q"), (REST, "rest")))

@@ -99,6 +99,20 @@ CASES = {
     "rail_optimized, 2 NICs a host": config(
         {"topology": "rail_optimized", "rail_groups": 2, "hosts_per_group": 2, "gpus_per_host": 4, "nics_per_host": 2}
     ),
+    "FSDP full, grad_op and hybrid by host": config(
+        {"topology": "two_tier", "racks": 2, "hosts_per_rack": 2, "gpus_per_host": 4, "uplink_gbps": 200},
+        policies=[
+            {"name": "fsdp"},
+            {"name": "fsdp", "strategy": "grad_op", "label": "zero2"},
+            {"name": "fsdp", "strategy": "hybrid", "shard_group": "host", "label": "hsdp"},
+        ],
+    ),
+    # local ops (projections, orthogonalization) between the all-reduces of every bucket
+    "PowerSGD": config(
+        {"topology": "two_tier", "racks": 2, "hosts_per_rack": 2, "gpus_per_host": 4, "uplink_gbps": 100},
+        policies=[{"name": "powersgd", "rank": 4, "warmup_steps": 1}],
+        iterations=4,
+    ),
     "BERT-large buckets, H100": config(
         {
             "topology": "two_tier",
@@ -119,8 +133,9 @@ CASES = {
 def test_one_host_gives_every_table_of_the_general_path(case: str) -> None:
     general, general_decisions = tables(CASES[case], "off")
     symmetric, decisions = tables(CASES[case], "auto")
-    assert symmetry_rows(decisions) == ["one host", "one host"]  # the fast path did run
-    assert symmetry_rows(general_decisions) == ["every rank", "every rank"]
+    policies = len(CASES[case]["policies"])
+    assert symmetry_rows(decisions) == ["one host"] * policies  # the fast path did run
+    assert symmetry_rows(general_decisions) == ["every rank"] * policies
     assert set(general) == set(symmetric)
     for name in general:
         assert_same(general[name], symmetric[name], name)
@@ -150,11 +165,16 @@ def test_policies_whose_hosts_differ_run_every_rank() -> None:
     data = config(
         {"topology": "two_tier", "racks": 2, "hosts_per_rack": 2, "gpus_per_host": 2},
         iterations=2,
-        policies=[{"name": "ps"}, {"name": "hierarchical", "level": "rack"}, {"name": "ds_sync"}],
+        policies=[
+            {"name": "ps"},
+            {"name": "hierarchical", "level": "rack"},
+            {"name": "ds_sync"},
+            {"name": "fsdp", "strategy": "hybrid", "shard_group": "rack", "label": "hsdp"},
+        ],
     )
     decisions = simulate(data).decisions
     rows = decisions[decisions["setting"] == "simulation.host_symmetry"]
-    assert rows["value"].tolist() == ["every rank"] * 3
+    assert rows["value"].tolist() == ["every rank"] * 4
     assert all("does not run the same program on every host" in text for text in rows["why"])
 
 
