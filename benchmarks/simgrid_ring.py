@@ -24,15 +24,19 @@ answer here but adds a link kind that neither side needs for this question.
 N is 102.4 MB (and 1.024 MB, where latency dominates) rather than 100 MB: SimGrid's Python API sends
 whole bytes, and 102,400,000 divides by every P up to 512.
 
-Wall times are of the whole process, interpreter start to exit (median of `--repeats`); syncsim's
-in-run wall (provenance.json's `wall_s`: config load to tables written) is shown beside them. syncsim
-runs with `--no-plot --quiet` and `simulation.trace: false`, so neither side writes figures or traces.
+Times are of the whole process, interpreter start to exit, median of `--repeats`: wall seconds, and the
+speed-ups (SimGrid's over syncsim's) by wall and by CPU seconds (user + system, less moved by other load
+on a shared machine). syncsim's in-run wall (provenance.json's `wall_s`: from the config loaded to
+provenance.json written, importing the engine and pandas included) is shown beside them. syncsim runs
+with `--no-plot --quiet` and `simulation.trace: false`, so neither side writes figures or traces.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import resource
 import shutil
 import statistics
 import subprocess
@@ -40,6 +44,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import pandas as pd
 
@@ -120,40 +125,53 @@ def write_platform(config_path: Path, out: Path) -> int:
     return nbytes
 
 
-def timed(cmd: list[str]) -> tuple[float, str]:
-    """Run `cmd` to its end; its whole-process wall time and stdout. A failure stops the benchmark."""
-    start = time.perf_counter()
+class Run(NamedTuple):
+    """One process: its wall and CPU (user + system) seconds, syncsim's in-run wall, the simulated all-reduce."""
+
+    wall_s: float
+    cpu_s: float
+    in_run_s: float  # NaN for SimGrid
+    simulated_s: float
+
+
+def timed(cmd: list[str]) -> tuple[float, float, str]:
+    """Run `cmd` to its end: its whole-process wall and CPU seconds and its stdout. A failure stops the benchmark."""
+    before, start = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
     done = subprocess.run(cmd, capture_output=True, text=True)
-    wall = time.perf_counter() - start
+    wall, after = time.perf_counter() - start, resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed (exit {done.returncode}):\n{done.stderr[-2000:]}")
-    return wall, done.stdout
+    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+    return wall, cpu, done.stdout
 
 
-def run_syncsim(config: Path, out: Path, overrides: list[str]) -> tuple[float, float, float]:
-    """(whole-process wall s, in-run wall s, simulated all-reduce s) of one `syncsim run`."""
+def run_syncsim(config: Path, out: Path, overrides: list[str]) -> Run:
     shutil.rmtree(out, ignore_errors=True)
     sets = [arg for o in overrides for arg in ("--set", o)]
-    wall, _ = timed(
+    wall, cpu, _ = timed(
         [sys.executable, "-m", "sim.cli", "run", str(config), "--quiet", "--no-plot", "--out", str(out), *sets]
     )
     ops = pd.read_csv(out / "ops.csv")
     (duration,) = ops.loc[ops["kind"] == "AllReduce", "duration_s"]
     provenance = json.loads((out / "provenance.json").read_text())
-    return wall, float(provenance["wall_s"]), float(duration)
+    return Run(wall, cpu, float(provenance["wall_s"]), float(duration))
 
 
-def run_simgrid(platform: Path) -> tuple[float, float]:
-    """(whole-process wall s, simulated all-reduce s) of one SimGrid run."""
-    wall, stdout = timed([SIMGRID_PYTHON, str(SIMGRID_PROGRAM), str(platform)])
-    return wall, float(json.loads(stdout.strip().splitlines()[-1])["simulated_s"])
+def run_simgrid(platform: Path) -> Run:
+    wall, cpu, stdout = timed([SIMGRID_PYTHON, str(SIMGRID_PROGRAM), str(platform)])
+    return Run(wall, cpu, math.nan, float(json.loads(stdout.strip().splitlines()[-1])["simulated_s"]))
 
 
-def same(values: list[float]) -> float:
-    """A simulated time, which must not change between repeats."""
+def simulated(runs: list[Run]) -> float:
+    """The simulated all-reduce, which must not change between repeats."""
+    values = [r.simulated_s for r in runs]
     if max(values) != min(values):
         raise SystemExit(f"simulated times differ between repeats: {values}")
     return values[0]
+
+
+def median(runs: list[Run], field: str) -> float:
+    return statistics.median(getattr(r, field) for r in runs)
 
 
 def measure(folder: Path, hosts: int, mb: float, repeats: int, before: bool) -> dict[str, float]:
@@ -161,13 +179,11 @@ def measure(folder: Path, hosts: int, mb: float, repeats: int, before: bool) -> 
     platform = folder / f"platform_{hosts}_{mb}.json"
     nbytes = write_platform(config, platform)
     auto = [run_syncsim(config, folder / "out", []) for _ in range(repeats)]
-    off = [
-        run_syncsim(config, folder / "out", ["simulation.host_symmetry=off"]) for _ in range(repeats if before else 0)
-    ]
+    off = [run_syncsim(config, folder / "out", ["simulation.host_symmetry=off"]) for _ in range(before * repeats)]
     grid = [run_simgrid(platform) for _ in range(repeats)]
-    sync_s, grid_s = same([r[2] for r in auto]), same([r[1] for r in grid])
-    if off and same([r[2] for r in off]) != sync_s:
-        print(f"P={hosts} {mb} MB: host symmetry off simulates {same([r[2] for r in off])!r} s, auto {sync_s!r} s")
+    sync_s, grid_s = simulated(auto), simulated(grid)
+    if off and simulated(off) != sync_s:
+        print(f"P={hosts} {mb} MB: host symmetry off simulates {simulated(off)!r} s, auto {sync_s!r} s")
     closed = closed_form_s(hosts, nbytes)
     row = {
         "P": hosts,
@@ -178,15 +194,17 @@ def measure(folder: Path, hosts: int, mb: float, repeats: int, before: bool) -> 
         "sync/SG-1 %": (sync_s / grid_s - 1) * 100,
         "sync/closed-1 %": (sync_s / closed - 1) * 100,
         "SG/closed-1 %": (grid_s / closed - 1) * 100,
-        "syncsim s": statistics.median(r[0] for r in auto),
-        "in-run s": statistics.median(r[1] for r in auto),
-        "SimGrid s": statistics.median(r[0] for r in grid),
+        "syncsim s": median(auto, "wall_s"),
+        "in-run s": median(auto, "in_run_s"),
+        "SimGrid s": median(grid, "wall_s"),
+        "speed-up": median(grid, "wall_s") / median(auto, "wall_s"),
+        "CPU speed-up": median(grid, "cpu_s") / median(auto, "cpu_s"),
     }
-    row["speed-up"] = row["SimGrid s"] / row["syncsim s"]
     if before:
-        row["syncsim off s"] = statistics.median(r[0] for r in off)
-        row["in-run off s"] = statistics.median(r[1] for r in off)
-        row["speed-up off"] = row["SimGrid s"] / row["syncsim off s"]
+        row["syncsim off s"] = median(off, "wall_s")
+        row["in-run off s"] = median(off, "in_run_s")
+        row["speed-up off"] = median(grid, "wall_s") / median(off, "wall_s")
+        row["CPU speed-up off"] = median(grid, "cpu_s") / median(off, "cpu_s")
     return row
 
 
@@ -206,7 +224,7 @@ def main(argv: list[str] | None = None) -> None:
                 rows.append(measure(Path(tmp), hosts, mb, args.repeats, not args.no_before))
                 print(pd.DataFrame(rows[-1:]).to_string(index=False, float_format=lambda v: f"{v:.4g}"), flush=True)
     table = pd.DataFrame(rows)
-    print(f"\nmedian of {args.repeats} whole-process runs each; simulated times identical across repeats")
+    print(f"\nmedian of {args.repeats} whole-process runs each (wall; CPU: user + system); simulated times identical")
     print(table.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
 
 
