@@ -48,6 +48,22 @@ def test_run_writes_the_result_contract(tmp_path: Path, capsys: pytest.CaptureFi
     assert {e["ph"] for e in trace["traceEvents"]} == {"M", "X", "C"}  # metadata, spans, utilisation counters
 
 
+def test_run_writes_each_policys_tables_once_and_the_whole_run_complete(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The save after each policy writes the tables so far; the last one's are the run's, not written again."""
+    from sim.results.result import Result
+
+    written = []
+    keep = Result._write_tables
+    monkeypatch.setattr(Result, "_write_tables", lambda self, out: (written.append(len(self.runs)), keep(self, out)))
+    out = tmp_path / "out"
+    assert main(["run", str(small_config(tmp_path)), "--out", str(out), "--quiet", "--no-plot"]) == 0
+    assert written == [1, 2, 3, 4]  # after each of the 4 policies; nothing after the last
+    assert list(pd.read_csv(out / "summary.csv")["policy"]) == ["no_sync", "ring", "hierarchical", "ps"]
+    assert (out / "trace.json").stat().st_size > 0
+
+
 def test_check_prints_a_summary(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["check", str(QUICKSTART)]) == 0
     assert "ok - 8 GPUs on 8 hosts in 2 racks" in capsys.readouterr().out

@@ -40,9 +40,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
         clear_run_files(out)  # an older run's files must not sit beside this run's (its accuracy.csv, figures)
     from sim.errors import RunInterrupted
 
+    saved = []  # the result the last save wrote
+
     def save(partial) -> None:  # type: ignore[no-untyped-def]
         with writing(out, "writing the finished policies' tables"):
-            partial.write(out, plot=False, trace=False)  # tables only: cheap, and enough to lose nothing
+            partial.write(out, plot=False, trace=False)  # tables only, and enough to lose nothing
+        saved[:] = [partial]
 
     try:
         result = simulate(config, progress=not args.quiet and sys.stderr.isatty(), on_policy_done=save)
@@ -54,8 +57,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         finished = f"{sum(~status.str.startswith('interrupted'))} of {len(status)} policies finished"
         print(f"\nstopped by {stop.signal}; {finished}, kept in {out}/", file=sys.stderr)
         return exit_code(stop)
-    with writing(out, "writing the results"):
-        result.write(out, plot=not args.no_plot)
+    with writing(out, "writing the results"):  # the last policy's save wrote the tables of this very result
+        result.write(out, plot=not args.no_plot, tables=not saved or saved[0] is not result)
     record.write(out)
     print(summary_table(result.summary))
     if decided := decisions_text(result.decisions):

@@ -97,23 +97,18 @@ class Result:
     def errors(self) -> dict[str, str]:
         return {run.label: run.error for run in self.runs if run.error is not None}
 
-    def write(self, out_dir: str | os.PathLike[str], *, plot: bool = True, trace: Optional[bool] = None) -> Path:
-        """Write the tables as CSV, config.yaml, trace.json and the plots (see README)."""
+    def write(
+        self, out_dir: str | os.PathLike[str], *, plot: bool = True, trace: Optional[bool] = None, tables: bool = True
+    ) -> Path:
+        """Write the tables as CSV, config.yaml, trace.json and the plots (see README). `tables=False`: the
+        tables are already written (the last policy's save wrote this very result), only the rest."""
         from sim.results.trace import chrome_trace
 
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         atomic_write(out / "config.yaml", dump_config(self.config))
-        for name in DETAIL_TABLES:
-            if self.measured and name in UNMEASURED:  # a real run cannot see links: no file, not an empty one
-                (out / f"{name}.csv").unlink(missing_ok=True)
-                continue
-            atomic_write(out / f"{name}.csv", getattr(self, name).to_csv(index=False))
-        if self.accuracy is not None:
-            atomic_write(out / "accuracy.csv", self.accuracy.to_csv(index=False))
-        else:  # an older numerics run's accuracy must not be read back as this run's
-            (out / "accuracy.csv").unlink(missing_ok=True)
-        atomic_write(out / "summary.csv", self.summary.to_csv(index=False))
+        if tables:
+            self._write_tables(out)
         failed = [run for run in self.runs if run.error is not None]
         if failed:  # the summary says why in one line; the full traceback is for bug reports
             atomic_write(out / "errors.txt", "\n".join(f"== {run.label}\n{run.traceback}" for run in failed))
@@ -125,6 +120,18 @@ class Result:
         if plot:
             self.plot(out)
         return out
+
+    def _write_tables(self, out: Path) -> None:
+        for name in DETAIL_TABLES:
+            if self.measured and name in UNMEASURED:  # a real run cannot see links: no file, not an empty one
+                (out / f"{name}.csv").unlink(missing_ok=True)
+                continue
+            atomic_write(out / f"{name}.csv", getattr(self, name).to_csv(index=False))
+        if self.accuracy is not None:
+            atomic_write(out / "accuracy.csv", self.accuracy.to_csv(index=False))
+        else:  # an older numerics run's accuracy must not be read back as this run's
+            (out / "accuracy.csv").unlink(missing_ok=True)
+        atomic_write(out / "summary.csv", self.summary.to_csv(index=False))
 
     def plot(self, out_dir: str | os.PathLike[str], formats: tuple[str, ...] = ("png",)) -> list[Path]:
         """Draw the standard figures into `out_dir`, once per format (png, pdf, svg); returns the files."""
