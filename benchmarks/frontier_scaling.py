@@ -54,8 +54,15 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--symmetry", choices=("auto", "off"), default="auto", help="simulation.host_symmetry")
     parser.add_argument("--figure", type=Path, default=ROOT / "benchmarks" / "images" / "frontier_scaling.png")
+    parser.add_argument("--replot", type=Path, help="draw the figure from this script's printed table, run nothing")
     args = parser.parse_args()
     rows = []
+    if args.replot:  # the table this script printed before, drawn again
+        rows = [
+            (p, int(g.replace(",", "")), float(w.split()[0]), float(m.split()[0])) for p, g, w, m in _table(args.replot)
+        ]
+        draw(rows, args.figure)
+        return 0
     with tempfile.TemporaryDirectory() as tmp:
         for policy in args.policies:
             for racks in args.racks:
@@ -73,8 +80,15 @@ def main() -> int:
     return 0
 
 
+def _table(path: Path) -> list[list[str]]:
+    """The rows of the markdown table in `path` (policy, GPUs, wall, peak)."""
+    cells = [[c.strip() for c in line.strip().strip("|").split("|")] for line in path.read_text().splitlines()]
+    return [c for c in cells if len(c) == 4 and c[1][:1].isdigit()]
+
+
 def draw(rows: list[tuple[str, int, float, float]], path: Path) -> None:
     import matplotlib
+    import matplotlib.ticker
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -89,6 +103,11 @@ def draw(rows: list[tuple[str, int, float, float]], path: Path) -> None:
         ax.set_yscale("log")
         ax.set_xlabel("GPUs (H100, 8 a host, 32 hosts a rack)")
         ax.set_ylabel(label)
+        plain = matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}")
+        ax.yaxis.set_major_formatter(plain)
+        ax.yaxis.set_minor_formatter(plain)
+        ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:,.0f}"))
+        ax.tick_params(axis="x", labelsize=7)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend()
     fig.suptitle("BERT-large bf16, 2 iterations, two-tier 1:1 (benchmarks/frontier_scaling.py)", fontsize=9)
