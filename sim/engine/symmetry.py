@@ -38,8 +38,7 @@ from policies.ops import Group
 from sim.cluster.routing import Router
 from sim.cluster.topology import Cluster
 from sim.config import Config
-
-SYMMETRIC_TOPOLOGIES = ("star", "two_tier", "fat_tree", "rail_optimized")
+from sim.engine.symmetry_config import config_reason
 
 
 @dataclass
@@ -65,25 +64,6 @@ class HostImages:
 
     def describe(self) -> str:
         return f"1 of {self.hosts:,} hosts ({self.per_host} ranks) simulated; the others are its images"
-
-
-def config_reason(config: Config, policy: Policy, numerics: bool) -> Optional[str]:
-    """Why the config alone rules host symmetry out (None: the cluster decides, `why_not_symmetric`);
-    `policy` bound. The cost estimate (sim/estimate) asks this before anything is built."""
-    sim, workload, faults = config.simulation, config.workload, config.faults
-    checks = (
-        (sim.host_symmetry == "off", "simulation.host_symmetry is off"),
-        (numerics, "numerics trains a replica per rank"),
-        (not policy.host_symmetric, f"policy {policy.name!r} does not run the same program on every host"),
-        (sim.network_model == "ideal" and sim.collective_model != "pipelined", "stepwise collectives"),
-        (config.cluster.topology not in SYMMETRIC_TOPOLOGIES, f"topology {config.cluster.topology!r}"),
-        (config.cluster.placement != "packed", f"placement {config.cluster.placement!r}"),
-        (workload.compute_jitter > 0, "compute jitter differs per rank"),
-        (workload.input_samples_s is not None, "host input pipelines"),
-        (bool(faults.slow_workers or faults.stragglers or faults.departures), "faults"),
-        (bool(config.background), "background traffic"),
-    )
-    return next((reason for failed, reason in checks if failed), None)
 
 
 def why_not_symmetric(config: Config, cluster: Cluster, policy: Policy, numerics: bool) -> Optional[str]:

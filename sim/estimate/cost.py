@@ -40,6 +40,7 @@ from sim.estimate.counts import (
     shard_count,
     sparse_buckets,
 )
+from sim.estimate.symmetric import one_host_ranks
 
 # Wall seconds (2-core machine, Python 3.11, the engine of commit 6c9dc2b), fitted on measured runs.
 S_PER_EVENT = 7.4e-6  # per event as if no worker shared one (`Load.work`)
@@ -161,6 +162,13 @@ def _plugin_note(policy: Policy) -> str:
     return "a plug-in: counted as one all-reduce of all ranks per bucket"
 
 
+def _one_host_note(one_host: Optional[int], shape: Shape) -> str:
+    """Says that a host-symmetric run simulates one host ('' where every rank runs)."""
+    if one_host is None:
+        return ""
+    return f"host symmetry: 1 of {shape.hosts:,} hosts ({one_host} ranks) simulated, its rows copied to the others"
+
+
 def estimate(config: Config) -> Estimate:
     """The cost of running every policy of `config` (`syncsim run`: simulate, tables, files)."""
     shape = shape_of(config)
@@ -170,25 +178,34 @@ def estimate(config: Config) -> Estimate:
     loads: list[Load] = []
     # faults and background flows act over the run's simulated time: at least its compute
     faults = fault_load(config, shape, config.iterations * plan.compute_s)
-    wall_terms = {"SimPy events and flows": 0.0, "fault and background events": 0.0, "server shards": 0.0}
+    wall_terms = dict.fromkeys(("SimPy events and flows", "routes", "result rows (tables, CSV)",
+                                "fault and background events", "server shards"), 0.0)  # fmt: skip
     shard_mb = fault_mb = 0.0
+    ranks: list[int] = []  # ranks whose workers run, per policy
     for entry in config.policies:
         policy = create(entry.name, entry.settings)
-        load = policy_load(policy, shape, plan, sparse, config, float(config.iterations))
+        one_host = one_host_ranks(config, policy, counted_as(policy), shape)
+        load = policy_load(policy, shape, plan, sparse, config, float(config.iterations), one_host)
         loads.append(load)
+        ranks.append(shape.workers if one_host is None else one_host)
         extra = Extra(faults.events, faults.recomputes, faults.fault_rows, shard_count(policy, shape))
-        note = _plugin_note(policy)
-        program, fault_s, shard_s = _wall(load, config, shape), _fault_wall(extra, load), extra.shards * S_PER_SHARD
-        wall_terms["SimPy events and flows"] += program
+        note = "; ".join(filter(None, (_plugin_note(policy), _one_host_note(one_host, shape))))
+        program = _wall(load, config, shape)
+        fault_s, shard_s = _fault_wall(extra, load), extra.shards * S_PER_SHARD
+        for term, seconds in program.items():
+            wall_terms[term] += seconds
         wall_terms["fault and background events"] += fault_s
         wall_terms["server shards"] += shard_s
         shard_mb = max(shard_mb, extra.shards * (B_PER_SHARD + len(plan.buckets) * B_PER_SHARD_BUCKET) / 1e6)
         fault_mb += extra.fault_rows * B_PER_FAULT_ROW / 1e6
-        rows.append(PolicyCost(entry.display, load.collectives, load.flows, load.events + extra.events,
-                               program + fault_s + shard_s, _rows_mb(load) + extra.fault_rows * B_PER_FAULT_ROW / 1e6,
-                               note))  # fmt: skip
+        wall = sum(program.values()) + fault_s + shard_s
+        rows.append(PolicyCost(entry.display, load.collectives, load.flows, load.events + extra.events, wall,
+                               _rows_mb(load) + extra.fault_rows * B_PER_FAULT_ROW / 1e6, note))  # fmt: skip
     total = sum(loads, Load())
-    inflight = max(shape.workers * len(plan.buckets) * B_PER_RANK_BUCKET + load.entries * B_PER_ENTRY for load in loads)
+    inflight = max(
+        (r * len(plan.buckets) * B_PER_RANK_BUCKET + load.entries * B_PER_ENTRY for r, load in zip(ranks, loads)),
+        default=0.0,
+    )
     memory_terms = {
         "the process (imports)": MB_BASE,
         "the cluster's links": shape.links * B_PER_LINK / 1e6,
@@ -265,21 +282,25 @@ def _fault_wall(extra: Extra, load: Load) -> float:
     return extra.events * S_PER_EVENT + extra.recomputes * (S_PER_RECOMPUTE + S_PER_ENTRY * per_solve)
 
 
-def _wall(load: Load, config: Config, shape: Shape) -> float:
-    wall = (
+def _wall(load: Load, config: Config, shape: Shape) -> dict[str, float]:
+    """A policy's wall seconds by what they go to: its program on the simulator, the routes it works out,
+    its result rows (tables, and the CSV `run` writes twice)."""
+    program = (
         S_PER_POLICY
         + S_PER_EVENT * load.work
         + S_PER_SUBFLOW * load.subflows
         + S_PER_RECOMPUTE * load.recomputes
         + S_PER_ENTRY * load.solved
         + S_PER_SPARSE_ROW * load.sparse_rows
-        + S_PER_ROW * (load.iteration_rows + load.op_rows)
         + S_PER_STALENESS_ROW * load.staleness_rows
-        + load.route_s
     )
     if config.numerics_on:
-        wall += load.iteration_rows * _numerics_step_s(config, shape)
-    return wall
+        program += load.iteration_rows * _numerics_step_s(config, shape)
+    return {
+        "SimPy events and flows": program,
+        "routes": load.route_s,
+        "result rows (tables, CSV)": S_PER_ROW * (load.iteration_rows + load.op_rows),
+    }
 
 
 def _rows_mb(load: Load) -> float:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import operator
 from dataclasses import dataclass, fields, replace
-from typing import Any
+from typing import Any, Optional
 
 from policies.base import Policy
 from policies.registry import BUILTIN
@@ -26,6 +26,7 @@ from sim.compute.workload import ComputePlan
 from sim.config import Config
 from sim.estimate.powersgd import compressed_step
 from sim.estimate.shape import Shape, shape_of  # shape_of re-exported: callers import it from here
+from sim.estimate.symmetric import S_PER_ROUTE, one_host_traffic
 from sim.estimate.traffic import (
     Traffic,
     add_traffic,
@@ -96,10 +97,17 @@ class Load:
 
 
 def policy_load(
-    policy: Policy, shape: Shape, plan: ComputePlan, sparse: tuple[int, float], config: Config, iterations: float
+    policy: Policy,
+    shape: Shape,
+    plan: ComputePlan,
+    sparse: tuple[int, float],
+    config: Config,
+    iterations: float,
+    one_host: Optional[int] = None,
 ) -> Load:
     """`policy`'s load over `iterations` (a phased policy: the sum of its phases); `sparse`: the plan's
-    sparse buckets and their rows (`sparse_buckets`)."""
+    sparse buckets and their rows (`sparse_buckets`); `one_host`: the ranks a host-symmetric run simulates
+    (`sim.estimate.symmetric`), None where every rank runs."""
     name = counted_as(policy)
     if name == "sync_switch":
         s = policy.settings
@@ -133,13 +141,14 @@ def policy_load(
     if name == "powersgd":
         return _powersgd(policy, shape, plan, config, iterations)
     n_sparse, rows = sparse
-    traffic = scale_traffic(
-        bucket_traffic(name, policy.settings, shape, config, False, 0.0), len(plan.buckets) - n_sparse
-    )
+    dense = bucket_traffic(name, policy.settings, shape, config, False, 0.0)
+    if one_host is not None:
+        dense = one_host_traffic(name, dense, shape, config.simulation.network_model)
+    traffic = scale_traffic(dense, len(plan.buckets) - n_sparse)
     if n_sparse:  # sparse buckets differ only in their rows, which count linearly
         one = bucket_traffic(name, policy.settings, shape, config, True, rows / n_sparse)
         traffic = add_traffic(traffic, scale_traffic(one, n_sparse))
-    load = _load(name, traffic, shape, config, iterations, plan)
+    load = _load(name, traffic, shape, config, iterations, plan, one_host)
     if name in SYNC_SHARDED:  # every shard holds a slice of every bucket and applies each round's sum once
         applies = shard_count(policy, shape) * len(plan.buckets) * iterations
         load = replace(load, events=load.events + applies, work=load.work + applies)
@@ -237,12 +246,22 @@ def _lockstep(config: Config) -> bool:
     return config.workload.compute_jitter == 0 and not (f.slow_workers or any(s.compute_factor for s in f.stragglers))
 
 
-def _load(name: str, t: Traffic, shape: Shape, config: Config, iterations: float, plan: ComputePlan) -> Load:
-    """A policy's traffic per iteration (all buckets) over the run, as events and recomputes."""
+def _load(
+    name: str,
+    t: Traffic,
+    shape: Shape,
+    config: Config,
+    iterations: float,
+    plan: ComputePlan,
+    one_host: Optional[int] = None,
+) -> Load:
+    """A policy's traffic per iteration (all buckets) over the run, as events and recomputes; `one_host`: the
+    ranks whose workers run (host symmetry), while every rank's rows are kept."""
     kind = "sparse" if t.sparse_rows else "ps" if name == "sparse_ps" else name if name in EVENTS else "ring"
     buckets = len(plan.buckets)
     w = float(shape.workers)
-    updates = w * iterations
+    updates = w * iterations  # iteration rows
+    simulated = (w if one_host is None else float(one_host)) * iterations  # worker-iterations that run
     flows = t.flows * iterations
     subflows = t.subflows * iterations
     if name in ("ps", "asp", "ssp", "sparse_ps"):  # no pull before the first step
@@ -255,15 +274,16 @@ def _load(name: str, t: Traffic, shape: Shape, config: Config, iterations: float
     elif _lockstep(config) and not t.sparse_rows:  # sparse transfers differ in size: they end apart
         recomputes = min(recomputes, LOCKSTEP_RECOMPUTES_PER_BUCKET * buckets * iterations)
     a, b, per_flow, per_recompute = EVENTS[kind]
-    work = updates * (a + b * buckets) + per_flow * flows + per_recompute * recomputes
+    work = simulated * (a + b * buckets) + per_flow * flows + per_recompute * recomputes
     work += _sampler_events(config, shape, iterations * plan.compute_s)
     # workers in step end their compute slices (forward, then one per bucket) at the same instants and
     # share one timeout for each; the work of resuming every worker remains. Reads before forward end
     # at slightly different instants (paths differ), and the workers drift apart.
     shared = 0.0 if name in READS_BEFORE_FORWARD else 1.0 + buckets
-    events = work - (updates - iterations) * shared if _lockstep(config) else work
+    events = work - (simulated - iterations) * shared if _lockstep(config) else work
     ops = t.op_rows * iterations + (updates if name == "ssp" else 0.0)
-    route_s = t.node_routes * S_PER_NODE_ROUTE + t.fabric_routes * (
+    per_route = S_PER_NODE_ROUTE if one_host is None else S_PER_ROUTE  # see sim.estimate.symmetric
+    route_s = t.node_routes * per_route + t.fabric_routes * (
         S_PER_FABRIC_HOST * shape.hosts + S_PER_FABRIC_RACK * shape.racks
     )
     solved = recomputes * t.entries * (1.0 if t.sparse_rows else LIVE_SHARE.get(name, 1.0))

@@ -141,11 +141,17 @@ def ideal_network(config: Config) -> bool:
     return config.simulation.network_model == "ideal"
 
 
-def _local_size(level: str, shape: Shape) -> float:
-    """Ranks in a hierarchical policy's local group (as `Hierarchical.bind` picks the level)."""
+def local_level(level: str, shape: Shape) -> str:
+    """A hierarchical policy's level as `Hierarchical.bind` settles `auto`: host when hosts hold several GPUs
+    (or there are no racks), else rack."""
     if level == "auto":
-        level = "host" if shape.gpus_per_host > 1 or not shape.racks else "rack"
-    if level == "host":
+        return "host" if shape.gpus_per_host > 1 or not shape.racks else "rack"
+    return level
+
+
+def _local_size(level: str, shape: Shape) -> float:
+    """Ranks in a hierarchical policy's local group."""
+    if local_level(level, shape) == "host":
         return float(shape.gpus_per_host)
     return max(shape.workers / max(shape.racks, 1), 1.0)
 

@@ -1,0 +1,74 @@
+"""Host symmetry in the cost estimate: which runs simulate one host (`sim.engine.symmetry`), and what
+those runs still put on the simulator.
+
+Where every host runs the same program, the engine runs host 0's ranks only: their compute slices,
+arrivals and local ops, host 0's local collectives (hierarchical's reduce-scatter and all-gather), and
+every collective that holds host 0's ranks (ring's all-reduce of the world, hierarchical's cross
+all-reduces) with all of its sub-flows. The cluster is still built in full, and the result rows are
+still every rank's: host 0's are copied to the others (vectorised), then written as CSV like any row.
+The decision is the engine's own `config_reason` on the policy as `bind` would set it, plus what the
+built cluster would show: at least two GPU hosts, all alike (the topologies it accepts give every host
+the same GPUs and NICs; server hosts hold no ranks).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Optional
+
+from policies.base import Policy
+from policies.hierarchical import Hierarchical
+from sim.config import Config
+from sim.engine.symmetry_config import config_reason
+from sim.estimate.shape import Shape
+from sim.estimate.traffic import Traffic, local_level, ring_traffic
+
+COUNTED = ("ring", "hierarchical")  # the built-ins whose one-host program the estimate counts
+# Routes: a one-host run still routes every member of its collectives of many hosts, and with few events
+# they are much of its time. Counted by wrapping `Router.path` and `Router._fabric_options` on 16,384-GPU
+# two_tier runs (64 racks x 32 hosts x 8, ring and hierarchical): under the NCCL model a member's routes
+# are its ring hop in NCCL's plan, its trees' edges both ways and the transfer's ring hop, 3.44 a member
+# (ring) to 3.75 (hierarchical's cross groups), and 3.7 rack-to-rack searches a rack; the ideal model
+# routes the ring hops alone, one a member and one search a rack.
+ROUTES_PER_MEMBER = {"nccl": 3.5, "ideal": 1.0}
+FABRIC_SEARCHES_PER_RACK = {"nccl": 3.7, "ideal": 1.0}
+S_PER_ROUTE = 18e-6  # one route worked out, rack-to-rack search aside: 14-22 us on those runs, 18.7 us at 131,072 GPUs
+
+
+def one_host_ranks(config: Config, policy: Policy, name: str, shape: Shape) -> Optional[int]:
+    """The ranks a run of `policy` (counted as built-in `name`) simulates when host symmetry applies (one
+    host's); None when it runs every rank."""
+    if name not in COUNTED or shape.hosts < 2:
+        return None
+    if isinstance(policy, Hierarchical) and not hasattr(policy, "level"):
+        # `host_symmetric` reads the level `bind` settles; the estimate never binds (no cluster is built),
+        # so settle it here as bind would
+        policy.level = local_level(policy.settings.level, shape)
+    try:
+        reason = config_reason(config, policy, config.numerics_on)
+    except AttributeError:  # a plug-in whose answer needs state only `bind` sets: count every rank
+        return None
+    return shape.gpus_per_host if reason is None else None
+
+
+def one_host_traffic(name: str, t: Traffic, shape: Shape, network_model: str) -> Traffic:
+    """One bucket's traffic `t` (the general path's: every rank) as a one-host run moves it: ring's
+    all-reduce of the world as it was; hierarchical's host 0 local reduce-scatter and all-gather and its
+    g cross all-reduces (each over one rank of every host), the other hosts' local groups not run. Op
+    rows stay every group's: the tables are expanded. Routes as counted above (`S_PER_ROUTE` each)."""
+    routes = replace(
+        t,
+        node_routes=ROUTES_PER_MEMBER[network_model] * shape.workers,
+        fabric_routes=FABRIC_SEARCHES_PER_RACK[network_model] * shape.racks,
+    )
+    if name == "ring":
+        return routes
+    g = float(shape.gpus_per_host)
+    n = shape.workers / g
+    local, cross = ring_traffic(g, 1, False, shape, 0.0), ring_traffic(n, 2, False, shape, 0.0)
+    return replace(
+        routes,
+        collectives=2 + g,
+        flows=2 * local.flows + g * cross.flows,
+        subflows=2 * local.subflows + g * cross.subflows,
+    )
