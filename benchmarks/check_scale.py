@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 START = time.perf_counter()
 
-from run_all import SCENARIOS, large_job  # noqa: E402
+from run_all import SCENARIOS, frontier_job, large_job  # noqa: E402
 
 
 def bundled(name: str) -> Callable[[], dict[str, Any]]:
@@ -94,6 +94,22 @@ COSTLY: dict[str, Callable[[], Any]] = {
     "numerics_16to1_digits": bundled("numerics_16to1_digits.yaml"),
     "sync_switch_cifar10_resnet32": bundled("papers/sync_switch_cifar10_resnet32.yaml"),
     **from_run_all("asp_256", "bert_ring_4096", "bert_hier_4096", "resnet_hier_16384"),
+}
+
+
+def ring_one_bucket(racks: int) -> dict[str, Any]:
+    """Issue 48's cluster (racks of 32 hosts x 8 H100, two_tier 1:1) under a ring of one 100 MB bucket, 2
+    iterations: a host-symmetric run whose cost is the cluster, its routes and its rows, not its events."""
+    job = frontier_job(racks, "ring")
+    job["workload"] = {"model": "synthetic", "gradient_mb": 100.0, "compute_ms": 50.0}
+    return job
+
+
+# Host-symmetric runs at scale (issue 48), measured by --only: minutes each, the last one ~1e6 GPUs.
+LARGE: dict[str, Callable[[], Any]] = {
+    **from_run_all("frontier_ring_131072", "frontier_hier_131072", "resnet_hier_16384_100"),
+    "ring_one_bucket_131072": lambda: ring_one_bucket(512),
+    "ring_one_bucket_1048576": lambda: ring_one_bucket(4096),
 }
 HUGE = {
     "1,000 x 1,000 hosts under a raised limit (answered unbuilt)": scaled(
@@ -179,14 +195,14 @@ def compare(names: list[str], scenarios: dict[str, Callable[[], Any]], folder: P
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--only", nargs="*", choices=[*CHEAP, *COSTLY])
+    parser.add_argument("--only", nargs="*", choices=[*CHEAP, *COSTLY, *LARGE])
     parser.add_argument("--all", action="store_true", help="also the scenarios that run a minute or more")
     parser.add_argument("--measure", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.measure:
         print(json.dumps(measure(args.measure[0], Path(args.measure[1]))))
         return 0
-    scenarios = {**CHEAP, **COSTLY}
+    scenarios = {**CHEAP, **COSTLY, **LARGE}
     with tempfile.TemporaryDirectory() as tmp:
         if not args.only:
             time_checks(Path(tmp))

@@ -26,7 +26,7 @@ from sim.compute.workload import ComputePlan
 from sim.config import Config
 from sim.estimate.powersgd import compressed_step
 from sim.estimate.shape import Shape, shape_of  # shape_of re-exported: callers import it from here
-from sim.estimate.symmetric import S_PER_ROUTE, one_host_traffic
+from sim.estimate.symmetric import one_host_route_s, one_host_traffic
 from sim.estimate.traffic import (
     Traffic,
     add_traffic,
@@ -282,10 +282,11 @@ def _load(
     shared = 0.0 if name in READS_BEFORE_FORWARD else 1.0 + buckets
     events = work - (simulated - iterations) * shared if _lockstep(config) else work
     ops = t.op_rows * iterations + (updates if name == "ssp" else 0.0)
-    per_route = S_PER_NODE_ROUTE if one_host is None else S_PER_ROUTE  # see sim.estimate.symmetric
-    route_s = t.node_routes * per_route + t.fabric_routes * (
+    route_s = t.node_routes * S_PER_NODE_ROUTE + t.fabric_routes * (
         S_PER_FABRIC_HOST * shape.hosts + S_PER_FABRIC_RACK * shape.racks
     )
+    if one_host is not None:  # counted and priced as measured on one-host runs, where routes are most of the time
+        route_s = one_host_route_s(t, shape)
     solved = recomputes * t.entries * (1.0 if t.sparse_rows else LIVE_SHARE.get(name, 1.0))
     return Load(t.collectives * iterations, flows, subflows, events, work, recomputes, solved, t.entries, route_s,
                 t.sparse_rows * updates, updates, ops, t.staleness_rows * updates)  # fmt: skip

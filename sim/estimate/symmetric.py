@@ -25,14 +25,19 @@ from sim.estimate.traffic import Traffic, local_level, ring_traffic
 
 COUNTED = ("ring", "hierarchical")  # the built-ins whose one-host program the estimate counts
 # Routes: a one-host run still routes every member of its collectives of many hosts, and with few events
-# they are much of its time. Counted by wrapping `Router.path` and `Router._fabric_options` on 16,384-GPU
-# two_tier runs (64 racks x 32 hosts x 8, ring and hierarchical): under the NCCL model a member's routes
+# they are most of its time. Counted by wrapping `Router.path` and `Router._fabric_options` on two_tier
+# runs of 64 to 1,024 racks of 32 hosts x 8 (ring and hierarchical): under the NCCL model a member's routes
 # are its ring hop in NCCL's plan, its trees' edges both ways and the transfer's ring hop, 3.44 a member
 # (ring) to 3.75 (hierarchical's cross groups), and 3.7 rack-to-rack searches a rack; the ideal model
 # routes the ring hops alone, one a member and one search a rack.
 ROUTES_PER_MEMBER = {"nccl": 3.5, "ideal": 1.0}
 FABRIC_SEARCHES_PER_RACK = {"nccl": 3.7, "ideal": 1.0}
-S_PER_ROUTE = 18e-6  # one route worked out, rack-to-rack search aside: 14-22 us on those runs, 18.7 us at 131,072 GPUs
+# Seconds, fitted on two runs of `ring_one_bucket` (benchmarks/check_scale.py) at 512 and 1,024 racks
+# (131,072 and 262,144 GPUs, 2 iterations; 2-core machine, loaded): the engine's time less its rack-to-rack
+# searches and its sub-flows (`S_PER_SUBFLOW`), over its routes: 16.5 and 18.2 us a route, the NCCL plan's
+# work per member included. A search walks the switch graph (a rack's ToR each): 1.04 and 1.28 us a rack.
+S_PER_ROUTE = 18e-6
+S_PER_SEARCH_RACK = 1.3e-6
 
 
 def one_host_ranks(config: Config, policy: Policy, name: str, shape: Shape) -> Optional[int]:
@@ -72,3 +77,8 @@ def one_host_traffic(name: str, t: Traffic, shape: Shape, network_model: str) ->
         flows=2 * local.flows + g * cross.flows,
         subflows=2 * local.subflows + g * cross.subflows,
     )
+
+
+def one_host_route_s(t: Traffic, shape: Shape) -> float:
+    """Seconds to work out `t`'s routes (`one_host_traffic`'s counts)."""
+    return t.node_routes * S_PER_ROUTE + t.fabric_routes * S_PER_SEARCH_RACK * shape.racks
