@@ -76,10 +76,15 @@ def test_the_estimate_discounts_exactly_the_runs_the_engine_runs_on_one_host(cas
     assert noted == (decided == "one host"), (case, decided, estimate(config).policies[0].note)
 
 
+@pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse_buckets"])
 @pytest.mark.parametrize("policy", ["ring", "hierarchical"])
-def test_one_host_counts_are_near_what_the_engine_runs(policy: str) -> None:
-    """Events within the estimate's factor of 3 of the one-host run's; flows (coupled transfers) as run."""
-    config = parse_config(job(16, policy))
+def test_one_host_counts_are_near_what_the_engine_runs(policy: str, sparse: bool) -> None:
+    """Events within the estimate's factor of 3 of the one-host run's; flows (coupled transfers) as run. A
+    sparse bucket is all-reduced whole by these policies, on one host like the others."""
+    data = job(16, policy)
+    if sparse:
+        data["workload"]["sparsity"] = {"topk": 0.01}
+    config = parse_config(data)
     run = simulate(config).runs[0]
     row = estimate(config).policies[0]
     assert 1 / 3 <= row.events / run.events <= 3, (row.events, run.events)
