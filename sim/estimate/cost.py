@@ -6,6 +6,10 @@ wall seconds and peak memory with constants measured on the 2-core development m
 (benchmarks/check_scale.py prints estimate against measurement). It never builds the cluster, so
 it answers in milliseconds for a million-GPU cluster or a billion iterations.
 
+A run the engine simulates on one host (host symmetry, `sim.estimate.symmetric`) is counted as it runs: one
+host's workers, every collective across hosts with all its sub-flows and routes, the whole cluster, every
+rank's rows.
+
 It is rough: expect the truth within a factor of ~3. Counts follow each policy's program closely;
 recomputes depend on timing (jitter spreads launches apart, lockstep workers coalesce them) and are
 the least certain part. `check_limits` refuses a run estimated over `simulation.max_estimated_wall_s`
