@@ -4,6 +4,7 @@ close the estimate comes to measured runs.
     python benchmarks/check_scale.py                 # check timings, then the cheaper scenarios
     python benchmarks/check_scale.py --only quickstart ring_1024
     python benchmarks/check_scale.py --all           # also the runs of a minute or more
+    python benchmarks/check_scale.py --only ring_one_bucket_1048576   # LARGE: host-symmetric runs at scale
 
 Each measured scenario is a fresh `syncsim run --quiet` in a subprocess (tables, trace and plots
 written, as a user runs it): its wall time from the interpreter's start and its peak memory, with the

@@ -44,6 +44,7 @@ from sim.estimate.counts import (
     shard_count,
     sparse_buckets,
 )
+from sim.estimate.symmetric import S_PER_SUBFLOW as ONE_HOST_S_PER_SUBFLOW
 from sim.estimate.symmetric import one_host_ranks
 
 # Wall seconds (2-core machine, Python 3.11, the engine of commit 6c9dc2b), fitted on measured runs.
@@ -194,7 +195,7 @@ def estimate(config: Config) -> Estimate:
         ranks.append(shape.workers if one_host is None else one_host)
         extra = Extra(faults.events, faults.recomputes, faults.fault_rows, shard_count(policy, shape))
         note = "; ".join(filter(None, (_plugin_note(policy), _one_host_note(one_host, shape))))
-        program = _wall(load, config, shape)
+        program = _wall(load, config, shape, one_host is not None)
         fault_s, shard_s = _fault_wall(extra, load), extra.shards * S_PER_SHARD
         for term, seconds in program.items():
             wall_terms[term] += seconds
@@ -286,13 +287,14 @@ def _fault_wall(extra: Extra, load: Load) -> float:
     return extra.events * S_PER_EVENT + extra.recomputes * (S_PER_RECOMPUTE + S_PER_ENTRY * per_solve)
 
 
-def _wall(load: Load, config: Config, shape: Shape) -> dict[str, float]:
+def _wall(load: Load, config: Config, shape: Shape, one_host: bool) -> dict[str, float]:
     """A policy's wall seconds by what they go to: its program on the simulator, the routes it works out,
-    its result rows (tables, and the CSV `run` writes twice)."""
+    its result rows (tables, and the CSV `run` writes twice). `one_host`: a host-symmetric run, whose
+    transfers of every member build their sub-flows at `sim.estimate.symmetric`'s price."""
     program = (
         S_PER_POLICY
         + S_PER_EVENT * load.work
-        + S_PER_SUBFLOW * load.subflows
+        + (ONE_HOST_S_PER_SUBFLOW if one_host else S_PER_SUBFLOW) * load.subflows
         + S_PER_RECOMPUTE * load.recomputes
         + S_PER_ENTRY * load.solved
         + S_PER_SPARSE_ROW * load.sparse_rows

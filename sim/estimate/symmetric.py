@@ -32,12 +32,15 @@ COUNTED = ("ring", "hierarchical")  # the built-ins whose one-host program the e
 # routes the ring hops alone, one a member and one search a rack.
 ROUTES_PER_MEMBER = {"nccl": 3.5, "ideal": 1.0}
 FABRIC_SEARCHES_PER_RACK = {"nccl": 3.7, "ideal": 1.0}
-# Seconds, fitted on two runs of `ring_one_bucket` (benchmarks/check_scale.py) at 512 and 1,024 racks
-# (131,072 and 262,144 GPUs, 2 iterations; 2-core machine, loaded): the engine's time less its rack-to-rack
-# searches and its sub-flows (`S_PER_SUBFLOW`), over its routes: 16.5 and 18.2 us a route, the NCCL plan's
-# work per member included. A search walks the switch graph (a rack's ToR each): 1.04 and 1.28 us a rack.
-S_PER_ROUTE = 18e-6
-S_PER_SEARCH_RACK = 1.3e-6
+# Seconds of CPU, fitted on two runs of `ring_one_bucket` (benchmarks/check_scale.py) at 512 and 1,024 racks
+# (131,072 and 262,144 GPUs, 2 iterations; 2-core machine): the engine's time less its rack-to-rack searches
+# and its sub-flows, over its routes: 15.9 and 13.7 us a route, the NCCL plan's work per member included.
+# A search walks the switch graph (a rack's ToR each): 0.72 and 0.70 us a rack.
+S_PER_ROUTE = 15e-6
+S_PER_SEARCH_RACK = 0.7e-6
+# A sub-flow of a transfer of every member: `frontier_ring_131072` (27 buckets) took 1.8 s of CPU more than
+# `ring_one_bucket_131072` on the same cluster for 6.8M more sub-flows (check_scale.py, 2026-11-28).
+S_PER_SUBFLOW = 0.3e-6
 
 
 def one_host_ranks(config: Config, policy: Policy, name: str, shape: Shape) -> Optional[int]:
