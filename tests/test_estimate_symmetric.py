@@ -12,12 +12,15 @@ from sim.api import simulate
 from sim.config import parse_config
 from sim.estimate.cost import estimate
 
+POWERSGD = {"name": "powersgd", "rank": 2, "warmup_steps": 1}
+HYBRID = {"name": "fsdp", "strategy": "hybrid", "shard_group": "host"}
 
-def job(racks: int, policy: str = "ring", jitter: float = 0.0, **cluster: Any) -> dict[str, Any]:
+
+def job(racks: int, policy: str | dict[str, Any] = "ring", jitter: float = 0.0, **cluster: Any) -> dict[str, Any]:
     """`racks` racks of 2 hosts of 4 GPUs, 3 buckets, 3 iterations, 10 ms of compute."""
     data = synthetic(
         two_tier(racks, 2, 100.0, gpus_per_host=4, **cluster),
-        [{"name": policy}],
+        [{"name": policy} if isinstance(policy, str) else policy],
         30.0,
         compute_ms=10,
         iterations=3,
@@ -32,8 +35,12 @@ def events(data: dict[str, Any]) -> float:
     return estimate(parse_config(data)).events
 
 
-@pytest.mark.parametrize("policy", ["ring", "hierarchical"])
-def test_a_symmetric_runs_events_follow_one_host_not_the_world(policy: str) -> None:
+ONE_HOST = ["ring", "hierarchical", "fsdp", HYBRID, POWERSGD]
+IDS = ["ring", "hierarchical", "fsdp", "fsdp_hybrid_host", "powersgd"]
+
+
+@pytest.mark.parametrize("policy", ONE_HOST, ids=IDS)
+def test_a_symmetric_runs_events_follow_one_host_not_the_world(policy: str | dict[str, Any]) -> None:
     """64x the ranks: the one host simulated runs the same program; its collectives still launch once each
     (they hold every rank's sub-flows, which cost build time, not events)."""
     small, large = events(job(2, policy)), events(job(128, policy))
@@ -52,6 +59,10 @@ CASES = {
     "hierarchical": job(4, "hierarchical"),
     "hierarchical_at_rack_level": {**job(4), "policies": [{"name": "hierarchical", "level": "rack"}]},
     "ps": job(4, "ps"),
+    "fsdp": job(4, "fsdp"),
+    "fsdp_hybrid_host": job(4, HYBRID),
+    "fsdp_hybrid_rack": job(4, {**HYBRID, "shard_group": "rack"}),
+    "powersgd": job(4, POWERSGD),
     "jitter": job(4, jitter=0.05),
     "scattered": job(4, placement="scattered"),
     "symmetry_off": {**job(4), "simulation": {**job(4)["simulation"], "host_symmetry": "off"}},
@@ -77,8 +88,8 @@ def test_the_estimate_discounts_exactly_the_runs_the_engine_runs_on_one_host(cas
 
 
 @pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse_buckets"])
-@pytest.mark.parametrize("policy", ["ring", "hierarchical"])
-def test_one_host_counts_are_near_what_the_engine_runs(policy: str, sparse: bool) -> None:
+@pytest.mark.parametrize("policy", ONE_HOST, ids=IDS)
+def test_one_host_counts_are_near_what_the_engine_runs(policy: str | dict[str, Any], sparse: bool) -> None:
     """Events within the estimate's factor of 3 of the one-host run's; flows (coupled transfers) as run. A
     sparse bucket is all-reduced whole by these policies, on one host like the others."""
     data = job(16, policy)

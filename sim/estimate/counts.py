@@ -139,16 +139,16 @@ def policy_load(
         timeouts = shape.workers * (iterations - warm) * len(plan.buckets)
         return replace(load, events=load.events + timeouts, work=load.work + timeouts)
     if name == "powersgd":
-        return _powersgd(policy, shape, plan, config, iterations)
+        return _powersgd(policy, shape, plan, config, iterations, one_host)
     n_sparse, rows = sparse
     dense = bucket_traffic(name, policy.settings, shape, config, False, 0.0)
     if one_host is not None:
-        dense = one_host_traffic(name, dense, shape, config.simulation.network_model)
+        dense = one_host_traffic(name, dense, shape, config.simulation.network_model, policy.settings)
     traffic = scale_traffic(dense, len(plan.buckets) - n_sparse)
     if n_sparse:  # sparse buckets differ only in their rows, which count linearly
         one = bucket_traffic(name, policy.settings, shape, config, True, rows / n_sparse)
         if one_host is not None:  # ring and hierarchical all-reduce a sparse bucket as a dense one
-            one = one_host_traffic(name, one, shape, config.simulation.network_model)
+            one = one_host_traffic(name, one, shape, config.simulation.network_model, policy.settings)
         traffic = add_traffic(traffic, scale_traffic(one, n_sparse))
     load = _load(name, traffic, shape, config, iterations, plan, one_host)
     if name in SYNC_SHARDED:  # every shard holds a slice of every bucket and applies each round's sum once
@@ -161,21 +161,28 @@ def policy_load(
 EVENTS_PER_PROCESS = 2
 
 
-def _powersgd(policy: Policy, shape: Shape, plan: ComputePlan, config: Config, iterations: float) -> Load:
+def _powersgd(
+    policy: Policy, shape: Shape, plan: ComputePlan, config: Config, iterations: float, one_host: Optional[int]
+) -> Load:
     """Warm-up steps are ring's; each later step issues per bucket three ring all-reduces and its local ops
-    (`sim.estimate.powersgd`), as one process per worker and bucket. An all-reduce of nothing starts and
-    ends its flows at the same instant: they count as flows (events and rows) that re-solve no rates."""
+    (`sim.estimate.powersgd`), as one process per worker and bucket (`one_host`: those of one host's workers).
+    An all-reduce of nothing starts and ends its flows at the same instant: they count as flows (events and
+    rows) that re-solve no rates."""
     s = policy.settings
     buckets = len(plan.buckets)
     warm = min(float(s.warmup_steps), iterations)
     later = iterations - warm
     step = compressed_step(s, plan.bucket_shapes, buckets)
     ring = bucket_traffic("ring", None, shape, config, False, 0.0)
+    if one_host is not None:
+        ring = one_host_traffic("ring", ring, shape, config.simulation.network_model)
     live = warm * buckets + later * (step.all_reduces - step.empty)
-    load = _load("ring", scale_traffic(ring, live / max(iterations, 1.0)), shape, config, iterations, plan)
+    load = _load("ring", scale_traffic(ring, live / max(iterations, 1.0)), shape, config, iterations, plan, one_host)
     empty = scale_traffic(ring, later * step.empty)
     draws = step.draws * (min(later, 1.0) if s.warm_start else later)
-    own = shape.workers * (later * (step.local_ops + EVENTS_PER_PROCESS * buckets) + draws)  # timeouts, processes
+    own = (shape.workers if one_host is None else one_host) * (
+        later * (step.local_ops + EVENTS_PER_PROCESS * buckets) + draws
+    )  # timeouts, processes
     extra = own + EVENTS["ring"][2] * empty.flows
     return replace(
         load, collectives=load.collectives + empty.collectives, flows=load.flows + empty.flows,

@@ -2,9 +2,9 @@
 those runs still put on the simulator.
 
 Where every host runs the same program, the engine runs host 0's ranks only: their compute slices,
-arrivals and local ops, host 0's local collectives (hierarchical's reduce-scatter and all-gather), and
-every collective that holds host 0's ranks (ring's all-reduce of the world, hierarchical's cross
-all-reduces) with all of its sub-flows. The cluster is still built in full, and the result rows are
+arrivals and local ops, host 0's local collectives (hierarchical's reduce-scatter and all-gather, FSDP's
+by host), and every collective that holds host 0's ranks (ring's, PowerSGD's and FSDP's of the world,
+the cross all-reduces) with all of its sub-flows. The cluster is still built in full, and the result rows are
 still every rank's: host 0's are copied to the others (vectorised), then written as CSV like any row.
 The decision is the engine's own `config_reason` on the policy as `bind` would set it, plus what the
 built cluster would show: at least two GPU hosts, all alike (the topologies it accepts give every host
@@ -14,7 +14,7 @@ the same GPUs and NICs; server hosts hold no ranks).
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Optional
+from typing import Any, Optional
 
 from policies.base import Policy
 from policies.hierarchical import Hierarchical
@@ -23,7 +23,7 @@ from sim.engine.symmetry_config import config_reason
 from sim.estimate.shape import Shape
 from sim.estimate.traffic import Traffic, local_level, ring_traffic
 
-COUNTED = ("ring", "hierarchical")  # the built-ins whose one-host program the estimate counts
+COUNTED = ("ring", "hierarchical", "fsdp", "powersgd")  # the built-ins whose one-host program the estimate counts
 # Routes: a one-host run still routes every member of its collectives of many hosts, and with few events
 # they are most of its time. Counted by wrapping `Router.path` and `Router._fabric_options` on two_tier
 # runs of 64 to 1,024 racks of 32 hosts x 8 (ring and hierarchical): under the NCCL model a member's routes
@@ -59,26 +59,32 @@ def one_host_ranks(config: Config, policy: Policy, name: str, shape: Shape) -> O
     return shape.gpus_per_host if reason is None else None
 
 
-def one_host_traffic(name: str, t: Traffic, shape: Shape, network_model: str) -> Traffic:
-    """One bucket's traffic `t` (the general path's: every rank) as a one-host run moves it: ring's
-    all-reduce of the world as it was; hierarchical's host 0 local reduce-scatter and all-gather and its
-    g cross all-reduces (each over one rank of every host), the other hosts' local groups not run. Op
-    rows stay every group's: the tables are expanded. Routes as counted above (`S_PER_ROUTE` each)."""
+def one_host_traffic(name: str, t: Traffic, shape: Shape, network_model: str, settings: Any = None) -> Traffic:
+    """One bucket's traffic `t` (the general path's: every rank) as a one-host run moves it. Collectives of
+    every rank (ring's, PowerSGD's, FSDP's unless hybrid) as they were; hierarchical's host 0 reduce-scatter
+    and all-gather and its g cross all-reduces (each over one rank of every host); FSDP hybrid by host, host
+    0's gathers and reduce-scatter and the g all-reduces across. The other hosts' local groups are not run.
+    Op rows stay every group's: the tables are expanded. Routes as counted above (`S_PER_ROUTE` each; FSDP's
+    gathers plan no trees, so fewer: not counted apart)."""
     routes = replace(
         t,
         node_routes=ROUTES_PER_MEMBER[network_model] * shape.workers,
         fabric_routes=FABRIC_SEARCHES_PER_RACK[network_model] * shape.racks,
     )
-    if name == "ring":
-        return routes
     g = float(shape.gpus_per_host)
     n = shape.workers / g
-    local, cross = ring_traffic(g, 1, False, shape, 0.0), ring_traffic(n, 2, False, shape, 0.0)
+    if name == "hierarchical":
+        locals_run = 2.0  # host 0's reduce-scatter and all-gather
+    elif name == "fsdp" and settings.strategy == "hybrid":
+        locals_run = (2.0 if settings.reshard_after_forward else 1.0) + 1.0  # host 0's gathers, reduce-scatter
+    else:
+        return routes
+    local, across = ring_traffic(g, 1, False, shape, 0.0), ring_traffic(n, 2, False, shape, 0.0)
     return replace(
         routes,
-        collectives=2 + g,
-        flows=2 * local.flows + g * cross.flows,
-        subflows=2 * local.subflows + g * cross.subflows,
+        collectives=locals_run * local.collectives + g * across.collectives,
+        flows=locals_run * local.flows + g * across.flows,
+        subflows=locals_run * local.subflows + g * across.subflows,
     )
 
 
