@@ -147,7 +147,7 @@ def policy_load(
     traffic = scale_traffic(dense, len(plan.buckets) - n_sparse)
     if n_sparse:  # sparse buckets differ only in their rows, which count linearly
         one = bucket_traffic(name, policy.settings, shape, config, True, rows / n_sparse)
-        if one_host is not None:  # ring and hierarchical all-reduce a sparse bucket as a dense one
+        if one_host is not None:  # the one-host policies send a sparse bucket whole, as a dense one
             one = one_host_traffic(name, one, shape, config.simulation.network_model, policy.settings)
         traffic = add_traffic(traffic, scale_traffic(one, n_sparse))
     load = _load(name, traffic, shape, config, iterations, plan, one_host)
