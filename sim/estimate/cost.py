@@ -54,7 +54,8 @@ S_PER_RECOMPUTE = 5e-6
 S_PER_ENTRY = 10e-9  # one live link-class incidence entry swept by one max-min recompute
 S_PER_SPARSE_ROW = 70e-9  # drawing and counting one non-zero row of a sparse gradient
 S_PER_LINK_BUILT = 10e-6  # build_cluster
-S_PER_ROW = 25e-6  # an iteration or op row: tables after each policy, CSV written twice by `run`
+# an iteration or op row: its tables, CSV written once since ab5df40 (131,072-GPU hierarchical: 2.3M rows, to_csv 17 s)
+S_PER_ROW = 12e-6
 S_PER_STALENESS_ROW = 2e-6  # staleness rows become a histogram
 S_PER_TRACE_EVENT = 11e-6  # trace.json
 S_PER_POLICY = 0.1  # a policy's setup: processes, shards, routes of its first transfers
