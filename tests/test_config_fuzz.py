@@ -466,6 +466,8 @@ ALLOWED: dict[str, str] = {
     "simulation.stall_timeout_s": "acts only on a deadlock, which a valid run never reaches",
     "simulation.max_estimated_wall_s": "a limit checked before the run",
     "simulation.max_estimated_memory_mb": "a limit checked before the run",
+    "simulation.host_symmetry": "how the run is simulated, not what it answers: one host copied or every rank "
+    "simulated gives the same tables (tests/test_symmetry.py)",
     "simulation.check_memory": "refuses, before the run, a config that cannot fit; a run that fits is the same "
     "(tests/test_memory.py)",
     "workload.accumulation_sync": "acts only with accumulation_steps > 1 (tests/test_worker.py)",

@@ -38,7 +38,7 @@ from policies.ops import Group
 from sim.cluster.routing import Router
 from sim.cluster.topology import Cluster
 from sim.config import Config
-from sim.engine.symmetry_config import config_reason
+from sim.config.host_symmetry import config_reason
 
 
 @dataclass

@@ -19,7 +19,7 @@ from typing import Any, Optional
 from policies.base import Policy
 from policies.hierarchical import Hierarchical
 from sim.config import Config
-from sim.engine.symmetry_config import config_reason
+from sim.config.host_symmetry import config_reason
 from sim.estimate.shape import Shape
 from sim.estimate.traffic import Traffic, local_level, ring_traffic
 
