@@ -164,7 +164,8 @@ def run_policy(
         planner.follow(net)  # faults' delays reach NCCL's per-step network latency
     model = config.simulation.collective_model
     world = cluster.world_size
-    images = host_images(config, cluster, policy, router, task is not None)
+    # on the run at once: the rows of a run that fails part-way are expanded too
+    images = run.images = host_images(config, cluster, policy, router, task is not None)
     weight = images.hosts if images is not None else 1
     blocked = BlockedTime()
     progress = {"last": 0.0}
@@ -378,7 +379,6 @@ def run_policy(
     run.link_bytes = net.carried_bytes()
     if images is not None:
         fill_image_links(run.link_bytes, cluster, images)
-        run.images = images
     run.decisions.append(symmetry_decision(config, cluster, policy, task is not None, images))
     run.sampler = sampler
     return run
