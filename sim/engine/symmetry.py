@@ -99,11 +99,10 @@ def host_images(
         return None
     hosts = [h for h in cluster.view.hosts.values() if h.ranks]
     per_host = len(hosts[0].ranks)
-    gpus = cluster.rank_gpus[:per_host]
-    intra = {i for i, link in enumerate(cluster.links) if link.kind == "intra"}
+    gpus, links = cluster.rank_gpus[:per_host], cluster.links
     for a in gpus:  # a local group's flows must stay on its own host's GPU-host links
         for b in gpus:
-            if not set(router.path(a, b)) <= intra:
+            if any(links[i].kind != "intra" for i in router.path(a, b)):
                 return None
     return HostImages(len(hosts), per_host)
 
