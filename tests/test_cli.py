@@ -64,6 +64,22 @@ def test_run_writes_each_policys_tables_once_and_the_whole_run_complete(
     assert (out / "trace.json").stat().st_size > 0
 
 
+def test_console_exits_with_mains_code_its_objects_frozen(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The console script exits with what `main` returned, the interpreter's last collections spared."""
+    import gc
+    import importlib
+
+    cli = importlib.import_module("sim.cli.main")  # the module: the package's `main` is the function
+    monkeypatch.setattr(cli, "main", lambda: 3)
+    try:
+        with pytest.raises(SystemExit) as exited:
+            cli.console()
+        frozen = gc.get_freeze_count()
+    finally:
+        gc.unfreeze()  # this test process goes on
+    assert exited.value.code == 3 and frozen > 0
+
+
 def test_check_prints_a_summary(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["check", str(QUICKSTART)]) == 0
     assert "ok - 8 GPUs on 8 hosts in 2 racks" in capsys.readouterr().out

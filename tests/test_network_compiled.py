@@ -14,11 +14,12 @@ from hypothesis import strategies as st
 from test_network import Spec, long_runs, run, run_capped, scenarios
 
 import sim.network.flows
+from sim.network.compiled import flows_kernels
 from sim.network.flows import Network
 from sim.network.flows_jit import SCAN_ROUNDS
 from sim.network.maxmin import max_min_rates_numpy
 
-pytestmark = pytest.mark.skipif(sim.network.flows.flows_jit is None, reason="numba is not available")
+pytestmark = pytest.mark.skipif(flows_kernels() is None, reason="numba is not available")
 
 
 @pytest.fixture

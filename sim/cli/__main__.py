@@ -1,7 +1,5 @@
 """`python -m sim.cli ARGS`: the `syncsim` command without its console script."""
 
-import sys
+from sim.cli.main import console
 
-from sim.cli.main import main
-
-sys.exit(main())
+console()

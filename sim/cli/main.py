@@ -12,11 +12,12 @@ by Ctrl-C, 143 by SIGTERM (one line on stderr; what finished is kept).
 from __future__ import annotations
 
 import argparse
+import gc
 import signal
 import sys
 from collections.abc import Sequence
 from contextlib import ExitStack
-from typing import Optional
+from typing import NoReturn, Optional
 
 from sim.cli.common import Parser, exit_code, version
 from sim.cli.experiments import add_bandwidth, add_fidelity, add_plot, add_search, add_sweep
@@ -82,6 +83,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except SyncsimError as exc:  # a step that could not run (calibration, emulation, a policy): its message
         print(f"syncsim {args.command}: {exc}", file=sys.stderr)
         return 1
+
+
+def console() -> NoReturn:
+    """The `syncsim` console script (and `python -m sim.cli`): `main`, then exit.
+
+    Before exiting, every object left is frozen out of the garbage collector: the interpreter's last
+    collections would otherwise walk all of them (pandas', pydantic's, the run's) only to free what the
+    process's exit frees anyway, 0.2 s of a small run's 1.2 s. Finalizers still run as modules are
+    cleared; only cyclic garbage goes uncollected, and every file a command writes is closed by then."""
+    code = main()
+    gc.freeze()
+    sys.exit(code)
 
 
 def _command_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:

@@ -13,7 +13,8 @@ The collection on entry is a full one (it walks every object the process holds: 
 and pandas imported) only once the runs since the last full one have left a quarter of the heap it
 found, CPython's own rule for full collections; otherwise it collects the young generations. Small runs
 one after another (a sweep's points, the test suite) paid the full walk every run, several times the
-run itself."""
+run itself. A process's first entry collects the young generations too and counts the heap: what
+imports leave is not garbage, and the full walk was 0.05 s of a one-run `syncsim run` on 512 GPUs."""
 
 from __future__ import annotations
 
@@ -32,10 +33,11 @@ def quiet_gc(first_generation: int = 2_000_000) -> Iterator[None]:
     made joins the oldest generation unscanned (the result rows: a young collection of them right
     after would walk millions of objects that all live on); a full collection still reaches it."""
     global _left, _heap
-    full = _left >= _heap // 4
+    first = _heap == 0
+    full = not first and _left >= _heap // 4
     gc.collect(2 if full else 1)
     gc.freeze()
-    if full:  # counting the frozen objects walks them all, as the full collection just did
+    if full or first:  # counting the frozen objects walks their list (a full collection walks them too)
         _heap, _left = gc.get_freeze_count(), 0
     previous = gc.get_threshold()
     gc.set_threshold(first_generation, 50, 100)

@@ -26,9 +26,9 @@ the numpy code below does the same arithmetic, which is the reference.
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any, Optional
 
 import numpy as np
@@ -37,14 +37,8 @@ from simpy.core import NORMAL
 from simpy.events import Event
 
 from sim.kernel.environment import Wake, queue_call
+from sim.network.compiled import flows_kernels
 from sim.network.maxmin import SATURATION_TOL, max_min_rates, max_min_rates_numpy
-
-try:
-    if os.environ.get("SYNCSIM_NO_JIT"):
-        raise ImportError("SYNCSIM_NO_JIT is set")
-    from sim.network import flows_jit
-except ImportError:  # numba missing or disabled: the numpy path does the same work, slower
-    flows_jit = None  # type: ignore[assignment]
 
 # The network recomputes with numpy until this many recomputes, then with the compiled kernel: a short
 # run never pays the kernel's one-off load (about 0.5 s per process), a long one gains several times
@@ -130,6 +124,8 @@ class Network:
         self.recomputes = 0
         self._solved_entries = 0
         self._compiled = False  # recomputes run compiled from now on
+        self._may_compile = True  # until the kernels fail to load
+        self._kernels: Optional[ModuleType] = None  # sim.network.flows_jit, once compiled
         self.transfers_started = 0
         # transfers, by slot (due: the compiled recompute lists the slots it finished there)
         self._slots: list[Optional[Transfer]] = []
@@ -397,7 +393,7 @@ class Network:
             return
         tf, ti, c, n, nc = self._tf, self._ti, self._cf, len(self._slots), self._n_classes
         if self._compiled:
-            flows_jit.advance(dt, n, nc, tf.data, ti.data, c.data)
+            self._kernels.advance(dt, n, nc, tf.data, ti.data, c.data)
             return
         running = np.flatnonzero(ti.state[:n] == RUNNING)
         tf.remaining[running] -= c.rate[ti.cls[running]] * dt
@@ -413,8 +409,10 @@ class Network:
         now = self.env.now
         tol_s = max(FINISH_TOL_S, 8 * math.ulp(now))
         ne = self._n_entries
-        if not self._compiled and flows_jit is not None:
-            self._compiled = self.recomputes >= COMPILE_AFTER or self._solved_entries + ne > COMPILE_AFTER_ENTRIES
+        if self._may_compile and not self._compiled:
+            if self.recomputes >= COMPILE_AFTER or self._solved_entries + ne > COMPILE_AFTER_ENTRIES:
+                self._kernels = flows_kernels()
+                self._compiled = self._may_compile = self._kernels is not None
         if self._compiled:
             eta, due, left = self._step_compiled(now, tol_s)
         else:
@@ -452,7 +450,7 @@ class Network:
                 self._lf,
                 self._li,
             )
-        eta, n_due, left, self._n_loaded, solved = flows_jit.recompute(
+        eta, n_due, left, self._n_loaded, solved = self._kernels.recompute(
             dt,
             tol_s,
             FINISH_TOL_REL,

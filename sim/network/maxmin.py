@@ -19,9 +19,9 @@ SYNCSIM_NO_JIT=1 to force the numpy path.
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
+
+from sim.network.compiled import progressive_filling
 
 # A link counts as saturated when its residual capacity is below this fraction of its capacity.
 SATURATION_TOL = 1e-12
@@ -83,14 +83,6 @@ def max_min_rates_numpy(
     return rates
 
 
-try:
-    if os.environ.get("SYNCSIM_NO_JIT"):
-        raise ImportError("SYNCSIM_NO_JIT is set")
-    from sim.network.maxmin_jit import progressive_filling
-except ImportError:  # numba missing or disabled: the numpy reference does the same work, slower
-    progressive_filling = None
-
-
 def max_min_rates(
     links: np.ndarray,
     transfers: np.ndarray,
@@ -103,10 +95,11 @@ def max_min_rates(
 ) -> np.ndarray:
     """Max-min fair rates; see `max_min_rates_numpy` for the arguments. `compiled`: use the numba
     kernel if available (a process's first compiled call loads it: about half a second)."""
-    if progressive_filling is None or not compiled:
+    kernel = progressive_filling() if compiled else None
+    if kernel is None:
         return max_min_rates_numpy(links, transfers, multiplicity, capacity, n_transfers, cap, scale)
     as_float = np.ascontiguousarray
-    return progressive_filling(
+    return kernel(
         np.ascontiguousarray(links, dtype=np.int64),
         np.ascontiguousarray(transfers, dtype=np.int64),
         as_float(multiplicity, dtype=float),
