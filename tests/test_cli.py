@@ -80,6 +80,25 @@ def test_console_exits_with_mains_code_its_objects_frozen(monkeypatch: pytest.Mo
     assert exited.value.code == 3 and frozen > 0
 
 
+def test_the_parser_and_a_short_run_leave_the_heavy_imports_alone(tmp_path: Path) -> None:
+    """`syncsim --help` builds every command's parser without pandas, networkx, the policies or the
+    emulation planner (0.8 s of imports before); a short run never loads numba, which only a run's
+    first compiled solve needs."""
+    heavy = ("pandas", "networkx", "policies", "real.emulate.plan", "numba", "torch")
+    probe = (
+        "import sys\n"
+        "from sim.cli import build_parser, main\n"
+        "build_parser()\n"
+        f"print(sorted(m for m in {heavy!r} if m in sys.modules))\n"
+        f"main(['run', {str(small_config(tmp_path))!r}, '--out', {str(tmp_path / 'out')!r}, '--quiet', '--no-plot'])\n"
+        "print(sorted(m for m in ('numba', 'torch') if m in sys.modules))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert (lines[0], lines[-1]) == ("[]", "[]"), proc.stdout
+
+
 def test_check_prints_a_summary(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["check", str(QUICKSTART)]) == 0
     assert "ok - 8 GPUs on 8 hosts in 2 racks" in capsys.readouterr().out

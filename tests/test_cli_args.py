@@ -155,8 +155,8 @@ def test_search_applies_set(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def test_emulate_up_applies_set(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import real.emulate.plan as emulate_plan
     from real.emulate import EmulationError
-    from real.emulate import cli as emulate_cli
 
     seen: list[Any] = []
 
@@ -164,7 +164,7 @@ def test_emulate_up_applies_set(monkeypatch: pytest.MonkeyPatch, capsys: pytest.
         seen.append(config)
         raise EmulationError("stopped by the test")
 
-    monkeypatch.setattr(emulate_cli, "plan_config", fake_plan)
+    monkeypatch.setattr(emulate_plan, "plan_config", fake_plan)  # `emulate up` imports it when it runs
     assert main(["emulate", "up", str(REAL), "--set", "cluster.nic_gbps=0.5"]) == 3
     assert seen[0].cluster.nic_gbps == 0.5
     assert main(["emulate", "up", str(REAL), "--set", "nokey"]) == 2

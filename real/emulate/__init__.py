@@ -4,23 +4,38 @@ switches, veth pairs shaped at the NICs and rack uplinks, with per-connection fa
 
     with emulated_cluster(load_config("configs/x.yaml"), scale=0.01) as emu:
         argv = emu.exec_prefix("h0") + ["python", "worker.py", "--addr", emu.address("h0")]
+
+The names below load their modules on first use (PEP 562), so that `syncsim`'s parser, which reads
+`real.emulate.shaping` and `real.emulate.cli`, does not import the cluster builder and every policy.
 """
 
-from real.emulate.emulation import EmulatedHost, Emulation
-from real.emulate.errors import EmulationError
-from real.emulate.lifecycle import down, down_all, emulated_cluster, up
-from real.emulate.plan import DEFAULT_SUBNET, EmulationPlan, plan_cluster, plan_config
+from __future__ import annotations
 
-__all__ = [
-    "DEFAULT_SUBNET",
-    "EmulatedHost",
-    "Emulation",
-    "EmulationError",
-    "EmulationPlan",
-    "down",
-    "down_all",
-    "emulated_cluster",
-    "plan_cluster",
-    "plan_config",
-    "up",
-]
+import importlib
+from typing import Any
+
+_HOMES = {
+    "DEFAULT_SUBNET": "real.emulate.names",
+    "EmulatedHost": "real.emulate.emulation",
+    "Emulation": "real.emulate.emulation",
+    "EmulationError": "real.emulate.errors",
+    "EmulationPlan": "real.emulate.plan",
+    "down": "real.emulate.lifecycle",
+    "down_all": "real.emulate.lifecycle",
+    "emulated_cluster": "real.emulate.lifecycle",
+    "plan_cluster": "real.emulate.plan",
+    "plan_config": "real.emulate.plan",
+    "up": "real.emulate.lifecycle",
+}
+
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module 'real.emulate' has no attribute {name!r}")
+    return getattr(importlib.import_module(_HOMES[name]), name)
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_HOMES))

@@ -10,18 +10,20 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
-import real.emulate.lifecycle as lifecycle
-import real.emulate.netns as netns
 import real.emulate.state as state
-from real.emulate.emulation import Emulation
 from real.emulate.errors import EmulationError
-from real.emulate.names import namespace_prefix, tag_from_name
-from real.emulate.plan import DEFAULT_SUBNET, plan_config
+from real.emulate.names import DEFAULT_SUBNET, namespace_prefix, tag_from_name
 from real.emulate.shaping import QUEUES
 from sim.errors import ConfigError, UsageError
 from sim.flags import number
+
+if TYPE_CHECKING:
+    from real.emulate.emulation import Emulation
+
+# The commands import what builds, plans and records an emulation (`lifecycle`, `plan`, `netns`: the
+# cluster builder and every policy) when they run: `syncsim`'s parser imports this module.
 
 EXIT_CONFIG = 2
 EXIT_EMULATION = 3
@@ -104,6 +106,8 @@ def _guarded(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse
 
 
 def _cmd_up(args: argparse.Namespace) -> int:
+    import real.emulate.lifecycle as lifecycle
+    from real.emulate.plan import plan_config
     from sim.config import load_config
 
     plan = plan_config(
@@ -123,6 +127,8 @@ def _cmd_up(args: argparse.Namespace) -> int:
 
 
 def _cmd_down(args: argparse.Namespace) -> int:
+    import real.emulate.lifecycle as lifecycle
+
     if args.all:
         results = lifecycle.down_all(state_dir=args.state_dir, kill=args.kill)
         if not results:
@@ -142,6 +148,9 @@ def _cmd_down(args: argparse.Namespace) -> int:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
+    import real.emulate.netns as netns
+    from real.emulate.emulation import Emulation
+
     tags = [args.tag] if args.tag else state.tags(args.state_dir)
     if not tags:
         print(f"no emulations recorded in {state.state_dir(args.state_dir)}")

@@ -12,6 +12,7 @@ import re
 from sim.errors import ConfigError
 
 PREFIX = "ssim"
+DEFAULT_SUBNET = "10.213.0.0/16"  # the hosts' addresses unless `emulate up --subnet` says otherwise
 FABRIC = "fabric"
 TAG_MAX = 20
 IFNAMSIZ = 15  # usable characters of a Linux interface name (16 with the terminating NUL)

@@ -13,11 +13,13 @@ import os
 import shutil
 import subprocess
 from collections.abc import Sequence
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from real.emulate.errors import EmulationError
-from real.emulate.plan import EmulationPlan
 from real.emulate.shaping import shaping_for
+
+if TYPE_CHECKING:
+    from real.emulate.plan import EmulationPlan
 
 TOOLS = ("ip", "tc")
 

@@ -20,14 +20,13 @@ from dataclasses import dataclass
 from typing import Optional
 
 from real.emulate.datacenters import plan_datacenters
-from real.emulate.names import FABRIC, check_interface, check_tag, namespace_name, tag_from_name
+from real.emulate.names import DEFAULT_SUBNET, FABRIC, check_interface, check_tag, namespace_name, tag_from_name
 from real.emulate.parts import CORE_BRIDGE, HostPlan, UplinkPlan, WanPlan, host_plan
 from real.emulate.shaping import check_queue
 from sim.cluster.topology import build_cluster
 from sim.config import ClusterBase, Config, CustomCluster, MultiDatacenterCluster, StarCluster, TwoTierCluster
 from sim.errors import ConfigError
 
-DEFAULT_SUBNET = "10.213.0.0/16"
 STAR_BRIDGE = "switch"
 FAST_BPS = 1e9  # gloo on a couple of cores cannot fill links faster than about this
 

@@ -12,11 +12,12 @@ import copy
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Optional
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any, Optional
 
 from sim.errors import ConfigError, UsageError
+
+if TYPE_CHECKING:  # imported by `bandwidth_sweep`: `syncsim`'s parser reads this module's defaults
+    import pandas as pd
 
 TARGETS = (0.5, 0.8, 0.9, 0.95)
 PERIODS = (10, 50, 100, 500)
@@ -267,6 +268,8 @@ def bandwidth_sweep(
     """One row per (policy, H, target): the bandwidth needed (Gb/s), u there, the highest bandwidth tried
     below it, the simulations the case took and a status (`ok`, `unreachable: ...`, `failed: ...`).
     `data`: a config mapping as `sim.config.read_config` returns it."""
+    import pandas as pd
+
     check_arguments(targets, periods, tolerance)
     wan = wan_of(data)
     lowest, highest = scale_bounds(wan)
