@@ -31,6 +31,10 @@ def test_run_writes_the_result_contract(tmp_path: Path, capsys: pytest.CaptureFi
     assert main(["run", str(small_config(tmp_path)), "--out", str(out), "--quiet"]) == 0
     printed = capsys.readouterr().out
     assert "mean iter (ms)" in printed and "hierarchical" in printed
+    assert printed.rstrip().endswith(
+        f"results: {out}/ (summary, iterations, phases, ops, links, utilization, staleness, faults, memory, "
+        "decisions: .csv; trace.json, comparison.png, utilization.png)"
+    )
     for name in (
         "summary.csv", "iterations.csv", "ops.csv", "links.csv", "utilization.csv", "config.yaml", "trace.json",
         "comparison.png", "utilization.png",
@@ -62,6 +66,14 @@ def test_run_writes_each_policys_tables_once_and_the_whole_run_complete(
     assert written == [1, 2, 3, 4]  # after each of the 4 policies; nothing after the last
     assert list(pd.read_csv(out / "summary.csv")["policy"]) == ["no_sync", "ring", "hierarchical", "ps"]
     assert (out / "trace.json").stat().st_size > 0
+
+
+def test_the_last_line_names_only_what_the_run_wrote(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out"
+    config = small_config(tmp_path, simulation={"trace": False})
+    assert main(["run", str(config), "--out", str(out), "--quiet", "--no-plot"]) == 0
+    last = capsys.readouterr().out.rstrip().splitlines()[-1]
+    assert last.endswith("memory, decisions: .csv)") and "trace.json" not in last and ".png" not in last
 
 
 def test_console_exits_with_mains_code_its_objects_frozen(monkeypatch: pytest.MonkeyPatch) -> None:

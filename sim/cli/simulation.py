@@ -33,7 +33,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from sim.api import simulate  # pandas and the engine: only for a run that goes ahead
     from sim.engine.faults import late_faults
     from sim.results.console import decisions_text, summary_table
-    from sim.results.result import clear_run_files
+    from sim.results.result import clear_run_files, run_files_text
 
     out = hold(args, Path(args.out) if args.out else Path("results") / config.name)
     with writing(out, "clearing the previous run's files"):
@@ -63,10 +63,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     print(summary_table(result.summary))
     if decided := decisions_text(result.decisions):
         print("\n" + decided)
-    tables = "summary, iterations, phases, ops, links, utilization, staleness, memory, decisions" + (
-        ", accuracy" if config.numerics_on else ""
-    )
-    print(f"\nresults: {out}/ ({tables}: .csv; trace.json; plots)")
+    print(f"\nresults: {out}/ ({run_files_text(out)})")  # what is there: no trace or figures unless written
     if args.report:
         report_after(out)
     for label, error in result.errors.items():

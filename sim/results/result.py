@@ -161,6 +161,15 @@ class Result:
         return written
 
 
+def run_files_text(folder: str | os.PathLike[str]) -> str:
+    """The run files `folder` holds, as a run's last line names them: the tables (`summary, ops: .csv`),
+    then every other file but config.yaml (trace.json, the figures), in `RUN_FILES` order."""
+    present = [name for name in RUN_FILES if (Path(folder) / name).is_file() and name != "config.yaml"]
+    tables = [name.removesuffix(".csv") for name in present if name.endswith(".csv")]
+    others = [name for name in present if not name.endswith(".csv")]
+    return "; ".join(part for part in (f"{', '.join(tables)}: .csv" if tables else "", ", ".join(others)) if part)
+
+
 def clear_run_files(folder: str | os.PathLike[str]) -> list[Path]:
     """Remove every `RUN_FILES` name from `folder` (call it while holding the folder, before a run writes
     there): a re-run into an `--out` never leaves an older run's tables or figures beside its own.
