@@ -31,7 +31,7 @@ from pydantic import Field
 
 from policies.base import Bucket, Policy, PolicySettings, SettingError
 from policies.held import HeldState
-from policies.ops import AllGather, AllReduce, Group, Payload, Program, ReduceScatter
+from policies.ops import AllGather, AllReduce, Payload, Program, ReduceScatter, groups_by_rank
 from policies.view import ClusterView, ModelInfo
 
 
@@ -67,8 +67,7 @@ class FSDP(Policy):
                 raise SettingError("shard_group", "every shard group must hold the same number of ranks")
         else:
             groups = [tuple(range(view.world_size))]
-        self.shard_of = {r: Group(g) for g in groups for r in g}
-        self.replicas_of = {g[i]: Group(tuple(h[i] for h in groups)) for g in groups for i in range(len(g))}
+        self.shard_of, self.replicas_of = groups_by_rank(groups)
         self.group_size = len(groups[0])
 
     @property

@@ -7,7 +7,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from policies.base import Bucket, Policy, SettingError
-from policies.ops import AllGather, AllReduce, Collective, Group, Program, ReduceScatter
+from policies.ops import AllGather, AllReduce, Collective, Group, Program, ReduceScatter, groups_by_rank
 from policies.view import ClusterView, ModelInfo
 from policies.wire_settings import WireSettings, gradient_op
 
@@ -47,15 +47,7 @@ class Hierarchical(Policy):
         self.local_size = sizes[0]
         self._ops: dict[tuple[type[Collective], Group, float], Collective] = {}
         self._programs: dict[tuple[int, float], tuple[Collective, ...]] = {}  # (rank, bucket bytes) -> program
-        self.local_of: dict[int, Group] = {}
-        self.cross_of: dict[int, Group] = {}
-        for ranks in local_groups:
-            for r in ranks:
-                self.local_of[r] = Group(ranks)
-        for i in range(self.local_size):
-            cross = Group(tuple(ranks[i] for ranks in local_groups))
-            for r in cross.ranks:
-                self.cross_of[r] = cross
+        self.local_of, self.cross_of = groups_by_rank(local_groups)
 
     @property
     def host_symmetric(self) -> bool:

@@ -8,7 +8,17 @@ from pydantic import Field, field_validator
 
 from policies.base import Bucket, Policy, SettingError
 from policies.membership import Membership
-from policies.ops import AllGather, AllReduce, Broadcast, Collective, Group, Payload, Program, ReduceScatter
+from policies.ops import (
+    AllGather,
+    AllReduce,
+    Broadcast,
+    Collective,
+    Group,
+    Payload,
+    Program,
+    ReduceScatter,
+    groups_by_rank,
+)
 from policies.tensors import Fragment
 from policies.view import ClusterView, ModelInfo
 from policies.warmup import WarmupSettings
@@ -66,8 +76,7 @@ class LocalSGD(Policy):
         if len(sizes) > 1:
             raise SettingError("replica", f"every replica must hold the same number of ranks, got sizes {sizes}")
         self.replica_size = sizes[0]
-        self.replica_of = {r: Group(g) for g in groups for r in g}
-        self.across_of = {g[i]: Group(tuple(h[i] for h in groups)) for g in groups for i in range(len(g))}
+        self.replica_of, self.across_of = groups_by_rank(groups)
         self.membership = view.membership
 
     def membership_problems(self, membership: Membership) -> list[tuple[str, str]]:

@@ -35,7 +35,7 @@ point-to-point ops to servers are independent of each other.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Optional, Union
@@ -92,6 +92,15 @@ class Group:
     def __repr__(self) -> str:
         shown = self.ranks if len(self.ranks) <= 8 else (*self.ranks[:4], "...", *self.ranks[-2:])
         return f"Group{tuple(shown)}"
+
+
+def groups_by_rank(groups: Sequence[Sequence[int]]) -> tuple[dict[int, Group], dict[int, Group]]:
+    """Equal-sized `groups` of ranks as two maps: each rank to its own group, and each rank to the group of
+    the ranks at its position in every group (a 2-D layout's rows and columns). Each `Group` is made once
+    and shared by its members: one per rank validated a world-sized group once per rank."""
+    within = [Group(tuple(g)) for g in groups]
+    across = [Group(tuple(g[i] for g in groups)) for i in range(len(groups[0]))]
+    return {r: g for g in within for r in g.ranks}, {r: g for g in across for r in g.ranks}
 
 
 @dataclass(frozen=True)

@@ -33,11 +33,13 @@ class Router:
     def __init__(self, cluster: Cluster, seed: int = 0) -> None:
         self.graph = cluster.graph
         self.seed = seed
-        kinds = nx.get_node_attributes(self.graph, "kind")
+        self._kind = kinds = nx.get_node_attributes(self.graph, "kind")
         self._switches = [n for n, k in kinds.items() if k == "switch"]
         # a copy, not a view: a view filters every neighbour lookup, and route searches make millions of them
         self._fabric = self.graph.subgraph(self._switches).copy()
         self._chains: dict[str, list[str]] = {}
+        self._climbs: dict[str, Path] = {}  # a chain's links, up (`_climb`) and down (`_descent`)
+        self._descents: dict[str, Path] = {}
         self._fabric_paths: dict[tuple[str, str], list[Path]] = {}
         self._routes: dict[tuple[str, str, Hashable], Path] = {}
         rails = nx.get_node_attributes(self.graph, "rail")
@@ -94,14 +96,30 @@ class Router:
             rail = self._rail_of.get(dst, self._rail_of.get(src))
         up, down = self._chain(src), self._chain(dst)
         meet = next((n for n in up if n in down), None)
-        if meet is not None:  # e.g. two GPUs of one host
-            nodes = up[: up.index(meet) + 1] + list(reversed(down[: down.index(meet)]))
-            return self._links(nodes)
+        if meet is not None:  # e.g. two GPUs of one host: up the source's chain to `meet`, down the other's
+            climbed, below = up.index(meet), down.index(meet)
+            descent = self._descent(dst, down)
+            return self._climb(src, up)[:climbed] + descent[len(descent) - below :]
         options = self._fabric_options(up[-1], down[-1])
         if rail is not None:
             options = self._on_rail(up[-1], down[-1], rail, options)
         choice = zlib.crc32(f"{self.seed}|{src}|{dst}|{channel}".encode()) % len(options)
-        return self._links(up) + options[choice] + self._links(list(reversed(down)))
+        return self._climb(src, up) + options[choice] + self._descent(dst, down)
+
+    def _climb(self, node: str, chain: list[str]) -> Path:
+        """The links of `node`'s chain, upwards (each node's once: a 131,072-GPU plan routes each GPU
+        dozens of times, and every link looked up in the graph costs a networkx view)."""
+        links = self._climbs.get(node)
+        if links is None:
+            links = self._climbs[node] = self._links(chain)
+        return links
+
+    def _descent(self, node: str, chain: list[str]) -> Path:
+        """The links of `node`'s chain, downwards to it."""
+        links = self._descents.get(node)
+        if links is None:
+            links = self._descents[node] = self._links(list(reversed(chain)))
+        return links
 
     def _chain(self, node: str) -> list[str]:
         """`node` and the nodes up to its first switch: at most GPU -> host -> switch.
@@ -112,14 +130,15 @@ class Router:
         its chain; the rest of the route is a shortest path through switches (`_fabric_options`)."""
         chain = self._chains.get(node)
         if chain is None:
-            chain = [node]
-            if self.graph.nodes[node]["kind"] == "gpu":
-                chain.append(next(iter(self.graph.successors(node))))  # a GPU's one link, to its host
-            top = chain[-1]
-            if self.graph.nodes[top]["kind"] != "switch":
-                ups = [n for n in self.graph.successors(top) if self.graph.nodes[n]["kind"] != "gpu"]
-                if len(ups) == 1 and self.graph.nodes[ups[0]]["kind"] == "switch":
-                    chain.append(ups[0])
+            kind = self._kind[node]
+            if kind == "gpu":  # a GPU's one link, to its host, then the host's chain (worked out once a host)
+                chain = [node, *self._chain(next(iter(self.graph.successors(node))))]
+            else:
+                chain = [node]
+                if kind != "switch":
+                    ups = [n for n in self.graph.successors(node) if self._kind[n] != "gpu"]
+                    if len(ups) == 1 and self._kind[ups[0]] == "switch":
+                        chain.append(ups[0])
             self._chains[node] = chain
         return chain
 
