@@ -183,6 +183,10 @@ SCENARIOS: dict[str, tuple[str, Callable[[], Any]]] = {
         "BERT-large ring, 131,072 H100 (512x32x8), 2 iterations (issue 48)",
         lambda: frontier_job(512, "ring"),
     ),
+    "frontier_fsdp_131072": (
+        "BERT-large FSDP (full shard), 131,072 H100 (512x32x8), 2 iterations",
+        lambda: frontier_job(512, "fsdp"),
+    ),
     "bert_ring_1024": (
         "scaling: BERT-large ring, 1,024 A100, 10 iterations",
         lambda: large_job(16, "bert_large", "ring", 16),
