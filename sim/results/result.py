@@ -101,13 +101,13 @@ class Result:
         self, out_dir: str | os.PathLike[str], *, plot: bool = True, trace: Optional[bool] = None, tables: bool = True
     ) -> Path:
         """Write the tables as CSV, config.yaml, trace.json and the plots (see README). `tables=False`: the
-        tables are already written (the last policy's save wrote this very result), only the rest."""
+        tables and config.yaml are already written (the last policy's save wrote this very result), only the rest."""
         from sim.results.trace import chrome_trace
 
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        atomic_write(out / "config.yaml", dump_config(self.config))
         if tables:
+            atomic_write(out / "config.yaml", dump_config(self.config))
             self._write_tables(out)
         failed = [run for run in self.runs if run.error is not None]
         if failed:  # the summary says why in one line; the full traceback is for bug reports
